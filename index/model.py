@@ -1,0 +1,189 @@
+"""Columnar subscriptions and messages (paper Defs. 2, 3 and 7).
+
+A subscription s = (id, location s.L, keywords s.psi, preference alpha, threshold tau);
+a message m = (id, location m.L, keywords m.psi). Keywords are term ids of one
+:class:`~index.terms.TermWeights`, stored CSR-style (``kw_ptr``, ``kw_terms``), each row a
+set (duplicates removed, ascending ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from index.terms import TermWeights
+from roadnet.locations import EdgePoints
+
+__all__ = ["InvalidMessageError", "InvalidSubscriptionError", "Messages", "Subscriptions",
+           "keyword_csr"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class InvalidSubscriptionError(ValueError):
+    """Subscriptions that break the input rules (offending ids are named)."""
+
+
+class InvalidMessageError(ValueError):
+    """Messages that break the input rules (offending ids are named)."""
+
+
+def keyword_csr(rows: Iterable[Sequence[str]], weights: TermWeights, *, add: bool
+                ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """Term-id CSR of keyword lists: each row becomes a sorted set of ids.
+
+    ``add=True`` adds unseen terms to ``weights`` (subscriptions); ``add=False`` drops them
+    (messages: a term no subscription holds cannot match).
+    """
+    ptr = [0]
+    chunks: list[npt.NDArray[np.int32]] = []
+    for row in rows:
+        ids = np.unique(weights.ids(row, add=add))
+        ids = ids[ids >= 0]
+        chunks.append(ids)
+        ptr.append(ptr[-1] + ids.size)
+    terms = np.concatenate(chunks).astype(np.int32) if chunks else np.empty(0, np.int32)
+    return np.asarray(ptr, dtype=np.int64), terms
+
+
+@dataclass(frozen=True, eq=False)
+class Subscriptions:
+    """A batch of subscriptions, one row each, as arrays.
+
+    Attributes
+    ----------
+    ids
+        Unique int64 ids.
+    points
+        Locations on the network.
+    alpha
+        Preference for nearness, in [0, 1].
+    tau
+        Threshold, in (0, 1].
+    kw_ptr, kw_terms
+        Keyword sets: row i holds ``kw_terms[kw_ptr[i]:kw_ptr[i + 1]]`` (non-empty).
+    """
+
+    ids: IntArray
+    points: EdgePoints
+    alpha: FloatArray
+    tau: FloatArray
+    kw_ptr: IntArray
+    kw_terms: npt.NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def __post_init__(self) -> None:
+        n = self.ids.size
+        if not (len(self.points) == self.alpha.size == self.tau.size == n
+                and self.kw_ptr.size == n + 1):
+            msg = "subscription columns must all have one row per subscription"
+            raise InvalidSubscriptionError(msg)
+        problems = []
+        bad_alpha = ~((self.alpha >= 0) & (self.alpha <= 1))
+        if bad_alpha.any():
+            problems.append(f"alpha outside [0, 1]: ids {_ids(self.ids, bad_alpha)}")
+        bad_tau = ~((self.tau > 0) & (self.tau <= 1))
+        if bad_tau.any():
+            problems.append(f"tau outside (0, 1]: ids {_ids(self.ids, bad_tau)}")
+        empty = np.diff(self.kw_ptr) == 0
+        if empty.any():
+            problems.append(f"empty keyword list: ids {_ids(self.ids, empty)}")
+        dup = _duplicates(self.ids)
+        if dup.any():
+            problems.append(f"duplicate ids: {_ids(self.ids, dup)}")
+        if problems:
+            msg = "invalid subscriptions: " + "; ".join(problems)
+            raise InvalidSubscriptionError(msg)
+
+    def keywords(self, i: int) -> npt.NDArray[np.int32]:
+        """Term ids of row i."""
+        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
+
+    def take(self, rows: npt.ArrayLike) -> Subscriptions:
+        """A new batch with the given rows, in that order."""
+        r = np.asarray(rows, dtype=np.int64)
+        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
+        return Subscriptions(self.ids[r], self.points[r], self.alpha[r], self.tau[r], ptr, terms)
+
+    @classmethod
+    def from_rows(
+        cls,
+        *,
+        ids: npt.ArrayLike,
+        points: EdgePoints,
+        keywords: Iterable[Sequence[str]],
+        alpha: npt.ArrayLike,
+        tau: npt.ArrayLike,
+        weights: TermWeights,
+    ) -> Subscriptions:
+        """Build from keyword strings; unseen terms join ``weights`` at its default weight."""
+        ptr, terms = keyword_csr(keywords, weights, add=True)
+        return cls(np.asarray(ids, dtype=np.int64), points,
+                   np.asarray(alpha, dtype=np.float64), np.asarray(tau, dtype=np.float64),
+                   ptr, terms)
+
+
+@dataclass(frozen=True, eq=False)
+class Messages:
+    """A batch of messages as arrays (see :class:`Subscriptions` for the keyword CSR)."""
+
+    ids: IntArray
+    points: EdgePoints
+    kw_ptr: IntArray
+    kw_terms: npt.NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def __post_init__(self) -> None:
+        if not (len(self.points) == self.ids.size and self.kw_ptr.size == self.ids.size + 1):
+            msg = "message columns must all have one row per message"
+            raise InvalidMessageError(msg)
+        dup = _duplicates(self.ids)
+        if dup.any():
+            msg = f"invalid messages: duplicate ids: {_ids(self.ids, dup)}"
+            raise InvalidMessageError(msg)
+
+    def keywords(self, i: int) -> npt.NDArray[np.int32]:
+        """Term ids of row i (terms unknown to the vocabulary were dropped)."""
+        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
+
+    def take(self, rows: npt.ArrayLike) -> Messages:
+        """A new batch with the given rows, in that order."""
+        r = np.asarray(rows, dtype=np.int64)
+        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
+        return Messages(self.ids[r], self.points[r], ptr, terms)
+
+    @classmethod
+    def from_rows(cls, *, ids: npt.ArrayLike, points: EdgePoints,
+                  keywords: Iterable[Sequence[str]], weights: TermWeights) -> Messages:
+        """Build from keyword strings; terms unknown to ``weights`` are dropped."""
+        ptr, terms = keyword_csr(keywords, weights, add=False)
+        return cls(np.asarray(ids, dtype=np.int64), points, ptr, terms)
+
+
+def _take_csr(ptr: IntArray, values: npt.NDArray[np.int32], rows: IntArray
+              ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    lengths = ptr[rows + 1] - ptr[rows]
+    new_ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_ptr[1:])
+    starts = np.repeat(ptr[rows] - new_ptr[:-1], lengths)
+    return new_ptr, values[np.arange(new_ptr[-1]) + starts]
+
+
+def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    return np.asarray(counts[inverse] > 1)
+
+
+def _ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:
+    from roadnet.errors import describe_rows
+
+    bad = ids[mask]
+    return describe_rows(np.unique(bad)[:10].tolist(), total=int(np.unique(bad).size))

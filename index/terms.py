@@ -1,0 +1,121 @@
+"""Term vocabulary and keyword weights w(t) (paper Def. 6: idf weights).
+
+Terms get dense int32 ids in order of first appearance. The paper's "general keyword
+order" sorts keywords by weight, descending; ties are broken by term id so the order is
+total and reproducible (:meth:`TermWeights.rank`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["InvalidWeightsError", "TermWeights", "smoothed_idf"]
+
+
+class InvalidWeightsError(ValueError):
+    """A weights table with missing, non-positive or duplicate entries."""
+
+
+def smoothed_idf(n_documents: int, document_frequency: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Smoothed idf: w(t) = ln((1 + N) / (1 + df(t))) + 1, always > 0."""
+    df = np.asarray(document_frequency, dtype=np.float64)
+    return np.log((1.0 + n_documents) / (1.0 + df)) + 1.0
+
+
+class TermWeights:
+    """A growing vocabulary with one positive weight per term.
+
+    A term that is not in the weights table takes the table's largest weight (for idf
+    weights: a term never seen in the corpus is as rare as it gets).
+
+    Parameters
+    ----------
+    weights
+        Mapping term -> weight (> 0). May be empty only if ``default_weight`` is given.
+    default_weight
+        Weight of unseen terms; the largest table weight when omitted.
+    """
+
+    def __init__(self, weights: Mapping[str, float], *, default_weight: float | None = None
+                 ) -> None:
+        values = np.fromiter(weights.values(), dtype=np.float64, count=len(weights))
+        bad = [t for t, w in weights.items() if not (np.isfinite(w) and w > 0)]
+        if bad:
+            msg = f"weights must be finite and > 0; offending terms: {bad[:10]}"
+            raise InvalidWeightsError(msg)
+        if default_weight is None:
+            if values.size == 0:
+                msg = "an empty weights table needs a default_weight"
+                raise InvalidWeightsError(msg)
+            default_weight = float(values.max())
+        self.default_weight = float(default_weight)
+        self._id: dict[str, int] = {}
+        self._terms: list[str] = []
+        self._weight = np.empty(max(16, len(weights)), dtype=np.float64)
+        for term, w in weights.items():
+            self._add(term, float(w))
+
+    # -------------------------------------------------------------- vocabulary
+    def _add(self, term: str, weight: float) -> int:
+        tid = len(self._terms)
+        if tid == self._weight.size:
+            self._weight = np.concatenate([self._weight, np.empty_like(self._weight)])
+        self._weight[tid] = weight
+        self._id[term] = tid
+        self._terms.append(term)
+        return tid
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._id
+
+    @property
+    def weights(self) -> npt.NDArray[np.float64]:
+        """Weight per term id (a view; grows as terms are added)."""
+        return self._weight[: len(self._terms)]
+
+    @property
+    def terms(self) -> list[str]:
+        """Term strings by id."""
+        return self._terms
+
+    def ids(self, terms: Iterable[str], *, add: bool) -> npt.NDArray[np.int32]:
+        """Term ids of ``terms``; unknown terms are added (``add=True``) or given -1."""
+        out = []
+        for term in terms:
+            tid = self._id.get(term)
+            if tid is None:
+                tid = self._add(term, self.default_weight) if add else -1
+            out.append(tid)
+        return np.asarray(out, dtype=np.int32)
+
+    def rank(self) -> npt.NDArray[np.int64]:
+        """Position of each term id in the general keyword order (weight desc, id asc)."""
+        w = self.weights
+        order = np.lexsort((np.arange(w.size), -w))
+        rank = np.empty(w.size, dtype=np.int64)
+        rank[order] = np.arange(w.size)
+        return rank
+
+    def to_table(self) -> dict[str, list[object]]:
+        """Columns ``term`` and ``weight`` (for writing the weights file)."""
+        return {"term": list(self._terms), "weight": self.weights.tolist()}
+
+    @classmethod
+    def from_idf(cls, documents: Iterable[Iterable[str]]) -> TermWeights:
+        """Smoothed idf over a corpus of tokenised documents (see :func:`smoothed_idf`)."""
+        df: dict[str, int] = {}
+        n = 0
+        for doc in documents:
+            n += 1
+            for term in set(doc):
+                df[term] = df.get(term, 0) + 1
+        terms = sorted(df)
+        w = smoothed_idf(n, [df[t] for t in terms])
+        return cls(dict(zip(terms, w.tolist(), strict=True)),
+                   default_weight=float(smoothed_idf(n, [0])[0]))

@@ -1,0 +1,323 @@
+"""Edge points: places on roads, as (edge, offset in metres from the edge's first node).
+
+Locations come from lon/lat (snapped to the nearest edge, then projected onto its polyline)
+or from (u, v, offset) with node ids of the source file. All functions are vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from pyproj import CRS, Transformer
+from scipy.spatial import cKDTree
+
+from roadnet.errors import InvalidLocationError, describe_rows
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import DEFAULTS
+
+__all__ = [
+    "EdgePoints",
+    "locate_lonlat",
+    "locate_uv",
+    "locate_xy",
+    "point_xy",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePoints:
+    """Points on edges: ``edge`` (int32 edge indices) and ``offset`` (metres from edge_u)."""
+
+    edge: npt.NDArray[np.int32]
+    offset: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.edge.shape != self.offset.shape:
+            msg = "edge and offset must have one shape"
+            raise ValueError(msg)
+
+    def __len__(self) -> int:
+        return int(self.edge.size)
+
+    def __getitem__(self, item: int | slice | npt.NDArray[np.int64] | npt.NDArray[np.bool_]
+                    ) -> EdgePoints:
+        idx = np.atleast_1d(np.arange(len(self))[item]) if isinstance(item, int) else item
+        return EdgePoints(np.atleast_1d(self.edge[idx]), np.atleast_1d(self.offset[idx]))
+
+    @classmethod
+    def of(cls, edge: npt.ArrayLike, offset: npt.ArrayLike) -> EdgePoints:
+        """Build from array-likes (copies, with the canonical dtypes)."""
+        return cls(np.atleast_1d(np.asarray(edge, dtype=np.int32)),
+                   np.atleast_1d(np.asarray(offset, dtype=np.float64)))
+
+
+def _pieces(network: RoadNetwork, piece_m: float) -> tuple[FloatArray, IntArray, float]:
+    """Midpoints of polyline segments cut into pieces <= piece_m, with their segment index."""
+    xy = network.geom_xy
+    seg_start = np.arange(xy.shape[0] - 1)
+    # Drop the joins between one edge's last point and the next edge's first point.
+    is_join = np.zeros(xy.shape[0] - 1, dtype=bool)
+    is_join[network.geom_ptr[1:-1] - 1] = True
+    seg_start = seg_start[~is_join]
+    a = xy[seg_start]
+    b = xy[seg_start + 1]
+    seg_len = np.hypot(*(b - a).T)
+    n_pieces = np.maximum(1, np.ceil(seg_len / piece_m)).astype(np.int64)
+    seg_of_piece = np.repeat(np.arange(seg_start.size), n_pieces)
+    first = np.cumsum(n_pieces) - n_pieces
+    k = np.arange(seg_of_piece.size) - first[seg_of_piece]
+    frac = (k + 0.5) / n_pieces[seg_of_piece]
+    mids = a[seg_of_piece] + frac[:, None] * (b - a)[seg_of_piece]
+    half = float(np.max(seg_len / n_pieces / 2.0)) if seg_len.size else 0.0
+    return mids, seg_start[seg_of_piece], half
+
+
+class _SegmentIndex:
+    """Nearest polyline segment search over a network (cached on the network)."""
+
+    def __init__(self, network: RoadNetwork, piece_m: float) -> None:
+        mids, seg, half = _pieces(network, piece_m)
+        self.tree = cKDTree(mids)
+        self.piece_segment = seg
+        self.half_piece = half
+        xy = network.geom_xy
+        # Which edge owns each polyline vertex, and the polyline distance of each vertex
+        # from its edge's start.
+        counts = np.diff(network.geom_ptr)
+        self.vertex_edge = np.repeat(np.arange(network.n_edges), counts)
+        step = np.zeros(xy.shape[0])
+        step[1:] = np.hypot(*np.diff(xy, axis=0).T)
+        step[network.geom_ptr[:-1]] = 0.0
+        cum = np.cumsum(step)
+        self.vertex_along = cum - np.repeat(cum[network.geom_ptr[:-1]], counts)
+
+
+def _segment_index(network: RoadNetwork, piece_m: float) -> _SegmentIndex:
+    key = f"segment_index:{piece_m}"
+    if key not in network._cache:
+        network._cache[key] = _SegmentIndex(network, piece_m)
+    return network._cache[key]  # type: ignore[no-any-return]
+
+
+def locate_xy(
+    network: RoadNetwork,
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
+    *,
+    max_snap_m: float = DEFAULTS.snap_distance_m,
+    labels: npt.ArrayLike | None = None,
+    piece_m: float = DEFAULTS.locate_piece_m,
+) -> tuple[EdgePoints, FloatArray]:
+    """Snap projected points (metres in ``network.crs``) to their nearest edge.
+
+    Returns the edge points and each point's snap distance in metres. The offset is the
+    projection's position along the edge polyline, scaled to the edge's length.
+
+    Raises
+    ------
+    InvalidLocationError
+        For points farther than ``max_snap_m`` from every road, or not finite; the message
+        names them by ``labels`` (row numbers by default).
+    """
+    px = np.atleast_1d(np.asarray(x, dtype=np.float64))
+    py = np.atleast_1d(np.asarray(y, dtype=np.float64))
+    names = np.arange(px.size) if labels is None else np.asarray(labels)
+    bad = ~(np.isfinite(px) & np.isfinite(py))
+    if bad.any():
+        msg = f"locations that are missing or not finite: {_labels(names, bad)}"
+        raise InvalidLocationError(msg)
+    if px.size == 0:
+        return EdgePoints.of([], []), np.empty(0)
+    idx = _segment_index(network, piece_m)
+    q = np.column_stack([px, py])
+    xy = network.geom_xy
+    # The nearest piece midpoint is within half a piece of the true nearest segment, so
+    # every segment closer than (nearest midpoint distance + half piece) is a candidate.
+    k = min(16, idx.tree.n)
+    d_mid, i_mid = idx.tree.query(q, k=k)
+    d_mid = d_mid.reshape(px.size, k)
+    i_mid = i_mid.reshape(px.size, k)
+    seg = idx.piece_segment[i_mid]
+    best_d, best_seg, best_t = _closest_on_segments(q, seg, xy)
+    radius = best_d + idx.half_piece
+    # Rare: candidates beyond the k nearest midpoints; look them up exactly.
+    need = d_mid[:, -1] < radius
+    for row in np.flatnonzero(need):
+        cand = np.asarray(idx.tree.query_ball_point(q[row], radius[row]), dtype=np.int64)
+        s2 = idx.piece_segment[cand][None, :]
+        d2, sg2, t2 = _closest_on_segments(q[row:row + 1], s2, xy)
+        if d2[0] < best_d[row]:
+            best_d[row], best_seg[row], best_t[row] = d2[0], sg2[0], t2[0]
+    far = best_d > max_snap_m
+    if far.any():
+        msg = (f"locations farther than {max_snap_m:g} m from every road: "
+               f"{_labels(names, far)}")
+        raise InvalidLocationError(msg)
+    edge = idx.vertex_edge[best_seg]
+    seg_len = np.hypot(*(xy[best_seg + 1] - xy[best_seg]).T)
+    along = idx.vertex_along[best_seg] + best_t * seg_len
+    glen = network.geom_length[edge]
+    length = network.edge_length[edge]
+    frac = np.divide(along, glen, out=np.zeros_like(along), where=glen > 0)
+    offset = np.clip(frac, 0.0, 1.0) * length
+    return EdgePoints.of(edge, offset), best_d
+
+
+def _closest_on_segments(
+    q: FloatArray, seg: IntArray, xy: FloatArray
+) -> tuple[FloatArray, IntArray, FloatArray]:
+    """Per query row, the closest of its candidate segments: (distance, segment, t in [0,1])."""
+    a = xy[seg]
+    ab = xy[seg + 1] - a
+    aq = q[:, None, :] - a
+    denom = np.einsum("ijk,ijk->ij", ab, ab)
+    t = np.divide(np.einsum("ijk,ijk->ij", aq, ab), denom, out=np.zeros_like(denom),
+                  where=denom > 0)
+    t = np.clip(t, 0.0, 1.0)
+    proj = a + t[..., None] * ab
+    d = np.hypot(*(q[:, None, :] - proj).transpose(2, 0, 1))
+    j = np.argmin(d, axis=1)
+    rows = np.arange(q.shape[0])
+    return d[rows, j], seg[rows, j], t[rows, j]
+
+
+def locate_lonlat(
+    network: RoadNetwork,
+    lon: npt.ArrayLike,
+    lat: npt.ArrayLike,
+    *,
+    max_snap_m: float = DEFAULTS.snap_distance_m,
+    labels: npt.ArrayLike | None = None,
+) -> tuple[EdgePoints, FloatArray]:
+    """Snap WGS84 points (degrees) to their nearest edge; see :func:`locate_xy`."""
+    lo = np.atleast_1d(np.asarray(lon, dtype=np.float64))
+    la = np.atleast_1d(np.asarray(lat, dtype=np.float64))
+    names = np.arange(lo.size) if labels is None else np.asarray(labels)
+    bad = ~(np.isfinite(lo) & np.isfinite(la) & (np.abs(la) <= 90) & (np.abs(lo) <= 180))
+    if bad.any():
+        msg = f"locations with missing or invalid lon/lat: {_labels(names, bad)}"
+        raise InvalidLocationError(msg)
+    tr = Transformer.from_crs(CRS.from_epsg(4326), CRS.from_user_input(network.crs),
+                              always_xy=True)
+    x, y = tr.transform(lo, la)
+    return locate_xy(network, x, y, max_snap_m=max_snap_m, labels=names)
+
+
+def locate_uv(
+    network: RoadNetwork,
+    u: npt.ArrayLike,
+    v: npt.ArrayLike,
+    offset: npt.ArrayLike,
+    *,
+    labels: npt.ArrayLike | None = None,
+    tolerance_m: float = 1e-6,
+) -> EdgePoints:
+    """Edge points from original node ids (u, v) and an offset in metres from u.
+
+    An edge stored as (v, u) is accepted and the offset measured from its other end. Among
+    parallel edges between u and v the shortest is taken. In a directed network a one-way
+    edge must be named in its travel direction.
+
+    Raises
+    ------
+    InvalidLocationError
+        Unknown node ids, no edge between u and v, or an offset outside [0, length].
+    """
+    uu = np.atleast_1d(np.asarray(u, dtype=np.int64))
+    vv = np.atleast_1d(np.asarray(v, dtype=np.int64))
+    off = np.atleast_1d(np.asarray(offset, dtype=np.float64))
+    names = np.arange(uu.size) if labels is None else np.asarray(labels)
+    ui = network.node_index(uu)
+    vi = network.node_index(vv)
+    unknown = (ui < 0) | (vi < 0)
+    if unknown.any():
+        msg = f"locations naming unknown node ids: {_labels(names, unknown)}"
+        raise InvalidLocationError(msg)
+    if not np.isfinite(off).all():
+        msg = f"locations with a missing offset: {_labels(names, ~np.isfinite(off))}"
+        raise InvalidLocationError(msg)
+    edge, flipped = _edge_lookup(network, ui, vi)
+    missing = edge < 0
+    if missing.any():
+        msg = f"locations whose (u, v) is not an edge of the network: {_labels(names, missing)}"
+        raise InvalidLocationError(msg)
+    length = network.edge_length[edge]
+    outside = (off < -tolerance_m) | (off > length + tolerance_m)
+    if outside.any():
+        msg = f"offsets outside their edge's length: {_labels(names, outside)}"
+        raise InvalidLocationError(msg)
+    off = np.clip(off, 0.0, length)
+    return EdgePoints.of(edge, np.where(flipped, length - off, off))
+
+
+def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
+                 ) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """Shortest edge joining each (u, v) pair: (edge or -1, whether it is stored as (v, u))."""
+    key = "edge_lookup"
+    if key not in network._cache:
+        n = np.int64(network.n_nodes)
+        eu = network.edge_u.astype(np.int64)
+        ev = network.edge_v.astype(np.int64)
+        # Shortest first, so the first match per key wins among parallel edges.
+        order = np.lexsort((network.edge_length, eu * n + ev))
+        keys = (eu * n + ev)[order]
+        network._cache[key] = (keys, order)
+    keys, order = network._cache[key]
+    n = np.int64(network.n_nodes)
+
+    def find(a: IntArray, b: IntArray) -> IntArray:
+        k = a * n + b
+        pos = np.minimum(np.searchsorted(keys, k), keys.size - 1)
+        return np.where(keys[pos] == k, order[pos], -1)
+
+    fwd = find(ui, vi)
+    back = find(vi, ui)
+    if network.directed:
+        back = np.where(network.edge_oneway[np.maximum(back, 0)], -1, back)
+    use_back = (fwd < 0) | ((back >= 0) & (fwd >= 0) &
+                            (network.edge_length[np.maximum(back, 0)] <
+                             network.edge_length[np.maximum(fwd, 0)]))
+    use_back &= back >= 0
+    return np.where(use_back, back, fwd), use_back
+
+
+def point_xy(network: RoadNetwork, points: EdgePoints) -> FloatArray:
+    """Projected coordinates (metres in ``network.crs``) of edge points, shape (k, 2)."""
+    if len(points) == 0:
+        return np.empty((0, 2))
+    idx = _segment_index(network, DEFAULTS.locate_piece_m)
+    e = points.edge.astype(np.int64)
+    glen = network.geom_length[e]
+    length = network.edge_length[e]
+    frac = np.divide(points.offset, length, out=np.zeros_like(points.offset), where=length > 0)
+    along = frac * glen
+    lo = network.geom_ptr[e]
+    hi = network.geom_ptr[e + 1] - 1
+    # Find the polyline segment containing ``along`` with a vectorised binary search over
+    # each edge's vertex range.
+    left = lo.copy()
+    right = hi.copy()
+    while True:
+        active = right - left > 1
+        if not active.any():
+            break
+        mid = (left + right) // 2
+        go_right = idx.vertex_along[mid] <= along
+        left = np.where(active & go_right, mid, left)
+        right = np.where(active & ~go_right, mid, right)
+    a = network.geom_xy[left]
+    b = network.geom_xy[right]
+    seg = idx.vertex_along[right] - idx.vertex_along[left]
+    t = np.divide(along - idx.vertex_along[left], seg, out=np.zeros_like(seg), where=seg > 0)
+    t = np.clip(t, 0.0, 1.0)
+    return np.asarray(a + t[:, None] * (b - a))
+
+
+def _labels(names: npt.NDArray[np.generic], mask: npt.NDArray[np.bool_]) -> str:
+    rows = np.flatnonzero(mask)
+    return describe_rows(names[rows[:10]].tolist(), total=rows.size)

@@ -1,0 +1,421 @@
+"""The immutable road network: CSR adjacency, projected coordinates, lengths in metres.
+
+A :class:`RoadNetwork` holds physical road segments ("edges"). Each edge joins two nodes,
+has a length in metres and a polyline geometry in a metric CRS, and a ``oneway`` flag.
+The network is undirected by default, like the PSTPSN paper; with ``directed=True`` the
+one-way flags are honoured, and the distance that counts between a subscription s and a
+message m is the one travelled from s.L to m.L.
+
+Everything is a numpy array; no Python object exists per node or edge after construction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pyproj import CRS, Transformer
+
+from roadnet.errors import NetworkFormatError, describe_rows
+
+__all__ = ["Adjacency", "RoadNetwork", "utm_crs_for"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Int32Array = npt.NDArray[np.int32]
+BoolArray = npt.NDArray[np.bool_]
+
+_FORMAT_VERSION = 1
+
+
+def utm_crs_for(lon: FloatArray, lat: FloatArray) -> str:
+    """The WGS84 UTM zone CRS (``"EPSG:326zz"`` or ``"EPSG:327zz"``) at the points' centre."""
+    lon_c = float(np.nanmedian(lon))
+    lat_c = float(np.nanmedian(lat))
+    zone = int(np.floor((lon_c + 180.0) / 6.0)) % 60 + 1
+    return f"EPSG:{32600 + zone if lat_c >= 0 else 32700 + zone}"
+
+
+@dataclass(frozen=True, slots=True)
+class Adjacency:
+    """Arcs of one traversal direction in CSR form.
+
+    ``indices[indptr[x]:indptr[x + 1]]`` are the heads of the arcs leaving node ``x``,
+    ``weights`` their lengths in metres and ``arc_edge`` the edge each arc runs along.
+    Parallel edges stay separate arcs.
+    """
+
+    indptr: IntArray
+    indices: Int32Array
+    weights: FloatArray
+    arc_edge: Int32Array
+
+
+@dataclass(frozen=True, eq=False)
+class RoadNetwork:
+    """An immutable road network.
+
+    Attributes
+    ----------
+    node_ids
+        Original node ids of the source file, int64, shape (n,).
+    node_lon, node_lat
+        WGS84 coordinates in degrees, shape (n,).
+    node_x, node_y
+        Coordinates in ``crs``, metres, shape (n,).
+    edge_u, edge_v
+        Internal node indices of each edge's first and second node, int32, shape (m,).
+    edge_length
+        Edge lengths in metres (>= 0), shape (m,).
+    edge_oneway
+        True where the road may only be travelled from ``edge_u`` to ``edge_v``.
+    geom_ptr, geom_xy
+        Edge polylines: edge e runs along ``geom_xy[geom_ptr[e]:geom_ptr[e + 1]]`` (metres in
+        ``crs``), from the position of ``edge_u`` to that of ``edge_v``.
+    crs
+        The metric CRS of ``node_x``, ``node_y`` and ``geom_xy`` (e.g. ``"EPSG:32633"``).
+    directed
+        Whether ``edge_oneway`` is honoured by distances.
+    name
+        Where the network came from.
+    """
+
+    node_ids: IntArray
+    node_lon: FloatArray
+    node_lat: FloatArray
+    node_x: FloatArray
+    node_y: FloatArray
+    edge_u: Int32Array
+    edge_v: Int32Array
+    edge_length: FloatArray
+    edge_oneway: BoolArray
+    geom_ptr: IntArray
+    geom_xy: FloatArray
+    crs: str
+    directed: bool = False
+    name: str = ""
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        node_ids: npt.ArrayLike,
+        node_lon: npt.ArrayLike,
+        node_lat: npt.ArrayLike,
+        edge_u_ids: npt.ArrayLike,
+        edge_v_ids: npt.ArrayLike,
+        edge_length: npt.ArrayLike,
+        edge_oneway: npt.ArrayLike | None = None,
+        geom_ptr: npt.ArrayLike | None = None,
+        geom_lonlat: npt.ArrayLike | None = None,
+        directed: bool = False,
+        crs: str | None = None,
+        name: str = "",
+    ) -> RoadNetwork:
+        """Build a network from node and edge arrays keyed by original node ids.
+
+        Parameters
+        ----------
+        node_ids, node_lon, node_lat
+            Node ids (unique int64) and WGS84 degrees.
+        edge_u_ids, edge_v_ids
+            Original ids of each edge's end nodes.
+        edge_length
+            Lengths in metres, finite and >= 0.
+        edge_oneway
+            One-way flags (travel from u to v only); all False when omitted.
+        geom_ptr, geom_lonlat
+            Optional polylines in WGS84 degrees, flattened: edge e runs along
+            ``geom_lonlat[geom_ptr[e]:geom_ptr[e + 1]]`` (at least two points each, from u
+            to v). Straight segments between the end nodes when omitted.
+        directed
+            Honour one-way flags in distances.
+        crs
+            Metric CRS to project to; the UTM zone of the network's centre when omitted.
+        name
+            Label of the source.
+
+        Raises
+        ------
+        NetworkFormatError
+            Duplicate node ids, edges naming unknown nodes, bad lengths or coordinates.
+        """
+        ids = np.asarray(node_ids, dtype=np.int64)
+        lon = np.asarray(node_lon, dtype=np.float64)
+        lat = np.asarray(node_lat, dtype=np.float64)
+        if not (ids.shape == lon.shape == lat.shape) or ids.ndim != 1:
+            msg = "node_ids, node_lon and node_lat must be 1-d arrays of one length"
+            raise NetworkFormatError(msg)
+        if ids.size == 0:
+            msg = f"network {name!r} has no nodes"
+            raise NetworkFormatError(msg)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        dup = sorted_ids[1:][sorted_ids[1:] == sorted_ids[:-1]]
+        if dup.size:
+            msg = f"duplicate node ids: {describe_rows(np.unique(dup).tolist())}"
+            raise NetworkFormatError(msg)
+        bad = ~(np.isfinite(lon) & np.isfinite(lat) & (np.abs(lat) <= 90) & (np.abs(lon) <= 180))
+        if bad.any():
+            msg = f"nodes with invalid lon/lat: {describe_rows(ids[bad].tolist())}"
+            raise NetworkFormatError(msg)
+
+        u_ids = np.asarray(edge_u_ids, dtype=np.int64)
+        v_ids = np.asarray(edge_v_ids, dtype=np.int64)
+        length = np.asarray(edge_length, dtype=np.float64)
+        if not (u_ids.shape == v_ids.shape == length.shape):
+            msg = "edge_u_ids, edge_v_ids and edge_length must have one length"
+            raise NetworkFormatError(msg)
+        bad_len = ~np.isfinite(length) | (length < 0)
+        if bad_len.any():
+            rows = np.flatnonzero(bad_len)
+            msg = f"edges with invalid length (row: u-v): {_edge_labels(rows, u_ids, v_ids)}"
+            raise NetworkFormatError(msg)
+        u = _lookup(sorted_ids, order, u_ids)
+        v = _lookup(sorted_ids, order, v_ids)
+        missing = (u < 0) | (v < 0)
+        if missing.any():
+            rows = np.flatnonzero(missing)
+            msg = f"edges naming unknown nodes (row: u-v): {_edge_labels(rows, u_ids, v_ids)}"
+            raise NetworkFormatError(msg)
+        oneway = (
+            np.zeros(length.shape, dtype=bool)
+            if edge_oneway is None
+            else np.asarray(edge_oneway, dtype=bool)
+        )
+
+        crs_name = crs or utm_crs_for(lon, lat)
+        to_metric = Transformer.from_crs(CRS.from_epsg(4326), CRS.from_user_input(crs_name),
+                                         always_xy=True)
+        x, y = to_metric.transform(lon, lat)
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+
+        if geom_ptr is None or geom_lonlat is None:
+            ptr = np.arange(0, 2 * length.size + 1, 2, dtype=np.int64)
+            gxy = np.empty((2 * length.size, 2), dtype=np.float64)
+            gxy[0::2, 0], gxy[0::2, 1] = x[u], y[u]
+            gxy[1::2, 0], gxy[1::2, 1] = x[v], y[v]
+        else:
+            ptr = np.asarray(geom_ptr, dtype=np.int64)
+            gll = np.asarray(geom_lonlat, dtype=np.float64).reshape(-1, 2)
+            if ptr.shape != (length.size + 1,) or ptr[0] != 0 or ptr[-1] != gll.shape[0]:
+                msg = "geom_ptr must have one entry per edge plus one and span geom_lonlat"
+                raise NetworkFormatError(msg)
+            short = np.flatnonzero(np.diff(ptr) < 2)
+            if short.size:
+                msg = f"edge geometries with fewer than two points (rows): {describe_rows(short)}"
+                raise NetworkFormatError(msg)
+            gx, gy = to_metric.transform(gll[:, 0], gll[:, 1])
+            gxy = np.column_stack([gx, gy]).astype(np.float64)
+            # Pin polyline ends to the node positions so an offset of 0 or the full length
+            # lands exactly on the node.
+            gxy[ptr[:-1], 0], gxy[ptr[:-1], 1] = x[u], y[u]
+            gxy[ptr[1:] - 1, 0], gxy[ptr[1:] - 1, 1] = x[v], y[v]
+
+        return cls(
+            node_ids=ids,
+            node_lon=lon,
+            node_lat=lat,
+            node_x=x,
+            node_y=y,
+            edge_u=u.astype(np.int32),
+            edge_v=v.astype(np.int32),
+            edge_length=length,
+            edge_oneway=oneway,
+            geom_ptr=ptr,
+            geom_xy=gxy,
+            crs=crs_name,
+            directed=bool(directed),
+            name=name,
+        )
+
+    def with_direction(self, *, directed: bool) -> RoadNetwork:
+        """The same roads with one-way flags honoured (``directed=True``) or ignored."""
+        if directed == self.directed:
+            return self
+        return RoadNetwork(**{**self._fields(), "directed": directed})
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "node_ids": self.node_ids,
+            "node_lon": self.node_lon,
+            "node_lat": self.node_lat,
+            "node_x": self.node_x,
+            "node_y": self.node_y,
+            "edge_u": self.edge_u,
+            "edge_v": self.edge_v,
+            "edge_length": self.edge_length,
+            "edge_oneway": self.edge_oneway,
+            "geom_ptr": self.geom_ptr,
+            "geom_xy": self.geom_xy,
+            "crs": self.crs,
+            "directed": self.directed,
+            "name": self.name,
+        }
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes."""
+        return int(self.node_ids.size)
+
+    @property
+    def n_edges(self) -> int:
+        """Number of edges (physical road segments; a two-way road counts once)."""
+        return int(self.edge_length.size)
+
+    @property
+    def total_length_m(self) -> float:
+        """Sum of edge lengths in metres."""
+        return float(self.edge_length.sum())
+
+    @property
+    def edge_twoway(self) -> BoolArray:
+        """True where an edge may be travelled from v to u as well (always, if undirected)."""
+        if not self.directed:
+            return np.ones(self.n_edges, dtype=bool)
+        return ~self.edge_oneway
+
+    def extent_lonlat(self) -> tuple[float, float, float, float]:
+        """(west, south, east, north) in degrees."""
+        return (float(self.node_lon.min()), float(self.node_lat.min()),
+                float(self.node_lon.max()), float(self.node_lat.max()))
+
+    # ------------------------------------------------------------------ derived arrays
+    def _cached(self, key: str, build: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    @property
+    def geom_length(self) -> FloatArray:
+        """Length of each edge's polyline in ``crs`` metres (>= its chord)."""
+        def build() -> FloatArray:
+            seg = np.hypot(*np.diff(self.geom_xy, axis=0).T)
+            # Zero out the joins between consecutive edges' polylines.
+            seg_start = np.zeros(self.geom_xy.shape[0], dtype=np.float64)
+            seg_start[1:] = seg
+            cum = np.cumsum(seg_start)
+            return np.asarray(cum[self.geom_ptr[1:] - 1] - cum[self.geom_ptr[:-1]])
+        return self._cached("geom_length", build)  # type: ignore[no-any-return]
+
+    @property
+    def kappa(self) -> float:
+        """Safe Euclidean lower-bound factor: dN(p, q) >= kappa * dE(p, q) for all edge points.
+
+        kappa = min over edges of length / polyline length. The polyline is at least as
+        long as the chord, so this is never above the chord ratio; it must be the polyline,
+        not the chord: a point part-way along a curved edge is reached by a fraction of the
+        edge's length but may lie a larger fraction of the chord away from the end node.
+        Every path from p to q is a chain of partial and whole edges whose Euclidean steps
+        are at most the polyline lengths, which the triangle inequality turns into the bound.
+        Degenerate polylines (length 0) constrain nothing.
+        """
+        def build() -> float:
+            g = self.geom_length
+            ok = g > 0
+            if not ok.any():
+                return 1.0
+            return float(np.min(self.edge_length[ok] / g[ok]))
+        return self._cached("kappa", build)  # type: ignore[no-any-return]
+
+    def adjacency(self, *, reverse: bool = False) -> Adjacency:
+        """Arcs in CSR form; ``reverse=True`` gives the arcs turned around (incoming arcs).
+
+        Undirected networks (and two-way edges) have an arc each way per edge.
+        """
+        key = "adj_rev" if reverse else "adj_fwd"
+
+        def build() -> Adjacency:
+            e = np.arange(self.n_edges, dtype=np.int32)
+            two = self.edge_twoway
+            tails = np.concatenate([self.edge_u, self.edge_v[two]])
+            heads = np.concatenate([self.edge_v, self.edge_u[two]])
+            arc_edge = np.concatenate([e, e[two]])
+            if reverse:
+                tails, heads = heads, tails
+            order = np.argsort(tails, kind="stable")
+            counts = np.bincount(tails, minlength=self.n_nodes)
+            indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+            np.cumsum(counts, out=indptr[1:])
+            return Adjacency(
+                indptr=indptr,
+                indices=heads[order].astype(np.int32),
+                weights=self.edge_length[arc_edge[order]],
+                arc_edge=arc_edge[order],
+            )
+        return self._cached(key, build)  # type: ignore[no-any-return]
+
+    def components(self) -> tuple[int, Int32Array]:
+        """Weakly connected components: (count, label per node)."""
+        def build() -> tuple[int, Int32Array]:
+            from scipy.sparse import coo_matrix
+            from scipy.sparse.csgraph import connected_components
+
+            n = self.n_nodes
+            graph = coo_matrix(
+                (np.ones(self.n_edges), (self.edge_u, self.edge_v)), shape=(n, n)
+            ).tocsr()
+            count, labels = connected_components(graph, directed=False)
+            return int(count), labels.astype(np.int32)
+        return self._cached("components", build)  # type: ignore[no-any-return]
+
+    def node_index(self, ids: npt.ArrayLike) -> IntArray:
+        """Internal indices of original node ids; -1 where an id is unknown."""
+        order = self._cached("id_order", lambda: np.argsort(self.node_ids, kind="stable"))
+        sorted_ids = self._cached("sorted_ids", lambda: self.node_ids[order])
+        return _lookup(sorted_ids, order, np.asarray(ids, dtype=np.int64))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the network to one ``.npz`` file (atomically: temporary name, then rename)."""
+        target = Path(path)
+        if target.suffix != ".npz":
+            target = target.with_name(target.name + ".npz")
+        meta = json.dumps({"version": _FORMAT_VERSION, "crs": self.crs,
+                           "directed": self.directed, "name": self.name})
+        arrays = {k: v for k, v in self._fields().items() if isinstance(v, np.ndarray)}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, meta=np.array(meta), **arrays)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RoadNetwork:
+        """Read a network written by :meth:`save`."""
+        with np.load(Path(path), allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            if meta.get("version") != _FORMAT_VERSION:
+                msg = f"{path}: unsupported network file version {meta.get('version')!r}"
+                raise NetworkFormatError(msg)
+            arrays = {k: data[k] for k in data.files if k != "meta"}
+        return cls(**arrays, crs=meta["crs"], directed=bool(meta["directed"]),
+                   name=str(meta["name"]))
+
+
+def _lookup(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:
+    """Positions of ``query`` ids in the unsorted id array, -1 where absent."""
+    pos = np.searchsorted(sorted_ids, query)
+    pos_clipped = np.minimum(pos, sorted_ids.size - 1)
+    found = sorted_ids[pos_clipped] == query
+    return np.where(found, order[pos_clipped], -1).astype(np.int64)
+
+
+def _edge_labels(rows: IntArray, u_ids: IntArray, v_ids: IntArray) -> str:
+    return describe_rows([f"{r}: {u_ids[r]}-{v_ids[r]}" for r in rows[:10]], total=rows.size)

@@ -1,0 +1,7 @@
+"""``python -m roadpubsub`` runs the command line."""
+
+import sys
+
+from roadpubsub.cli import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""Every tunable default of roadpubsub, in one typed place.
+
+Functions take keyword-only options whose defaults come from :data:`DEFAULTS`; pass a
+value to override one call, or build another :class:`Settings` with
+``dataclasses.replace(DEFAULTS, ...)`` for a whole run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DEFAULTS", "Settings", "shared_data_dir"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Defaults used across the layers.
+
+    Attributes
+    ----------
+    snap_distance_m
+        Largest distance, in metres, between a lon/lat point and the road it is snapped to;
+        a point farther than this from every road is an input error.
+    locate_piece_m
+        Length, in metres, of the pieces that long edge segments are cut into for the
+        nearest-edge search tree. Smaller is faster per query, larger is a smaller tree.
+    cell_capacity
+        PMR quadtree split threshold: a leaf holding more edges than this is split in four.
+        1,000 gives about 256 leaf cells on Rome (258K edges), the paper's setting.
+    cell_max_depth
+        Deepest quadtree level; stops splitting on piles of coincident edges.
+    score_tolerance
+        A message is delivered when SIM >= tau - score_tolerance (absorbs rounding).
+    bound_slack_m
+        Absolute slack, in metres, added in favour of keeping a candidate whenever a
+        distance lower bound is compared with a distance limit; bounds are sums of
+        floating-point lengths, so this keeps pruning safe under rounding.
+    bound_slack_rel
+        Relative slack of the same comparisons.
+    dmax_m
+        Default Dmax, the largest tolerated network distance, in metres.
+    delta_compaction_min
+        Subscriptions added since the last build that trigger an automatic compaction of an
+        index's delta buffer (together with ``delta_compaction_ratio``).
+    delta_compaction_ratio
+        Compact when the delta buffer exceeds this fraction of the indexed subscriptions.
+    """
+
+    snap_distance_m: float = 250.0
+    locate_piece_m: float = 50.0
+    cell_capacity: int = 1000
+    cell_max_depth: int = 16
+    score_tolerance: float = 1e-9
+    bound_slack_m: float = 1e-6
+    bound_slack_rel: float = 1e-9
+    dmax_m: float = 5000.0
+    delta_compaction_min: int = 20_000
+    delta_compaction_ratio: float = 0.05
+
+
+DEFAULTS = Settings()
+
+
+def shared_data_dir() -> Path:
+    """Folder of the real data sets (``../shared/data`` beside the checkout).
+
+    ``ROADPUBSUB_SHARED_DATA`` overrides it. The folder may be absent; callers check.
+    """
+    env = os.environ.get("ROADPUBSUB_SHARED_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "data"
