@@ -28,7 +28,7 @@ class Settings:
         nearest-edge search tree. Smaller is faster per query, larger is a smaller tree.
     cell_capacity
         PMR quadtree split threshold: a leaf holding more edges than this is split in four.
-        1,000 gives about 256 leaf cells on Rome (258K edges), the paper's setting.
+        2,400 gives about 256 leaf cells on Rome (258K edges), the paper's setting.
     cell_max_depth
         Deepest quadtree level; stops splitting on piles of coincident edges.
     score_tolerance
@@ -50,7 +50,7 @@ class Settings:
 
     snap_distance_m: float = 250.0
     locate_piece_m: float = 50.0
-    cell_capacity: int = 1000
+    cell_capacity: int = 2400
     cell_max_depth: int = 16
     score_tolerance: float = 1e-9
     bound_slack_m: float = 1e-6

@@ -1,0 +1,309 @@
+"""What both indexing architectures share: subscription slots, dynamic updates, persistence.
+
+Subscriptions live in *slots*, sorted by (cell, edge) at build time so that a cell's
+subscriptions sit together. Updates never require the caller to rebuild:
+
+* ``subscribe`` appends to a small *delta* batch that the matchers scan alongside the
+  postings (with the same distance and prefix bounds);
+* ``unsubscribe`` clears a slot's ``active`` flag (or drops the row from the delta);
+* ``move`` is unsubscribe + subscribe with the new location.
+
+Per-cell and per-edge statistics are only ever loosened by updates (a removed subscription
+leaves its maximum behind), so every bound stays safe. When the delta outgrows
+``delta_compaction_min`` and ``delta_compaction_ratio`` of the slots, the index compacts:
+slots and postings are rebuilt from the live subscriptions, reusing cells and bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from index.limits import location_aware_prefixes
+from index.model import InvalidSubscriptionError, Subscriptions
+from index.postings import PostingLayout
+from index.spatial import PointFacts, SpatialIndex
+from index.terms import TermWeights
+from roadnet.errors import describe_rows
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import DEFAULTS
+
+__all__ = ["SubscriptionIndex", "concat_subscriptions", "load_index"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_FORMAT_VERSION = 1
+
+
+def concat_subscriptions(parts: list[Subscriptions]) -> Subscriptions:
+    """Stack batches of subscriptions (ids must stay unique)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _empty_subscriptions()
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [int(p.kw_ptr[-1]) for p in parts[:-1]])
+    ptr = np.concatenate([parts[0].kw_ptr[:1]] +
+                         [p.kw_ptr[1:] + off for p, off in zip(parts, offsets, strict=True)])
+    return Subscriptions(
+        ids=np.concatenate([p.ids for p in parts]),
+        points=EdgePoints(np.concatenate([p.points.edge for p in parts]),
+                          np.concatenate([p.points.offset for p in parts])),
+        alpha=np.concatenate([p.alpha for p in parts]),
+        tau=np.concatenate([p.tau for p in parts]),
+        kw_ptr=ptr.astype(np.int64),
+        kw_terms=np.concatenate([p.kw_terms for p in parts]).astype(np.int32),
+    )
+
+
+def _empty_subscriptions() -> Subscriptions:
+    return Subscriptions(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0),
+                         np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
+
+
+class SubscriptionIndex:
+    """Base of :class:`~index.eia.EnhancedIndex` and :class:`~index.bia.BasicIndex`.
+
+    Parameters
+    ----------
+    spatial
+        Cells and bounds of the network.
+    subscriptions
+        The initial subscriptions (keyword ids of ``weights``).
+    weights
+        Keyword weights; grows when new subscriptions bring unseen terms.
+    dmax_m
+        Dmax, metres (> 0).
+    tolerance
+        Score tolerance of the delivery rule.
+    """
+
+    kind: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        spatial: SpatialIndex,
+        subscriptions: Subscriptions,
+        weights: TermWeights,
+        *,
+        dmax_m: float,
+        tolerance: float = DEFAULTS.score_tolerance,
+    ) -> None:
+        if not (np.isfinite(dmax_m) and dmax_m > 0):
+            msg = f"dmax_m must be a positive number of metres, got {dmax_m!r}"
+            raise ValueError(msg)
+        self.spatial = spatial
+        self.weights = weights
+        self.dmax_m = float(dmax_m)
+        self.tolerance = float(tolerance)
+        self._rebuild(subscriptions)
+
+    # ------------------------------------------------------------------ building
+    @property
+    def network(self) -> RoadNetwork:
+        """The road network."""
+        return self.spatial.network
+
+    def _rebuild(self, subscriptions: Subscriptions) -> None:
+        cells = self.spatial.cells
+        cell = cells.edge_cell[subscriptions.points.edge].astype(np.int64)
+        order = np.lexsort((subscriptions.points.edge, cell))
+        self.subs = subscriptions.take(order)
+        self.facts: PointFacts = self.spatial.facts(self.subs.points)
+        self.active = np.ones(len(self.subs), dtype=bool)
+        self._id_order = np.argsort(self.subs.ids, kind="stable")
+        self.term_rank = self.weights.rank()
+        self.layout: PostingLayout
+        self._build_structures()
+        self._set_delta(_empty_subscriptions())
+
+    def _build_structures(self) -> None:
+        """Subclasses build ``self.layout`` and their cell/edge statistics here."""
+        raise NotImplementedError
+
+    def _edge_statistics(self, tau_e: FloatArray) -> None:
+        """Per-edge min/max alpha and min tau_e of the slots (paper Fig. 3(b) statistics)."""
+        m = self.network.n_edges
+        edge = self.subs.points.edge
+        self.edge_min_alpha = np.full(m, np.inf)
+        self.edge_max_alpha = np.full(m, -np.inf)
+        self.edge_min_tau_e = np.full(m, np.inf)
+        np.minimum.at(self.edge_min_alpha, edge, self.subs.alpha)
+        np.maximum.at(self.edge_max_alpha, edge, self.subs.alpha)
+        np.minimum.at(self.edge_min_tau_e, edge, tau_e)
+
+    # ------------------------------------------------------------------ delta
+    def _set_delta(self, delta: Subscriptions) -> None:
+        self.delta = delta
+        self.delta_facts = self.spatial.facts(delta.points)
+        lap = location_aware_prefixes(delta, self.weights.weights, self.weights.rank(),
+                                      dmax_m=self.dmax_m, tolerance=self.tolerance)
+        self.delta_dn_limit = lap.dn_limit
+        self.delta_wildcard = np.zeros(len(delta), dtype=bool)
+        self.delta_wildcard[lap.wildcard_rows] = True
+        self.term_rank = self.weights.rank()
+
+    # ------------------------------------------------------------------ updates
+    def __len__(self) -> int:
+        return int(self.active.sum()) + len(self.delta)
+
+    def _slot_of(self, ids: IntArray) -> IntArray:
+        """Active slot of each id, -1 where it is not an active slot."""
+        if self.subs.ids.size == 0:
+            return np.full(ids.size, -1, dtype=np.int64)
+        sorted_ids = self.subs.ids[self._id_order]
+        pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+        slot = np.where(sorted_ids[pos] == ids, self._id_order[pos], -1)
+        return np.where((slot >= 0) & self.active[np.maximum(slot, 0)], slot, -1)
+
+    def contains(self, ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Whether each id is a live subscription of the index."""
+        q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        return (self._slot_of(q) >= 0) | np.isin(q, self.delta.ids)
+
+    def subscribe(self, subscriptions: Subscriptions) -> None:
+        """Add subscriptions (their ids must be new); effective for the next message."""
+        clash = self.contains(subscriptions.ids)
+        if clash.any():
+            msg = ("subscription ids already in the index: "
+                   f"{describe_rows(subscriptions.ids[clash][:10].tolist(), total=int(clash.sum()))}")
+            raise InvalidSubscriptionError(msg)
+        self._set_delta(concat_subscriptions([self.delta, subscriptions]))
+        if len(self.delta) > max(DEFAULTS.delta_compaction_min,
+                                 DEFAULTS.delta_compaction_ratio * len(self.subs)):
+            self.compact()
+
+    def unsubscribe(self, ids: npt.ArrayLike) -> None:
+        """Remove subscriptions by id.
+
+        Raises
+        ------
+        InvalidSubscriptionError
+            Naming ids that are not in the index (nothing is removed then).
+        """
+        q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        slot = self._slot_of(q)
+        in_delta = np.isin(q, self.delta.ids)
+        unknown = (slot < 0) & ~in_delta
+        if unknown.any():
+            msg = ("unknown subscription ids: "
+                   f"{describe_rows(q[unknown][:10].tolist(), total=int(unknown.sum()))}")
+            raise InvalidSubscriptionError(msg)
+        self.active[slot[slot >= 0]] = False
+        if in_delta.any():
+            keep = ~np.isin(self.delta.ids, q)
+            self._set_delta(self.delta.take(np.flatnonzero(keep)))
+
+    def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
+        """Give subscriptions new locations (keywords, alpha and tau stay)."""
+        q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        current = self.subscriptions()
+        pos = np.searchsorted(current.ids, q)
+        pos = np.minimum(pos, max(current.ids.size - 1, 0))
+        known = current.ids.size > 0 and bool(np.all(current.ids[pos] == q))
+        if not known:
+            missing = q if current.ids.size == 0 else q[current.ids[pos] != q]
+            msg = f"unknown subscription ids: {describe_rows(missing[:10].tolist(), total=missing.size)}"
+            raise InvalidSubscriptionError(msg)
+        rows = current.take(pos)
+        moved = Subscriptions(rows.ids, points, rows.alpha, rows.tau, rows.kw_ptr, rows.kw_terms)
+        self.unsubscribe(q)
+        self.subscribe(moved)
+
+    def subscriptions(self) -> Subscriptions:
+        """All live subscriptions, sorted by id."""
+        live = concat_subscriptions([self.subs.take(np.flatnonzero(self.active)), self.delta])
+        return live.take(np.argsort(live.ids, kind="stable"))
+
+    def compact(self) -> None:
+        """Fold the delta and removals into fresh slots and postings (cells/bounds reused)."""
+        self._rebuild(concat_subscriptions([self.subs.take(np.flatnonzero(self.active)),
+                                            self.delta]))
+
+    # ------------------------------------------------------------------ size
+    def structure_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Arrays specific to the architecture (postings and statistics)."""
+        out = {f"layout.{k}": v for k, v in self.layout.to_arrays().items()}
+        out.update({"edge_min_alpha": self.edge_min_alpha, "edge_max_alpha": self.edge_max_alpha,
+                    "edge_min_tau_e": self.edge_min_tau_e})
+        return out
+
+    def nbytes_per_subscription(self) -> float:
+        """Bytes held per subscription: slots, facts and postings (not cells or network)."""
+        s = self.subs
+        arrays: list[npt.NDArray[Any]] = [
+            s.ids, s.points.edge, s.points.offset, s.alpha, s.tau, s.kw_ptr, s.kw_terms,
+            self.facts.x, self.facts.y, self.facts.cell, self.facts.din_out, self.facts.din_in,
+            self.active, self._id_order,
+            *(v for k, v in self.structure_arrays().items() if k.startswith("layout.")),
+        ]
+        return sum(int(a.nbytes) for a in arrays) / max(len(self.subs), 1)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the index, its network, cells, bounds and weights to one ``.npz`` file.
+
+        The delta is compacted first. The file is written under a temporary name and
+        renamed, so a failure leaves nothing behind.
+        """
+        self.compact()
+        target = Path(path)
+        net = self.network
+        arrays: dict[str, npt.NDArray[Any]] = {
+            f"network.{k}": v for k, v in net._fields().items() if isinstance(v, np.ndarray)}
+        arrays.update(self.spatial.to_arrays())
+        s = self.subs
+        arrays.update({"subs.ids": s.ids, "subs.edge": s.points.edge,
+                       "subs.offset": s.points.offset, "subs.alpha": s.alpha,
+                       "subs.tau": s.tau, "subs.kw_ptr": s.kw_ptr, "subs.kw_terms": s.kw_terms,
+                       "weights.terms": np.asarray(self.weights.terms, dtype=str),
+                       "weights.values": self.weights.weights.copy()})
+        meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
+                "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
+                "network": {"crs": net.crs, "directed": net.directed, "name": net.name}}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+
+def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
+    """Read an index written by :meth:`SubscriptionIndex.save` (either architecture)."""
+    from index.bia import BasicIndex
+    from index.eia import EnhancedIndex
+
+    kinds: dict[str, type[SubscriptionIndex]] = {"eia": EnhancedIndex, "bia": BasicIndex}
+    with np.load(Path(path), allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        arrays = {k: data[k] for k in data.files if k != "meta"}
+    if meta.get("version") != _FORMAT_VERSION or meta.get("kind") not in kinds:
+        msg = f"{path}: not a roadpubsub index file (or an unsupported version)"
+        raise ValueError(msg)
+    net_meta = meta["network"]
+    network = RoadNetwork(**{k[8:]: v for k, v in arrays.items() if k.startswith("network.")},
+                          crs=net_meta["crs"], directed=net_meta["directed"],
+                          name=net_meta["name"])
+    spatial = SpatialIndex.from_arrays(network, arrays)
+    terms = arrays["weights.terms"].tolist()
+    weights = TermWeights(dict(zip(terms, arrays["weights.values"].tolist(), strict=True)),
+                          default_weight=meta["default_weight"])
+    subs = Subscriptions(arrays["subs.ids"],
+                         EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
+                         arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
+                         arrays["subs.kw_terms"])
+    return kinds[meta["kind"]](spatial, subs, weights, dmax_m=meta["dmax_m"],
+                               tolerance=meta["tolerance"])

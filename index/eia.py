@@ -1,0 +1,48 @@
+"""The enhanced indexing architecture, EIA (paper Sec. V-D, Fig. 3).
+
+On top of the shared slots and cells it keeps, per cell, DNlimit(ci) (the largest
+DNlimit of its subscriptions, Lemma 2), and a sub inverted file over the location-aware
+prefixes only: IL(ci|t) for each t in LAP(ci), holding <s, DNUB(s|t)> grouped by edge and
+sorted by DNUB descending, with DNUB(ci|t) (Eq. 15) per list and the edge statistics of
+Fig. 3(b) (min/max alpha, min tau).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from index.base import SubscriptionIndex
+from index.limits import effective_tau, location_aware_prefixes
+from index.postings import build_posting_layout
+
+__all__ = ["EnhancedIndex"]
+
+
+class EnhancedIndex(SubscriptionIndex):
+    """EIA: location-aware prefixes with DNUB postings (see :class:`SubscriptionIndex`)."""
+
+    kind: ClassVar[str] = "eia"
+
+    def _build_structures(self) -> None:
+        lap = location_aware_prefixes(self.subs, self.weights.weights, self.term_rank,
+                                      dmax_m=self.dmax_m, tolerance=self.tolerance)
+        slot = np.concatenate([lap.row, lap.wildcard_rows])
+        term_slot = np.concatenate([lap.term.astype(np.int64) + 1,
+                                    np.zeros(lap.wildcard_rows.size, dtype=np.int64)])
+        value = np.concatenate([lap.dnub, lap.wildcard_dnub])
+        self.layout = build_posting_layout(
+            post_slot=slot, post_term_slot=term_slot, post_value=value,
+            slot_cell=self.facts.cell, slot_edge=self.subs.points.edge,
+            n_term_slots=len(self.weights) + 1,
+        )
+        # DNlimit(ci) = max over s in ci of DNlimit(s) (Lemma 2); -inf for empty cells.
+        self.cell_dn_limit = np.full(self.spatial.cells.n_cells, -np.inf)
+        np.maximum.at(self.cell_dn_limit, self.facts.cell, lap.dn_limit)
+        self._edge_statistics(effective_tau(self.subs.tau, tolerance=self.tolerance))
+
+    def structure_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Postings, DNlimit per cell and the edge statistics."""
+        return {**super().structure_arrays(), "cell_dn_limit": self.cell_dn_limit}

@@ -1,0 +1,126 @@
+"""Columnar posting layout shared by the basic and enhanced architectures.
+
+Postings are grouped three levels deep, as in the paper's Figs. 2(e) and 3(b):
+
+* by *term slot* (slot 0 is the wildcard ``*``; term id t has slot t + 1), through the CSR
+  ``term_ptr`` into the groups;
+* by cell within a term (a group = a sub inverted list IL(ci|t));
+* by edge within a group (an edge group), each holding its postings sorted by value,
+  descending, for early termination.
+
+Each level keeps the largest posting value below it (DNUB for the enhanced architecture,
+normalised keyword weight for the basic one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PostingLayout", "build_posting_layout"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class PostingLayout:
+    """Three-level posting lists as flat arrays (all ``*_start`` arrays end with a sentinel).
+
+    Attributes
+    ----------
+    term_ptr
+        Groups of term slot k: ``term_ptr[k]:term_ptr[k + 1]``.
+    grp_cell, grp_value, grp_start
+        Per group: its cell, largest value, first edge group.
+    eg_edge, eg_value, eg_start
+        Per edge group: its edge, largest value, first posting.
+    post_slot, post_value
+        Per posting: subscription slot and value.
+    """
+
+    term_ptr: IntArray
+    grp_cell: npt.NDArray[np.int32]
+    grp_value: FloatArray
+    grp_start: IntArray
+    eg_edge: npt.NDArray[np.int32]
+    eg_value: FloatArray
+    eg_start: IntArray
+    post_slot: npt.NDArray[np.int32]
+    post_value: FloatArray
+
+    @property
+    def n_postings(self) -> int:
+        """Number of postings."""
+        return int(self.post_slot.size)
+
+    def nbytes(self) -> int:
+        """Memory held by the arrays, in bytes."""
+        return sum(int(a.nbytes) for a in self.to_arrays().values())
+
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Named arrays (for saving)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, npt.NDArray[np.generic]], prefix: str = ""
+                    ) -> PostingLayout:
+        """Inverse of :meth:`to_arrays` (keys may carry a prefix)."""
+        return cls(**{k: np.asarray(arrays[prefix + k]) for k in cls.__dataclass_fields__})
+
+
+def build_posting_layout(
+    *,
+    post_slot: IntArray,
+    post_term_slot: IntArray,
+    post_value: FloatArray,
+    slot_cell: npt.NDArray[np.int32],
+    slot_edge: npt.NDArray[np.int32],
+    n_term_slots: int,
+) -> PostingLayout:
+    """Group postings by (term slot, cell, edge), values descending within an edge group.
+
+    Parameters
+    ----------
+    post_slot, post_term_slot, post_value
+        One entry per posting.
+    slot_cell, slot_edge
+        Cell and edge of each subscription slot.
+    n_term_slots
+        Number of term slots (vocabulary size + 1 for the wildcard).
+    """
+    cell = slot_cell[post_slot].astype(np.int64)
+    edge = slot_edge[post_slot].astype(np.int64)
+    order = np.lexsort((-post_value, edge, cell, post_term_slot))
+    ts = post_term_slot[order]
+    cell = cell[order]
+    edge = edge[order]
+    value = post_value[order]
+    slot = post_slot[order].astype(np.int32)
+    n = ts.size
+    new_eg = np.ones(n, dtype=bool)
+    new_grp = np.ones(n, dtype=bool)
+    if n:
+        same_grp = (ts[1:] == ts[:-1]) & (cell[1:] == cell[:-1])
+        new_grp[1:] = ~same_grp
+        new_eg[1:] = ~(same_grp & (edge[1:] == edge[:-1]))
+    eg_first = np.flatnonzero(new_eg)
+    grp_first = np.flatnonzero(new_grp)
+    eg_of_grp_first = np.cumsum(new_eg)[grp_first] - 1
+    grp_ts = ts[grp_first]
+    term_ptr = np.zeros(n_term_slots + 1, dtype=np.int64)
+    np.cumsum(np.bincount(grp_ts, minlength=n_term_slots)[:n_term_slots], out=term_ptr[1:])
+    grp_value = np.maximum.reduceat(value, grp_first) if n else np.empty(0)
+    return PostingLayout(
+        term_ptr=term_ptr,
+        grp_cell=cell[grp_first].astype(np.int32),
+        grp_value=np.asarray(grp_value, dtype=np.float64),
+        grp_start=np.append(eg_of_grp_first, eg_first.size).astype(np.int64),
+        eg_edge=edge[eg_first].astype(np.int32),
+        eg_value=value[eg_first],
+        eg_start=np.append(eg_first, n).astype(np.int64),
+        post_slot=slot,
+        post_value=value,
+    )

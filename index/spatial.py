@@ -1,0 +1,108 @@
+"""The network side of both architectures: paper Fig. 2 components (a)-(c).
+
+(a) the spatial component: PMR quadtree cells (:mod:`roadnet.cells`) and edge regions;
+(b) the adjacency component: the network's CSR arcs (:meth:`RoadNetwork.adjacency`);
+(c) the distance bounds between each cell pair (:mod:`roadnet.cell_bounds`).
+
+Built once per network and shared by every subscription index on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from roadnet.cell_bounds import CellBounds, compute_cell_bounds
+from roadnet.cells import Cells, build_cells, edge_bboxes
+from roadnet.locations import EdgePoints, point_xy
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import DEFAULTS
+
+__all__ = ["PointFacts", "SpatialIndex"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class PointFacts:
+    """What the pruning needs to know of edge points: position, cell, border distances."""
+
+    x: FloatArray
+    y: FloatArray
+    cell: npt.NDArray[np.int32]
+    din_out: FloatArray
+    din_in: FloatArray
+
+
+@dataclass(frozen=True, eq=False)
+class SpatialIndex:
+    """Cells, cell-pair bounds and per-edge summaries of one network.
+
+    Attributes
+    ----------
+    network, cells, bounds
+        The road network, its PMR cells and the cell-pair bound table.
+    edge_bbox
+        Region of each edge (its polyline's bounding box), metres, shape (m, 4).
+    edge_din_out
+        A lower bound of din_out over the points of each edge: min over its end nodes.
+    """
+
+    network: RoadNetwork
+    cells: Cells
+    bounds: CellBounds
+    edge_bbox: FloatArray
+    edge_din_out: FloatArray
+
+    @classmethod
+    def build(
+        cls,
+        network: RoadNetwork,
+        *,
+        capacity: int = DEFAULTS.cell_capacity,
+        cells: Cells | None = None,
+        bounds: CellBounds | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> SpatialIndex:
+        """Build cells and bounds (or reuse given ones, e.g. a table precomputed on Spark)."""
+        cells = cells or build_cells(network, capacity=capacity)
+        bounds = bounds or compute_cell_bounds(network, cells, progress=progress)
+        if bounds.n_cells != cells.n_cells:
+            msg = (f"bound table has {bounds.n_cells} cells but the network has "
+                   f"{cells.n_cells}; was it computed with another cell capacity?")
+            raise ValueError(msg)
+        # din_out at any point of an edge is >= the smaller of its end nodes' values.
+        edge_din = np.minimum(bounds.din_out[network.edge_u], bounds.din_out[network.edge_v])
+        return cls(network=network, cells=cells, bounds=bounds,
+                   edge_bbox=edge_bboxes(network), edge_din_out=edge_din)
+
+    def facts(self, points: EdgePoints) -> PointFacts:
+        """Position, cell and border distances of edge points."""
+        xy = point_xy(self.network, points)
+        return PointFacts(
+            x=np.ascontiguousarray(xy[:, 0]), y=np.ascontiguousarray(xy[:, 1]),
+            cell=self.cells.edge_cell[points.edge],
+            din_out=self.bounds.point_din_out(self.network, points),
+            din_in=self.bounds.point_din_in(self.network, points),
+        )
+
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Cells and bounds as prefixed named arrays (for saving)."""
+        out = {f"cells.{k}": v for k, v in self.cells.to_arrays().items()}
+        out.update({f"bounds.{k}": v for k, v in self.bounds.to_arrays().items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, network: RoadNetwork, arrays: dict[str, npt.NDArray[np.generic]]
+                    ) -> SpatialIndex:
+        """Inverse of :meth:`to_arrays` for the same network."""
+        cells = Cells.from_arrays({k[6:]: v for k, v in arrays.items() if k.startswith("cells.")})
+        bounds = CellBounds.from_arrays(
+            {k[7:]: v for k, v in arrays.items() if k.startswith("bounds.")})
+        if cells.edge_cell.size != network.n_edges:
+            msg = "saved cells do not belong to this network (edge counts differ)"
+            raise ValueError(msg)
+        return cls.build(network, cells=cells, bounds=bounds)

@@ -1,0 +1,277 @@
+"""Algorithm 1, the pruning phase: cells, then edges, then subscriptions (paper Sec. VI-A).
+
+The per-message loops run compiled (numba) over the index's flat arrays. Every lower bound
+on dN(s, m) used here is provably safe (see :mod:`roadnet.cell_bounds`):
+
+* same cell: kappa * dE, with kappa the network's safe Euclidean factor;
+* different cells ci (subscription side) and cm (message side):
+  max(eta_minus(ci, cm) * dE_min, din_out + D(ci, cm) + din_in(m)), Eq. 5 and the
+  border-vertex bound, with dE_min taken to the cell region, the edge region or the point.
+
+A bound is compared with a limit through :func:`_keep`, which adds ``slack_abs`` metres and
+``slack_rel`` of the limit in favour of keeping, so rounding in either sum cannot prune a
+pair the reference matcher delivers.
+
+Counters (per message, in this order, see :data:`COUNTER_NAMES`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["COUNTER_NAMES", "bia_candidates", "cell_lower_bounds", "eia_candidates"]
+
+#: Names of the per-message counters the kernels fill, by index.
+COUNTER_NAMES = (
+    "cells_pruned_lemma2",   # dN lower bound > DNlimit(ci) (BIA: > Dmax)
+    "cells_pruned_lemma4",   # no keyword of m in LAP(ci) (BIA: no keyword of m in ci)
+    "cells_pruned_lemma8",   # no shared keyword t with dN lower bound <= DNUB(ci|t)
+                             # (BIA: max SIM of the cell < its min tau)
+    "edges_skipped_distance",
+    "edges_skipped_similarity",
+    "postings_scanned",
+    "postings_pruned_lemma6",
+    "candidates",
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@numba.njit(cache=True, inline="always")
+def _keep(lower_bound: float, limit: float, slack_abs: float, slack_rel: float
+          ) -> bool:  # pragma: no cover - compiled
+    return lower_bound <= limit + slack_abs + slack_rel * abs(limit)
+
+
+@numba.njit(cache=True, inline="always")
+def _box_distance(x: float, y: float, box: FloatArray, i: int) -> float:  # pragma: no cover
+    dx = max(box[i, 0] - x, 0.0, x - box[i, 2])
+    dy = max(box[i, 1] - y, 0.0, y - box[i, 3])
+    return float(np.sqrt(dx * dx + dy * dy))
+
+
+@numba.njit(cache=True)
+def cell_lower_bounds(  # pragma: no cover - compiled
+    m_cell: int, m_x: float, m_y: float, m_din_in: float, kappa: float,
+    D_col: FloatArray, eta_col: FloatArray, cell_bbox: FloatArray, out: FloatArray,
+) -> None:
+    """dNmin(ci, m) for every cell ci (Eq. 5 and the border bound; kappa * dE in cm)."""
+    for c in range(cell_bbox.shape[0]):
+        de = _box_distance(m_x, m_y, cell_bbox, c)
+        if c == m_cell:
+            out[c] = kappa * de
+        else:
+            out[c] = max(eta_col[c] * de, D_col[c] + m_din_in)
+
+
+@numba.njit(cache=True, inline="always")
+def _edge_lower_bound(  # pragma: no cover - compiled
+    e: int, same_cell: bool, c: int, m_x: float, m_y: float, m_din_in: float, kappa: float,
+    D_col: FloatArray, eta_col: FloatArray, edge_bbox: FloatArray, edge_din_out: FloatArray,
+) -> float:
+    de = _box_distance(m_x, m_y, edge_bbox, e)
+    if same_cell:
+        return kappa * de
+    return max(eta_col[c] * de, edge_din_out[e] + D_col[c] + m_din_in)
+
+
+@numba.njit(cache=True, inline="always")
+def _max_similarity(lower_bound: float, dmax: float, tsim_ub: float, a_min: float,
+                    a_max: float) -> float:  # pragma: no cover - compiled
+    # SIM is linear in alpha, so its maximum over [a_min, a_max] is at an end.
+    spro = 1.0 - lower_bound / dmax
+    return max(a_min * spro + (1.0 - a_min) * tsim_ub, a_max * spro + (1.0 - a_max) * tsim_ub)
+
+
+@numba.njit(cache=True)
+def eia_candidates(  # pragma: no cover - compiled
+    m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
+    kappa: float, D_col: FloatArray, eta_col: FloatArray, cell_bbox: FloatArray,
+    cell_dn_limit: FloatArray,
+    edge_bbox: FloatArray, edge_din_out: FloatArray, edge_min_alpha: FloatArray,
+    edge_max_alpha: FloatArray, edge_min_tau_e: FloatArray,
+    term_ptr: IntArray, grp_cell: npt.NDArray[np.int32], grp_value: FloatArray,
+    grp_start: IntArray, eg_edge: npt.NDArray[np.int32], eg_value: FloatArray,
+    eg_start: IntArray, post_slot: npt.NDArray[np.int32], post_value: FloatArray,
+    slot_x: FloatArray, slot_y: FloatArray, slot_din_out: FloatArray,
+    slot_active: npt.NDArray[np.bool_],
+    dmax: float, slack_abs: float, slack_rel: float,
+    cell_lb: FloatArray, cell_state: npt.NDArray[np.int8], mark: IntArray, stamp: int,
+    cand_out: npt.NDArray[np.int32], cand_dnub: FloatArray, counters: IntArray,
+) -> int:
+    """EIA pruning for one message; returns the number of candidates in ``cand_out``.
+
+    ``cand_dnub[s]`` receives the largest DNUB(s|t) over the shared prefix keywords t that
+    passed (Lemma 6), which bounds the verification search.
+    """
+    n_cells = cell_bbox.shape[0]
+    cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
+    # cell_state: 0 empty, 1 pruned by Lemma 2, 2 alive, 3 holds a keyword of m, 4 passed.
+    for c in range(n_cells):
+        if cell_dn_limit[c] < 0.0:
+            cell_state[c] = 0
+        elif not _keep(cell_lb[c], cell_dn_limit[c], slack_abs, slack_rel):
+            cell_state[c] = 1
+            counters[0] += 1
+        else:
+            cell_state[c] = 2
+    n = 0
+    n_slots_terms = term_ptr.size - 1
+    for k in m_term_slots:
+        if k >= n_slots_terms:
+            continue
+        for g in range(term_ptr[k], term_ptr[k + 1]):
+            c = grp_cell[g]
+            if cell_state[c] < 2:
+                continue
+            if cell_state[c] == 2:
+                cell_state[c] = 3
+            if not _keep(cell_lb[c], grp_value[g], slack_abs, slack_rel):
+                continue  # Lemma 7 for this keyword
+            cell_state[c] = 4
+            same = c == m_cell
+            for eg in range(grp_start[g], grp_start[g + 1]):
+                e = eg_edge[eg]
+                lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
+                                        edge_bbox, edge_din_out)
+                if not _keep(lbe, eg_value[eg], slack_abs, slack_rel):
+                    counters[3] += 1
+                    continue
+                # Paper Alg. 1 lines 14-17: the best SIM any subscription on e could reach.
+                if _max_similarity(lbe, dmax, 1.0, edge_min_alpha[e], edge_max_alpha[e]) \
+                        + 1e-12 < edge_min_tau_e[e]:
+                    counters[4] += 1
+                    continue
+                for p in range(eg_start[eg], eg_start[eg + 1]):
+                    v = post_value[p]
+                    if not _keep(lbe, v, slack_abs, slack_rel):
+                        break  # DNUB-descending: no later posting can pass
+                    counters[5] += 1
+                    s = post_slot[p]
+                    if not slot_active[s]:
+                        continue
+                    dx = slot_x[s] - m_x
+                    dy = slot_y[s] - m_y
+                    de = np.sqrt(dx * dx + dy * dy)
+                    if same:
+                        lb = kappa * de
+                    else:
+                        lb = max(eta_col[c] * de, slot_din_out[s] + D_col[c] + m_din_in)
+                    if not _keep(lb, v, slack_abs, slack_rel):
+                        counters[6] += 1
+                        continue
+                    if mark[s] != stamp:
+                        mark[s] = stamp
+                        cand_out[n] = s
+                        n += 1
+                        cand_dnub[s] = v
+                    elif v > cand_dnub[s]:
+                        cand_dnub[s] = v
+    for c in range(n_cells):
+        if cell_state[c] == 2:
+            counters[1] += 1
+        elif cell_state[c] == 3:
+            counters[2] += 1
+    counters[7] += n
+    return n
+
+
+@numba.njit(cache=True)
+def bia_candidates(  # pragma: no cover - compiled
+    m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
+    kappa: float, D_col: FloatArray, eta_col: FloatArray, cell_bbox: FloatArray,
+    cell_min_alpha: FloatArray, cell_max_alpha: FloatArray, cell_min_tau_e: FloatArray,
+    edge_bbox: FloatArray, edge_din_out: FloatArray, edge_min_alpha: FloatArray,
+    edge_max_alpha: FloatArray, edge_min_tau_e: FloatArray,
+    term_ptr: IntArray, grp_cell: npt.NDArray[np.int32], grp_value: FloatArray,
+    grp_start: IntArray, eg_edge: npt.NDArray[np.int32], eg_value: FloatArray,
+    eg_start: IntArray, post_slot: npt.NDArray[np.int32],
+    slot_active: npt.NDArray[np.bool_],
+    dmax: float, slack_abs: float, slack_rel: float,
+    cell_lb: FloatArray, cell_state: npt.NDArray[np.int8], cell_tsum: FloatArray,
+    edge_tsum: FloatArray, edge_stamp: IntArray, mark: IntArray, stamp: int,
+    cand_out: npt.NDArray[np.int32], counters: IntArray,
+) -> int:
+    """BIAB pruning for one message; returns the number of candidates in ``cand_out``.
+
+    Cells: distance bound > Dmax, then max SIM from the cell's distance bound and the sum
+    of its maximum normalised weights of m's keywords against its min tau. Edges: the same
+    test with the edge's bound and statistics. Every posting of a surviving edge group is a
+    candidate (BIA keeps no per-subscription bound).
+    """
+    n_cells = cell_bbox.shape[0]
+    cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
+    for c in range(n_cells):
+        cell_tsum[c] = 0.0
+        if cell_min_tau_e[c] == np.inf:
+            cell_state[c] = 0
+        elif not _keep(cell_lb[c], dmax, slack_abs, slack_rel):
+            cell_state[c] = 1
+            counters[0] += 1
+        else:
+            cell_state[c] = 2
+    n_slots_terms = term_ptr.size - 1
+    for k in m_term_slots:
+        if k >= n_slots_terms:
+            continue
+        for g in range(term_ptr[k], term_ptr[k + 1]):
+            c = grp_cell[g]
+            if cell_state[c] >= 2:
+                cell_state[c] = 3
+                cell_tsum[c] += grp_value[g]
+    for c in range(n_cells):
+        if cell_state[c] == 2:
+            counters[1] += 1
+        elif cell_state[c] == 3:
+            sim = _max_similarity(cell_lb[c], dmax, min(1.0, cell_tsum[c] + 1e-12),
+                                  cell_min_alpha[c], cell_max_alpha[c])
+            if sim + 1e-12 < cell_min_tau_e[c]:
+                counters[2] += 1
+            else:
+                cell_state[c] = 4
+    # Per-edge text bound: sum over m's keywords of the edge group's max normalised weight.
+    for k in m_term_slots:
+        if k >= n_slots_terms:
+            continue
+        for g in range(term_ptr[k], term_ptr[k + 1]):
+            if cell_state[grp_cell[g]] != 4:
+                continue
+            for eg in range(grp_start[g], grp_start[g + 1]):
+                e = eg_edge[eg]
+                if edge_stamp[e] != stamp:
+                    edge_stamp[e] = stamp
+                    edge_tsum[e] = 0.0
+                edge_tsum[e] += eg_value[eg]
+    n = 0
+    for k in m_term_slots:
+        if k >= n_slots_terms:
+            continue
+        for g in range(term_ptr[k], term_ptr[k + 1]):
+            c = grp_cell[g]
+            if cell_state[c] != 4:
+                continue
+            same = c == m_cell
+            for eg in range(grp_start[g], grp_start[g + 1]):
+                e = eg_edge[eg]
+                lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
+                                        edge_bbox, edge_din_out)
+                if not _keep(lbe, dmax, slack_abs, slack_rel):
+                    counters[3] += 1
+                    continue
+                sim = _max_similarity(lbe, dmax, min(1.0, edge_tsum[e] + 1e-12),
+                                      edge_min_alpha[e], edge_max_alpha[e])
+                if sim + 1e-12 < edge_min_tau_e[e]:
+                    counters[4] += 1
+                    continue
+                for p in range(eg_start[eg], eg_start[eg + 1]):
+                    counters[5] += 1
+                    s = post_slot[p]
+                    if slot_active[s] and mark[s] != stamp:
+                        mark[s] = stamp
+                        cand_out[n] = s
+                        n += 1
+    counters[7] += n
+    return n

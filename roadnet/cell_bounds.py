@@ -1,0 +1,199 @@
+"""Cell-pair distance bounds (paper Sec. IV, component (c); Eqs. 3-6), made provably safe.
+
+For cells ci, cj the table holds
+
+* ``dE_min[i, j]``, ``dE_max[i, j]``: Euclidean min and max distance between the regions;
+* ``D[i, j]``: the least network distance from a border vertex of ci to one of cj (one
+  multi-source Dijkstra per cell, :func:`border_distance_row`, the function the Spark job
+  distributes). ``D[i, i] = 0``.
+* ``eta_minus[i, j]`` (Eq. 3): the paper takes the minimum dN/dE ratio over *sampled*
+  point pairs, which can over-estimate the true minimum and lose deliveries. Ours is
+  ``max(kappa, D[i, j] / dE_max[i, j])``: every path from ci to cj is at least D long and
+  spans at most dE_max, and kappa bounds the ratio for every pair of edge points, so
+  dN(p, q) >= eta_minus * dE(p, q) holds for all p in ci, q in cj.
+* ``eta_plus[i, j]`` (Eq. 4): an estimate for analysis only, never used to prune.
+
+Per node, ``din_out`` is the network distance to the nearest border vertex and ``din_in``
+the distance from it (equal when undirected). A path from an interior node must reach a
+border vertex of its own cell before any other cell's, so the nearest border vertex of any
+cell is one of its own. Together they give the additive bound used by the pruning layer:
+dN(s, m) >= din_out(s) + D[cs, cm] + din_in(m) for s, m in different cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from roadnet.cells import Cells
+from roadnet.distance import NodeSearch, entry_costs, exit_costs
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+
+__all__ = [
+    "CellBounds",
+    "border_distance_row",
+    "bbox_distance_tables",
+    "compute_cell_bounds",
+    "node_border_distances",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class CellBounds:
+    """The cell-pair bound table and per-node border distances (metres)."""
+
+    kappa: float
+    D: FloatArray
+    D_far: FloatArray
+    dE_min: FloatArray
+    dE_max: FloatArray
+    eta_minus: FloatArray
+    eta_plus: FloatArray
+    din_out: FloatArray
+    din_in: FloatArray
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells."""
+        return int(self.D.shape[0])
+
+    def point_din_out(self, network: RoadNetwork, points: EdgePoints) -> FloatArray:
+        """din of edge points: distance from each point to its cell's nearest border vertex."""
+        a, ca, b, cb = exit_costs(network, points)
+        return np.minimum(ca + self.din_out[a], cb + self.din_out[b])
+
+    def point_din_in(self, network: RoadNetwork, points: EdgePoints) -> FloatArray:
+        """Distance from the nearest border vertex of each point's cell to the point."""
+        a, ca, b, cb = entry_costs(network, points)
+        return np.minimum(self.din_in[a] + ca, self.din_in[b] + cb)
+
+    def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Named arrays (for saving)."""
+        return {"kappa": np.array(self.kappa), "D": self.D, "D_far": self.D_far,
+                "dE_min": self.dE_min, "dE_max": self.dE_max, "eta_minus": self.eta_minus,
+                "eta_plus": self.eta_plus, "din_out": self.din_out, "din_in": self.din_in}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, npt.NDArray[np.generic]]) -> CellBounds:
+        """Inverse of :meth:`to_arrays`."""
+        fields = ("D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
+                  "din_in")
+        return cls(kappa=float(arrays["kappa"]),
+                   **{k: np.asarray(arrays[k], dtype=np.float64) for k in fields})
+
+    @classmethod
+    def from_rows(
+        cls, network: RoadNetwork, cells: Cells, D: FloatArray, D_far: FloatArray
+    ) -> CellBounds:
+        """Assemble the table from the rows of :func:`border_distance_row` (one per cell)."""
+        dE_min, dE_max = bbox_distance_tables(cells.bbox)
+        kappa = network.kappa
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(np.isfinite(D) & (dE_max > 0), D / dE_max, 0.0)
+            centre = 0.5 * (cells.bbox[:, :2] + cells.bbox[:, 2:])
+            centre_dist = np.hypot(*(centre[:, None, :] - centre[None, :, :]).transpose(2, 0, 1))
+            far_ratio = np.where(np.isfinite(D_far), D_far / np.maximum(centre_dist, 1.0), 0.0)
+        eta_minus = np.maximum(kappa, ratio)
+        np.fill_diagonal(eta_minus, kappa)
+        eta_plus = np.maximum(eta_minus, far_ratio)
+        din_out, din_in = node_border_distances(network, cells)
+        return cls(kappa=kappa, D=D, D_far=D_far, dE_min=dE_min, dE_max=dE_max,
+                   eta_minus=eta_minus, eta_plus=eta_plus, din_out=din_out, din_in=din_in)
+
+
+def bbox_distance_tables(bbox: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Euclidean min and max distance (metres) between every pair of boxes, (c, c) each."""
+    x0, y0, x1, y1 = (bbox[:, k] for k in range(4))
+    gap_x = np.maximum(0.0, np.maximum(x0[:, None] - x1[None, :], x0[None, :] - x1[:, None]))
+    gap_y = np.maximum(0.0, np.maximum(y0[:, None] - y1[None, :], y0[None, :] - y1[:, None]))
+    span_x = np.maximum(x1[:, None] - x0[None, :], x1[None, :] - x0[:, None])
+    span_y = np.maximum(y1[:, None] - y0[None, :], y1[None, :] - y0[:, None])
+    return np.hypot(gap_x, gap_y), np.hypot(span_x, span_y)
+
+
+def border_distance_row(
+    network: RoadNetwork,
+    cells: Cells,
+    cell: int,
+    *,
+    search: NodeSearch | None = None,
+    limit: float = np.inf,
+) -> tuple[FloatArray, FloatArray]:
+    """One row of the table: least and largest border-to-border distance from ``cell``.
+
+    One multi-source Dijkstra from all border vertices of ``cell`` (forward arcs).
+
+    Parameters
+    ----------
+    limit
+        Stop the search at this radius (metres); unreached cells get ``D = limit``, which is
+        still a lower bound.
+
+    Returns
+    -------
+    (D_row, D_far_row)
+        ``D_row[j]``: least distance to a border vertex of cell j (inf if unreachable, 0 for
+        ``j == cell``). ``D_far_row[j]``: the largest such distance over j's border vertices
+        that were reached (for the eta+ estimate; nan if none).
+    """
+    search = search or NodeSearch(network, reverse=False)
+    border = cells.border_of(cell)
+    n_cells = cells.n_cells
+    if border.size == 0:
+        row = np.full(n_cells, np.inf)
+        row[cell] = 0.0
+        return row, np.full(n_cells, np.nan)
+    res = search.run(border, np.zeros(border.size), limit=limit)
+    d = res.dist[cells.border_nodes]
+    counts = np.diff(cells.border_ptr)
+    has = counts > 0
+    starts = cells.border_ptr[:-1][has]
+    row = np.full(n_cells, np.inf)
+    row[has] = np.minimum.reduceat(d, starts)
+    finite = np.where(np.isfinite(d), d, -np.inf)
+    far = np.full(n_cells, np.nan)
+    far_vals = np.maximum.reduceat(finite, starts)
+    far[has] = np.where(np.isfinite(far_vals), far_vals, np.nan)
+    if np.isfinite(limit):
+        row = np.minimum(row, limit)
+    row[cell] = 0.0
+    return row, far
+
+
+def node_border_distances(network: RoadNetwork, cells: Cells) -> tuple[FloatArray, FloatArray]:
+    """(din_out, din_in) per node: distance to / from the nearest border vertex (metres)."""
+    border = np.flatnonzero(cells.node_is_border)
+    zeros = np.zeros(border.size)
+    out = NodeSearch(network, reverse=True).run(border, zeros).dist.copy()
+    if not network.directed:
+        return out, out
+    inn = NodeSearch(network, reverse=False).run(border, zeros).dist.copy()
+    return out, inn
+
+
+def compute_cell_bounds(
+    network: RoadNetwork,
+    cells: Cells,
+    *,
+    limit: float = np.inf,
+    progress: Callable[[int], None] | None = None,
+) -> CellBounds:
+    """The full table, one :func:`border_distance_row` per cell, in this process.
+
+    ``progress`` is called with 1 after each row (e.g. ``tqdm.update``).
+    """
+    search = NodeSearch(network, reverse=False)
+    n = cells.n_cells
+    D = np.empty((n, n))
+    D_far = np.empty((n, n))
+    for i in range(n):
+        D[i], D_far[i] = border_distance_row(network, cells, i, search=search, limit=limit)
+        if progress is not None:
+            progress(1)
+    return CellBounds.from_rows(network, cells, D, D_far)
