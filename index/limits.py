@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -30,6 +31,7 @@ __all__ = [
     "LocationAwarePrefixes",
     "distance_limit",
     "distance_upper_bound",
+    "distance_upper_bound_kernel",
     "effective_tau",
     "location_aware_prefixes",
     "tsim_limit",
@@ -58,22 +60,47 @@ def tsim_limit(alpha: FloatArray, tau_e: FloatArray) -> FloatArray:
     return np.where(alpha >= 1.0, -np.inf, out)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def distance_upper_bound_kernel(alpha: float, tau_e: float, tub: float,
+                                dmax_m: float) -> float:  # pragma: no cover - compiled
+    """DNUB = min(1, 1 - (tau_e - (1 - alpha) * TUB) / alpha) * Dmax (Eqs. 13-14), scalar.
+
+    alpha = 0 is handled without dividing: Dmax where TUB >= tau_e, else -Dmax.
+    """
+    if alpha > 0.0:
+        # The numerator carries a rounding error of a few 1e-16, which the division by a
+        # small alpha magnifies; widen by more than that so the bound stays an upper bound.
+        frac = 1.0 - (tau_e - (1.0 - alpha) * tub) / alpha + 1e-15 / alpha
+    else:
+        frac = 1.0 if tub >= tau_e else -1.0
+    return min(frac, 1.0) * dmax_m
+
+
+@numba.njit(cache=True, nogil=True)
+def _distance_upper_bounds(alpha: FloatArray, tau_e: FloatArray, tub: FloatArray,
+                           dmax_m: float, out: FloatArray) -> None:  # pragma: no cover
+    for i in range(alpha.size):
+        out[i] = distance_upper_bound_kernel(alpha[i], tau_e[i], tub[i], dmax_m)
+
+
 def distance_upper_bound(
     alpha: FloatArray, tau_e: FloatArray, tub: FloatArray, dmax_m: float
 ) -> FloatArray:
     """DNUB = min(1, 1 - (tau_e - (1 - alpha) * TUB) / alpha) * Dmax (paper Eqs. 13-14).
 
     The largest network distance (metres) at which a subscription whose textual similarity
-    is at most ``tub`` can still be delivered. Negative where no distance works
-    (the keyword is then outside the location-aware prefix). alpha = 0 is handled without
-    dividing: Dmax where TUB >= tau_e, else -1.
+    is at most ``tub`` can still be delivered. Negative where no distance works (the
+    keyword is then outside the location-aware prefix). See
+    :func:`distance_upper_bound_kernel`; with the exact TSIM of a pair in place of TUB it
+    is the exact distance limit of that pair, which Algorithm 2 uses.
     """
-    alpha = np.asarray(alpha, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spatial = 1.0 - (tau_e - (1.0 - alpha) * tub) / alpha
-    text_only = np.where(tub >= tau_e, 1.0, -1.0)
-    frac = np.where(alpha > 0.0, spatial, text_only)
-    return np.asarray(np.minimum(frac, 1.0) * dmax_m)
+    a, t, u = np.broadcast_arrays(np.asarray(alpha, dtype=np.float64),
+                                  np.asarray(tau_e, dtype=np.float64),
+                                  np.asarray(tub, dtype=np.float64))
+    out = np.empty(a.shape)
+    _distance_upper_bounds(np.ascontiguousarray(a).ravel(), np.ascontiguousarray(t).ravel(),
+                           np.ascontiguousarray(u).ravel(), float(dmax_m), out.reshape(-1))
+    return out
 
 
 def distance_limit(alpha: FloatArray, tau_e: FloatArray, dmax_m: float) -> FloatArray:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.cell_bounds import CellBounds, compute_cell_bounds
+from roadnet.cell_bounds import CellBounds, cell_graph, compute_cell_bounds
 from roadnet.cells import Cells, build_cells, edge_bboxes
+from roadnet.chains import ChainGraph
 from roadnet.locations import EdgePoints, point_xy
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
@@ -28,13 +29,19 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, eq=False)
 class PointFacts:
-    """What the pruning needs to know of edge points: position, cell, border distances."""
+    """What the pruning needs to know of edge points.
+
+    Projected position (metres), cell, border distances (metres) and the point on the
+    spatial index's chain graph (chain, metres from its start) for the verification search.
+    """
 
     x: FloatArray
     y: FloatArray
     cell: npt.NDArray[np.int32]
     din_out: FloatArray
     din_in: FloatArray
+    chain: npt.NDArray[np.int32]
+    chain_offset: FloatArray
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +56,8 @@ class SpatialIndex:
         Region of each edge (its polyline's bounding box), metres, shape (m, 4).
     edge_din_out
         A lower bound of din_out over the points of each edge: min over its end nodes.
+    graph
+        The chain graph searches run on (junctions include every border vertex).
     """
 
     network: RoadNetwork
@@ -56,6 +65,7 @@ class SpatialIndex:
     bounds: CellBounds
     edge_bbox: FloatArray
     edge_din_out: FloatArray
+    graph: ChainGraph
 
     @classmethod
     def build(
@@ -77,16 +87,19 @@ class SpatialIndex:
         # din_out at any point of an edge is >= the smaller of its end nodes' values.
         edge_din = np.minimum(bounds.din_out[network.edge_u], bounds.din_out[network.edge_v])
         return cls(network=network, cells=cells, bounds=bounds,
-                   edge_bbox=edge_bboxes(network), edge_din_out=edge_din)
+                   edge_bbox=edge_bboxes(network), edge_din_out=edge_din,
+                   graph=cell_graph(network, cells))
 
     def facts(self, points: EdgePoints) -> PointFacts:
         """Position, cell and border distances of edge points."""
         xy = point_xy(self.network, points)
+        local = self.graph.to_local(points)
         return PointFacts(
             x=np.ascontiguousarray(xy[:, 0]), y=np.ascontiguousarray(xy[:, 1]),
             cell=self.cells.edge_cell[points.edge],
-            din_out=self.bounds.point_din_out(self.network, points),
-            din_in=self.bounds.point_din_in(self.network, points),
+            din_out=self.bounds.point_din_out(self.graph, points),
+            din_in=self.bounds.point_din_in(self.graph, points),
+            chain=local.edge, chain_offset=local.offset,
         )
 
     def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:

@@ -1,56 +1,100 @@
 """Algorithm 2, the verification phase (paper Sec. VI-B).
 
 One Dijkstra-like expansion from the message's location on the reversed arcs (so that it
-measures distances *to* the message), bounded by the largest distance any candidate could
-still be delivered at, and stopped as soon as every node a candidate leaves by is settled.
-A candidate's distance is then exact whenever it is within that bound; beyond it the
-candidate cannot be delivered and gets ``inf``.
+measures distances *to* the message). Each candidate brings the largest distance at which
+it could still be delivered (its DNUB, or Dmax); the expansion stops as soon as every node
+a candidate leaves by is settled, or every unsettled one is farther than its candidate's
+limit. A candidate's distance is then exact whenever it is within its limit; beyond it the
+candidate cannot be delivered and gets ``inf``. Candidates are scored with the kernels of
+:mod:`pruning.similarity`.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.distance import NodeSearch, entry_costs, exit_costs, point_distances_to_target
-from roadnet.locations import EdgePoints
+from pruning.similarity import delivered_kernel, sim_kernel, tsim_kernel
+from roadnet.distance import dijkstra_kernel, distance_to_target_kernel, reset_kernel
 
-__all__ = ["verify_distances"]
+__all__ = ["score_candidates", "verify_candidates"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
-def verify_distances(
-    search: NodeSearch,
-    message: EdgePoints,
-    candidates: EdgePoints,
-    *,
-    limit_m: float,
-) -> tuple[npt.NDArray[np.float64], int]:
-    """Exact network distances (metres) from candidate locations to the message.
+@numba.njit(cache=True, nogil=True)
+def verify_candidates(  # pragma: no cover - compiled
+    net: tuple,  # type: ignore[type-arg]
+    ws: tuple,  # type: ignore[type-arg]
+    m_edge: int, m_offset: float,
+    cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
+    n_cand: int, target_nodes: IntArray, target_limits: FloatArray, out_dist: FloatArray,
+) -> int:
+    """Distances from the first ``n_cand`` candidates to the message; returns nodes settled.
 
-    Parameters
-    ----------
-    search
-        A reverse :class:`NodeSearch` of the network (reused across messages).
-    message
-        The message's location (one edge point).
-    candidates
-        Candidate subscriptions' locations.
-    limit_m
-        Largest distance of interest; farther candidates get ``inf``.
-
-    Returns
-    -------
-    (distances, vertices settled)
+    ``net`` = (indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway) of the
+    reversed arcs; ``ws`` = a :class:`~roadnet.distance.NodeSearch` workspace, restored on
+    return. ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
     """
-    network = search.network
-    a, ca, b, cb = entry_costs(network, message)
-    seeds = np.r_[a, b]
-    seed_cost = np.r_[ca, cb]
-    if len(candidates) == 0:
-        return np.empty(0), 0
-    xa, _, xb, cxb = exit_costs(network, candidates)
-    targets = np.unique(np.concatenate([xa, xb[np.isfinite(cxb)]]))
-    res = search.run(seeds[np.isfinite(seed_cost)], seed_cost[np.isfinite(seed_cost)],
-                     limit=limit_m, targets=targets)
-    dist = point_distances_to_target(network, res.dist, message, candidates, limit=limit_m)
-    return dist, res.n_settled
+    indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway = net
+    dist, target_ws, heap_d, heap_n, touched = ws
+    if n_cand == 0:
+        return 0
+    n_t = 0
+    limit = 0.0
+    for i in range(n_cand):
+        e = cand_edge[i]
+        lim = cand_limit[i]
+        limit = max(limit, lim)
+        target_nodes[n_t] = edge_v[e]
+        target_limits[n_t] = lim
+        n_t += 1
+        if edge_twoway[e]:
+            target_nodes[n_t] = edge_u[e]
+            target_limits[n_t] = lim
+            n_t += 1
+    # The message is reached from u at its offset, or from v on a two-way edge.
+    seeds = np.empty(2, dtype=np.int64)
+    seed_d = np.empty(2)
+    seeds[0] = edge_u[m_edge]
+    seed_d[0] = m_offset
+    n_seeds = 1
+    if edge_twoway[m_edge]:
+        seeds[1] = edge_v[m_edge]
+        seed_d[1] = edge_length[m_edge] - m_offset
+        n_seeds = 2
+    n_touched, n_settled = dijkstra_kernel(
+        indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
+        target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n, touched)
+    for i in range(n_cand):
+        d = distance_to_target_kernel(dist, cand_edge[i], cand_offset[i], edge_u, edge_v,
+                                      edge_length, edge_twoway, m_edge, m_offset)
+        out_dist[i] = d if d <= cand_limit[i] else np.inf
+    reset_kernel(dist, touched, n_touched)
+    return n_settled
+
+
+@numba.njit(cache=True, nogil=True)
+def score_candidates(  # pragma: no cover - compiled
+    rows: IntArray, dist: FloatArray, n: int,
+    alpha: FloatArray, tau: FloatArray, kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32],
+    weights: FloatArray, term_mark: IntArray, stamp: int, dmax: float, tolerance: float,
+    out_rows: IntArray, out_dist: FloatArray, out_score: FloatArray, out_at: int,
+) -> int:
+    """Score candidates and append the delivered ones at ``out_at``; returns the new end."""
+    k = out_at
+    for i in range(n):
+        d = dist[i]
+        if not d <= dmax:
+            continue
+        r = rows[i]
+        tsim = tsim_kernel(kw_ptr, kw_terms, weights, r, term_mark, stamp)
+        score = sim_kernel(alpha[r], d, dmax, tsim)
+        if delivered_kernel(score, tau[r], d, dmax, tolerance):
+            out_rows[k] = r
+            out_dist[k] = d
+            out_score[k] = score
+            k += 1
+    return k

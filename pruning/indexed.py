@@ -1,9 +1,11 @@
 """Prune-then-verify matchers over the basic (BIAB) and enhanced (EIAB) architectures.
 
 For each message: Algorithm 1 (:mod:`pruning.algorithm1`) over the index's postings, the
-same distance/prefix tests over the index's small delta of recent subscriptions, then
-Algorithm 2 (:mod:`pruning.algorithm2`) and the one scoring implementation
-(:mod:`pruning.similarity`). Results equal the reference matcher's.
+same distance and prefix tests (Lemmas 1 and 3) over the index's small delta of recent
+subscriptions, then Algorithm 2 (:mod:`pruning.algorithm2`) with the one scoring
+implementation (:mod:`pruning.similarity`). The whole per-message loop runs compiled, in
+chunks of messages, so a message costs no Python work. Results equal the reference
+matcher's.
 """
 
 from __future__ import annotations
@@ -11,43 +13,188 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
-from index.model import Messages, Subscriptions
-from index.spatial import PointFacts
+from index.limits import distance_upper_bound_kernel
+from index.model import Messages
 from pruning.algorithm1 import COUNTER_NAMES, bia_candidates, eia_candidates
-from pruning.algorithm2 import verify_distances
+from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
-from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch
-from roadnet.locations import EdgePoints
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
 
 #: Per-message statistics: the pruning counters, then verification figures.
 STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
+_DELIVERIES = len(COUNTER_NAMES)
+_SETTLED = _DELIVERIES + 1
+_CANDIDATES = COUNTER_NAMES.index("candidates")
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, eq=False)
 class MatchStats:
     """Per-message counters: ``values[i, j]`` is statistic ``names[j]`` of message i."""
 
-    message_id: npt.NDArray[np.int64]
-    values: npt.NDArray[np.int64]
+    message_id: IntArray
+    values: IntArray
     names: tuple[str, ...] = STAT_NAMES
 
-    def column(self, name: str) -> npt.NDArray[np.int64]:
+    def column(self, name: str) -> IntArray:
         """One statistic for every message."""
         return self.values[:, self.names.index(name)]
 
     def totals(self) -> dict[str, int]:
         """Each statistic summed over the messages."""
         return {n: int(v) for n, v in zip(self.names, self.values.sum(axis=0), strict=True)}
+
+
+@numba.njit(cache=True, nogil=True)
+def _delta_candidates(  # pragma: no cover - compiled
+    m_cell: int, m_x: float, m_y: float, m_din: float, kappa: float, D_col: FloatArray,
+    eta_col: FloatArray, delta: tuple, term_mark: IntArray, stamp: int,  # type: ignore[type-arg]
+    slack_abs: float, slack_rel: float, out_rows: IntArray, out_limit: FloatArray,
+) -> int:
+    """Recent subscriptions passing Lemma 1 (distance <= DNlimit) and Lemma 3 (a shared
+    keyword, or the wildcard)."""
+    d_x, d_y, d_cell, d_din_out, d_limit, d_wild, _, _, _, _, d_kw_ptr, d_kw_terms = delta
+    n = 0
+    for r in range(d_x.size):
+        dx = d_x[r] - m_x
+        dy = d_y[r] - m_y
+        de = np.sqrt(dx * dx + dy * dy)
+        c = d_cell[r]
+        lb = kappa * de if c == m_cell else max(eta_col[c] * de, d_din_out[r] + D_col[c] + m_din)
+        lim = d_limit[r]
+        if lb > lim + slack_abs + slack_rel * abs(lim):
+            continue
+        shares = d_wild[r]
+        k = d_kw_ptr[r]
+        while not shares and k < d_kw_ptr[r + 1]:
+            t = d_kw_terms[k]
+            shares = t < term_mark.size and term_mark[t] == stamp
+            k += 1
+        if shares:
+            out_rows[n] = r
+            out_limit[n] = lim
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _match_batch(  # pragma: no cover - compiled
+    is_eia: bool, start: int, stop: int,
+    msg: tuple, bounds: tuple, edges: tuple, lay: tuple,  # type: ignore[type-arg]
+    eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,  # type: ignore[type-arg]
+    net: tuple, ws: tuple, scratch: tuple, weights: FloatArray,  # type: ignore[type-arg]
+    dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
+    out: tuple, n_out: int, stats: IntArray,  # type: ignore[type-arg]
+) -> tuple[int, int, int]:
+    """Match messages ``start:stop``; stop early when the output buffers might overflow.
+
+    Returns (next message, rows written, stamp).
+    """
+    m_chain, m_chain_offset, m_x, m_y, m_cell, m_din, m_kw_ptr, m_kw_terms = msg
+    kappa, D_t, eta_t, cell_bbox = bounds
+    edge_bbox, edge_din_out, edge_min_alpha, edge_max_alpha, edge_min_tau_e = edges
+    term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value, eg_start, post_slot, \
+        post_value = lay
+    (cell_dn_limit,) = eia_cells
+    cell_min_alpha, cell_max_alpha, cell_min_tau_e = bia_cells
+    s_x, s_y, s_din_out, s_active, s_chain, s_chain_offset, s_alpha, s_tau, s_kw_ptr, s_kw_terms = slots
+    d_chain, d_chain_offset, d_alpha, d_tau, d_kw_ptr, d_kw_terms = (
+        delta[6], delta[7], delta[8], delta[9], delta[10], delta[11])
+    (cell_lb, cell_state, cell_tsum, edge_tsum, edge_stamp, mark, cand, cand_dnub, term_mark,
+     term_slots, d_rows, d_lim, c_edge, c_off, c_lim, c_dist, t_nodes, t_limits) = scratch
+    out_msg, out_src, out_row, out_dist, out_score = out
+    capacity = out_msg.size
+    for i in range(start, stop):
+        stamp += 1
+        counters = stats[i]
+        n_terms = 1
+        term_slots[0] = 0  # the wildcard
+        for k in range(m_kw_ptr[i], m_kw_ptr[i + 1]):
+            t = m_kw_terms[k]
+            term_slots[n_terms] = t + 1
+            n_terms += 1
+            if t < term_mark.size:
+                term_mark[t] = stamp
+        c = m_cell[i]
+        if is_eia:
+            n_main = eia_candidates(
+                c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], kappa, D_t[c], eta_t[c],
+                cell_bbox, cell_dn_limit, edge_bbox, edge_din_out, edge_min_alpha,
+                edge_max_alpha, edge_min_tau_e, term_ptr, grp_cell, grp_value, grp_start,
+                eg_edge, eg_value, eg_start, post_slot, post_value, s_x, s_y, s_din_out,
+                s_active, dmax, slack_abs, slack_rel, cell_lb, cell_state, mark, stamp, cand,
+                cand_dnub, counters)
+        else:
+            n_main = bia_candidates(
+                c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], kappa, D_t[c], eta_t[c],
+                cell_bbox, cell_min_alpha, cell_max_alpha, cell_min_tau_e, edge_bbox,
+                edge_din_out, edge_min_alpha, edge_max_alpha, edge_min_tau_e, term_ptr,
+                grp_cell, grp_value, grp_start, eg_edge, eg_value, eg_start, post_slot,
+                s_active, dmax, slack_abs, slack_rel, cell_lb, cell_state, cell_tsum,
+                edge_tsum, edge_stamp, mark, stamp, cand, counters)
+        n_delta = _delta_candidates(c, m_x[i], m_y[i], m_din[i], kappa, D_t[c], eta_t[c],
+                                    delta, term_mark, stamp, slack_abs, slack_rel, d_rows,
+                                    d_lim)
+        counters[_CANDIDATES] += n_delta
+        n_cand = n_main + n_delta
+        if n_out + n_cand > capacity:
+            # Undo this message's counters; the caller grows the buffers and resumes here.
+            for j in range(counters.size):
+                counters[j] = 0
+            return i, n_out, stamp
+        # Verification limits. EIA knows each candidate's exact TSIM before any distance is
+        # computed, so the exact distance limit of the pair (Eq. 13 with TSIM in place of
+        # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
+        for j in range(n_main):
+            s = cand[j]
+            c_edge[j] = s_chain[s]
+            c_off[j] = s_chain_offset[s]
+            lim = dmax
+            if is_eia:
+                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, s, term_mark, stamp)
+                lim = min(cand_dnub[s], distance_upper_bound_kernel(
+                    s_alpha[s], s_tau[s] - tolerance, tsim, dmax))
+            c_lim[j] = min(lim + slack_abs + slack_rel * abs(lim), dmax)
+        for j in range(n_delta):
+            r = d_rows[j]
+            c_edge[n_main + j] = d_chain[r]
+            c_off[n_main + j] = d_chain_offset[r]
+            lim = d_lim[j]
+            if is_eia:
+                tsim = tsim_kernel(d_kw_ptr, d_kw_terms, weights, r, term_mark, stamp)
+                lim = min(lim, distance_upper_bound_kernel(d_alpha[r], d_tau[r] - tolerance,
+                                                           tsim, dmax))
+            c_lim[n_main + j] = min(lim + slack_abs + slack_rel * abs(lim), dmax)
+        counters[_SETTLED] = verify_candidates(
+            net, ws, m_chain[i], m_chain_offset[i], c_edge, c_off, c_lim, n_cand, t_nodes, t_limits,
+            c_dist)
+        rows_main = cand[:n_main].astype(np.int64)
+        before = n_out
+        n_out = score_candidates(rows_main, c_dist, n_main, s_alpha, s_tau, s_kw_ptr,
+                                 s_kw_terms, weights, term_mark, stamp, dmax, tolerance,
+                                 out_row, out_dist, out_score, n_out)
+        out_src[before:n_out] = 0
+        mid = n_out
+        n_out = score_candidates(d_rows, c_dist[n_main:], n_delta, d_alpha, d_tau, d_kw_ptr,
+                                 d_kw_terms, weights, term_mark, stamp, dmax, tolerance,
+                                 out_row, out_dist, out_score, n_out)
+        out_src[mid:n_out] = 1
+        out_msg[before:n_out] = i
+        counters[_DELIVERIES] = n_out - before
+    return stop, n_out, stamp
 
 
 class IndexMatcher:
@@ -58,7 +205,9 @@ class IndexMatcher:
     index
         The subscription index (it may change between calls to :meth:`match`).
     slack_abs, slack_rel
-        Rounding slack of the bound comparisons (metres and fraction).
+        Rounding slack of the bound comparisons (metres and fraction of the limit).
+    chunk
+        Messages per compiled call (progress is reported per chunk).
     """
 
     def __init__(
@@ -67,6 +216,7 @@ class IndexMatcher:
         *,
         slack_abs: float = DEFAULTS.bound_slack_m,
         slack_rel: float = DEFAULTS.bound_slack_rel,
+        chunk: int = 256,
     ) -> None:
         if not isinstance(index, EnhancedIndex | BasicIndex):
             msg = f"IndexMatcher needs an EnhancedIndex or a BasicIndex, got {type(index)}"
@@ -74,27 +224,37 @@ class IndexMatcher:
         self.index = index
         self.slack_abs = float(slack_abs)
         self.slack_rel = float(slack_rel)
-        self._search = NodeSearch(index.network, reverse=True)
+        self.chunk = int(chunk)
+        self._search = NodeSearch(index.spatial.graph, reverse=True)
         bounds = index.spatial.bounds
-        # Columns of the (subscription cell, message cell) tables, contiguous per message cell.
+        # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
         self._D_t = np.ascontiguousarray(bounds.D.T)
         self._eta_t = np.ascontiguousarray(bounds.eta_minus.T)
-        n_cells = index.spatial.cells.n_cells
-        self._cell_lb = np.empty(n_cells)
-        self._cell_state = np.empty(n_cells, dtype=np.int8)
-        self._cell_tsum = np.empty(n_cells)
-        self._edge_tsum = np.empty(index.network.n_edges)
-        self._edge_stamp = np.zeros(index.network.n_edges, dtype=np.int64)
         self._stamp = 0
-        self._workspace_for: int = -1
+        self._out_capacity = 1 << 16
 
-    def _ensure_workspace(self) -> None:
-        n = len(self.index.subs)
-        if self._workspace_for != id(self.index.subs):
-            self._mark = np.zeros(n, dtype=np.int64)
-            self._cand = np.empty(n, dtype=np.int32)
-            self._cand_dnub = np.empty(n)
-            self._workspace_for = id(self.index.subs)
+    def _scratch(self) -> tuple[npt.NDArray[np.generic], ...]:
+        index = self.index
+        n_cells = index.spatial.cells.n_cells
+        m = index.network.n_edges
+        n_slots = len(index.subs)
+        n_delta = len(index.delta)
+        most = n_slots + n_delta + 1
+        key = (id(index.subs), n_delta, len(index.weights))
+        if getattr(self, "_scratch_key", None) != key:
+            self._stamp = 0
+            self._scratch_arrays = (
+                np.empty(n_cells), np.empty(n_cells, dtype=np.int8), np.empty(n_cells),
+                np.empty(m), np.zeros(m, dtype=np.int64), np.zeros(n_slots + 1, dtype=np.int64),
+                np.empty(n_slots + 1, dtype=np.int32), np.empty(n_slots + 1),
+                np.zeros(len(index.weights), dtype=np.int64),
+                np.empty(1, dtype=np.int64),  # term slots, sized per batch below
+                np.empty(n_delta + 1, dtype=np.int64), np.empty(n_delta + 1),
+                np.empty(most, dtype=np.int32), np.empty(most), np.empty(most), np.empty(most),
+                np.empty(2 * most, dtype=np.int64), np.empty(2 * most),
+            )
+            self._scratch_key = key
+        return self._scratch_arrays
 
     def match(
         self,
@@ -104,109 +264,67 @@ class IndexMatcher:
     ) -> tuple[Deliveries, MatchStats]:
         """Deliveries of a batch of messages, with per-message statistics."""
         index = self.index
-        self._ensure_workspace()
-        mfacts = index.spatial.facts(messages.points)
-        stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
-        parts: list[Deliveries] = []
-        for i in range(len(messages)):
-            parts.append(self._match_one(messages, i, mfacts, stats[i]))
-            if progress is not None:
-                progress(1)
-        return Deliveries.concat(parts), MatchStats(messages.ids.copy(), stats)
-
-    # ------------------------------------------------------------------ one message
-    def _match_one(self, messages: Messages, i: int, f: PointFacts,
-                   counters: npt.NDArray[np.int64]) -> Deliveries:
-        index = self.index
-        m_cell = int(f.cell[i])
-        m_x = float(f.x[i])
-        m_y = float(f.y[i])
-        m_din = float(f.din_in[i])
-        terms = messages.keywords(i)
-        term_slots = np.concatenate([[0], terms.astype(np.int64) + 1])
-        self._stamp += 1
-        n = self._prune(m_cell, m_x, m_y, m_din, term_slots, counters)
-        slots = self._cand[:n].astype(np.int64)
-        if isinstance(index, EnhancedIndex):
-            limits = self._cand_dnub[slots]
-        else:
-            limits = np.full(n, index.dmax_m)
-        d_rows, d_limit = self._delta_candidates(m_cell, m_x, m_y, m_din, terms)
-        counters[7] += d_rows.size
-        if n + d_rows.size == 0:
-            return Deliveries.empty()
-        limit = max(float(limits.max()) if n else -np.inf,
-                    float(d_limit.max()) if d_rows.size else -np.inf)
-        limit = min(limit + self.slack_abs + self.slack_rel * limit, index.dmax_m)
-        points = EdgePoints(np.concatenate([index.subs.points.edge[slots],
-                                            index.delta.points.edge[d_rows]]),
-                            np.concatenate([index.subs.points.offset[slots],
-                                            index.delta.points.offset[d_rows]]))
-        message = messages.points[np.array([i])]
-        dist, settled = verify_distances(self._search, message, points, limit_m=limit)
-        counters[-1] = settled
-        found = [self._score(index.subs, slots, dist[:n], messages.ids[i], terms),
-                 self._score(index.delta, d_rows, dist[n:], messages.ids[i], terms)]
-        out = Deliveries.concat(found)
-        counters[-2] = len(out)
-        return out
-
-    def _prune(self, m_cell: int, m_x: float, m_y: float, m_din: float,
-               term_slots: npt.NDArray[np.int64], counters: npt.NDArray[np.int64]) -> int:
-        index = self.index
         sp = index.spatial
+        mf = sp.facts(messages.points)
+        msg = (mf.chain, mf.chain_offset, mf.x, mf.y, mf.cell, mf.din_in,
+               messages.kw_ptr, messages.kw_terms)
+        bounds = (sp.bounds.kappa, self._D_t, self._eta_t, sp.cells.bbox)
+        edges = (sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha, index.edge_max_alpha,
+                 index.edge_min_tau_e)
         lay = index.layout
-        common = (m_cell, m_x, m_y, m_din, term_slots, sp.bounds.kappa,
-                  self._D_t[m_cell], self._eta_t[m_cell], sp.cells.bbox)
-        edge_stats = (sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha,
-                      index.edge_max_alpha, index.edge_min_tau_e,
-                      lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start, lay.eg_edge,
-                      lay.eg_value, lay.eg_start, lay.post_slot)
-        if isinstance(index, EnhancedIndex):
-            return int(eia_candidates(
-                *common, index.cell_dn_limit, *edge_stats, lay.post_value,
-                index.facts.x, index.facts.y, index.facts.din_out, index.active,
-                index.dmax_m, self.slack_abs, self.slack_rel,
-                self._cell_lb, self._cell_state, self._mark, self._stamp,
-                self._cand, self._cand_dnub, counters))
-        assert isinstance(index, BasicIndex)
-        return int(bia_candidates(
-            *common, index.cell_min_alpha, index.cell_max_alpha, index.cell_min_tau_e,
-            *edge_stats, index.active, index.dmax_m, self.slack_abs, self.slack_rel,
-            self._cell_lb, self._cell_state, self._cell_tsum, self._edge_tsum,
-            self._edge_stamp, self._mark, self._stamp, self._cand, counters))
+        layout = (lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start, lay.eg_edge,
+                  lay.eg_value, lay.eg_start, lay.post_slot, lay.post_value)
+        none = np.empty(0)
+        is_eia = isinstance(index, EnhancedIndex)
+        eia_cells = (index.cell_dn_limit,) if isinstance(index, EnhancedIndex) else (none,)
+        bia_cells = ((index.cell_min_alpha, index.cell_max_alpha, index.cell_min_tau_e)
+                     if isinstance(index, BasicIndex) else (none, none, none))
+        s = index.subs
+        slots = (index.facts.x, index.facts.y, index.facts.din_out, index.active,
+                 index.facts.chain, index.facts.chain_offset, s.alpha, s.tau, s.kw_ptr,
+                 s.kw_terms)
+        d = index.delta
+        df = index.delta_facts
+        delta = (df.x, df.y, df.cell, df.din_out, index.delta_dn_limit, index.delta_wildcard,
+                 df.chain, df.chain_offset, d.alpha, d.tau, d.kw_ptr, d.kw_terms)
+        adj = self._search.adjacency
+        graph = sp.graph
+        net_arrays = (adj.indptr, adj.indices, adj.weights, graph.edge_u, graph.edge_v,
+                      graph.edge_length, graph.edge_twoway)
+        ws = self._search.workspace()
+        scratch = list(self._scratch())
+        longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
+        scratch[9] = np.empty(longest, dtype=np.int64)
+        stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
+        out = self._new_out(self._out_capacity)
+        n_out = 0
+        i = 0
+        n = len(messages)
+        while i < n:
+            stop = min(i + self.chunk, n)
+            nxt, n_out, self._stamp = _match_batch(
+                is_eia, i, stop, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
+                delta, net_arrays, ws, tuple(scratch), index.weights.weights, index.dmax_m,
+                index.tolerance, self.slack_abs, self.slack_rel, self._stamp, out, n_out,
+                stats)
+            if progress is not None and nxt > i:
+                progress(nxt - i)
+            if nxt < stop:  # output buffers full: grow and resume
+                self._out_capacity = 2 * out[0].size + len(index.subs) + len(index.delta)
+                grown = self._new_out(self._out_capacity)
+                for old, new in zip(out, grown, strict=True):
+                    new[:n_out] = old[:n_out]
+                out = grown
+            i = nxt
+        out_msg, out_src, out_row, out_dist, out_score = (a[:n_out] for a in out)
+        sub_ids = np.empty(n_out, dtype=np.int64)
+        main = out_src == 0
+        sub_ids[main] = s.ids[out_row[main]]
+        sub_ids[~main] = d.ids[out_row[~main]]
+        found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.copy(), out_score.copy())
+        return Deliveries.concat([found]), MatchStats(messages.ids.copy(), stats)
 
-    def _delta_candidates(self, m_cell: int, m_x: float, m_y: float, m_din: float,
-                          terms: npt.NDArray[np.int32]
-                          ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """Recent subscriptions that pass Lemma 1 (distance) and Lemma 3 (shared keyword)."""
-        index = self.index
-        delta = index.delta
-        if len(delta) == 0:
-            return np.empty(0, dtype=np.int64), np.empty(0)
-        f = index.delta_facts
-        bounds = index.spatial.bounds
-        de = np.hypot(f.x - m_x, f.y - m_y)
-        other = f.cell != m_cell
-        lb = np.where(other, np.maximum(bounds.eta_minus[f.cell, m_cell] * de,
-                                        f.din_out + bounds.D[f.cell, m_cell] + m_din),
-                      bounds.kappa * de)
-        limit = index.delta_dn_limit
-        near = lb <= limit + self.slack_abs + self.slack_rel * np.abs(limit)
-        shares = np.add.reduceat(np.isin(delta.kw_terms, terms).astype(np.int64),
-                                 delta.kw_ptr[:-1]) > 0
-        rows = np.flatnonzero(near & (shares | index.delta_wildcard))
-        return rows, limit[rows]
-
-    def _score(self, subs: Subscriptions, rows: npt.NDArray[np.int64],
-               dist: npt.NDArray[np.float64], message_id: int,
-               terms: npt.NDArray[np.int32]) -> Deliveries:
-        if rows.size == 0:
-            return Deliveries.empty()
-        index = self.index
-        tsim = text_similarity(subs, rows, terms, index.weights.weights)
-        alpha = subs.alpha[rows]
-        score = spatio_textual_similarity(alpha, dist, index.dmax_m, tsim)
-        ok = delivered(score, subs.tau[rows], dist, index.dmax_m, tolerance=index.tolerance)
-        return Deliveries(np.full(int(ok.sum()), message_id, dtype=np.int64),
-                          subs.ids[rows[ok]], dist[ok], score[ok])
+    @staticmethod
+    def _new_out(capacity: int) -> tuple[npt.NDArray[np.generic], ...]:
+        return (np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int8),
+                np.empty(capacity, dtype=np.int64), np.empty(capacity), np.empty(capacity))

@@ -29,12 +29,14 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.cells import Cells
+from roadnet.chains import ChainGraph, build_chain_graph
 from roadnet.distance import NodeSearch, entry_costs, exit_costs
 from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadnet.network import RoadNetwork, Topology
 
 __all__ = [
     "CellBounds",
+    "cell_graph",
     "border_distance_row",
     "bbox_distance_tables",
     "compute_cell_bounds",
@@ -63,12 +65,12 @@ class CellBounds:
         """Number of cells."""
         return int(self.D.shape[0])
 
-    def point_din_out(self, network: RoadNetwork, points: EdgePoints) -> FloatArray:
+    def point_din_out(self, network: Topology, points: EdgePoints) -> FloatArray:
         """din of edge points: distance from each point to its cell's nearest border vertex."""
         a, ca, b, cb = exit_costs(network, points)
         return np.minimum(ca + self.din_out[a], cb + self.din_out[b])
 
-    def point_din_in(self, network: RoadNetwork, points: EdgePoints) -> FloatArray:
+    def point_din_in(self, network: Topology, points: EdgePoints) -> FloatArray:
         """Distance from the nearest border vertex of each point's cell to the point."""
         a, ca, b, cb = entry_costs(network, points)
         return np.minimum(self.din_in[a] + ca, self.din_in[b] + cb)
@@ -127,7 +129,8 @@ def border_distance_row(
 ) -> tuple[FloatArray, FloatArray]:
     """One row of the table: least and largest border-to-border distance from ``cell``.
 
-    One multi-source Dijkstra from all border vertices of ``cell`` (forward arcs).
+    One multi-source Dijkstra from all border vertices of ``cell`` (forward arcs), on the
+    cell graph (:func:`cell_graph`) unless another ``search`` is given.
 
     Parameters
     ----------
@@ -142,7 +145,7 @@ def border_distance_row(
         ``j == cell``). ``D_far_row[j]``: the largest such distance over j's border vertices
         that were reached (for the eta+ estimate; nan if none).
     """
-    search = search or NodeSearch(network, reverse=False)
+    search = search or NodeSearch(cell_graph(network, cells), reverse=False)
     border = cells.border_of(cell)
     n_cells = cells.n_cells
     if border.size == 0:
@@ -166,15 +169,61 @@ def border_distance_row(
     return row, far
 
 
+def cell_graph(network: RoadNetwork, cells: Cells) -> ChainGraph:
+    """The chain graph whose junctions include every border vertex (cached on the network).
+
+    Searches between border vertices then only settle junctions, and no border vertex ever
+    lies inside a chain.
+    """
+    key = f"cell_graph:{id(cells)}"
+    if key not in network._cache:
+        network._cache[key] = build_chain_graph(network, junctions=cells.node_is_border)
+    return network._cache[key]  # type: ignore[no-any-return]
+
+
 def node_border_distances(network: RoadNetwork, cells: Cells) -> tuple[FloatArray, FloatArray]:
-    """(din_out, din_in) per node: distance to / from the nearest border vertex (metres)."""
+    """(din_out, din_in) per node: distance to / from the nearest border vertex (metres).
+
+    Searched on the cell graph, then filled in for the nodes inside chains from the chain's
+    two junctions (no border vertex lies inside a chain).
+    """
+    graph = cell_graph(network, cells)
     border = np.flatnonzero(cells.node_is_border)
     zeros = np.zeros(border.size)
-    out = NodeSearch(network, reverse=True).run(border, zeros).dist.copy()
+    out = _fill_chain_interiors(
+        graph, NodeSearch(graph, reverse=True).run(border, zeros).dist.copy(), leaving=True)
     if not network.directed:
         return out, out
-    inn = NodeSearch(network, reverse=False).run(border, zeros).dist.copy()
+    inn = _fill_chain_interiors(
+        graph, NodeSearch(graph, reverse=False).run(border, zeros).dist.copy(), leaving=False)
     return out, inn
+
+
+def _fill_chain_interiors(graph: ChainGraph, dist: FloatArray, *, leaving: bool) -> FloatArray:
+    """Distances of interior chain nodes from those of the junctions at the chain's ends.
+
+    ``leaving=True``: ``dist`` is node -> border; an interior node at position p leaves by
+    the chain's end (cost length - p) or, on a two-way chain, by its start (cost p).
+    ``leaving=False``: ``dist`` is border -> node, entered the opposite way.
+    """
+    net = graph.network
+    c = graph.edge_chain
+    length = graph.edge_length[c]
+    # Position of each edge's u and v along its chain.
+    pos_u = np.where(graph.edge_forward, graph.edge_start, graph.edge_start + net.edge_length)
+    pos_v = np.where(graph.edge_forward, graph.edge_start + net.edge_length, graph.edge_start)
+    start = dist[graph.edge_u[c]]
+    end = dist[graph.edge_v[c]]
+    two = graph.edge_twoway[c]
+    out = dist.copy()
+    for node, pos in ((net.edge_u, pos_u), (net.edge_v, pos_v)):
+        if leaving:
+            val = np.minimum(end + (length - pos), np.where(two, start + pos, np.inf))
+        else:
+            val = np.minimum(start + pos, np.where(two, end + (length - pos), np.inf))
+        inner = ~graph.junction[node]
+        out[node[inner]] = val[inner]
+    return out
 
 
 def compute_cell_bounds(
@@ -188,7 +237,7 @@ def compute_cell_bounds(
 
     ``progress`` is called with 1 after each row (e.g. ``tqdm.update``).
     """
-    search = NodeSearch(network, reverse=False)
+    search = NodeSearch(cell_graph(network, cells), reverse=False)
     n = cells.n_cells
     D = np.empty((n, n))
     D_far = np.empty((n, n))

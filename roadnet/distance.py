@@ -20,10 +20,13 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.locations import EdgePoints
-from roadnet.network import Adjacency, RoadNetwork
+from roadnet.network import Adjacency, Topology
 
 __all__ = [
     "NodeSearch",
+    "dijkstra_kernel",
+    "distance_to_target_kernel",
+    "reset_kernel",
     "SearchResult",
     "distances_from_point",
     "distances_to_point",
@@ -31,14 +34,31 @@ __all__ = [
     "exit_costs",
     "network_distance",
     "point_distances_from_nodes",
+    "point_distances_to_target",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _heap_push(heap_d: FloatArray, heap_n: IntArray, size: int, d: float,
+               x: int) -> int:  # pragma: no cover - compiled
+    pos = size
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if heap_d[parent] <= d:
+            break
+        heap_d[pos] = heap_d[parent]
+        heap_n[pos] = heap_n[parent]
+        pos = parent
+    heap_d[pos] = d
+    heap_n[pos] = x
+    return size + 1
+
+
 @numba.njit(cache=True, nogil=True)
-def _dijkstra(  # pragma: no cover - compiled
+def dijkstra_kernel(  # pragma: no cover - compiled
     indptr: IntArray,
     indices: npt.NDArray[np.int32],
     weights: FloatArray,
@@ -46,27 +66,37 @@ def _dijkstra(  # pragma: no cover - compiled
     seed_dist: FloatArray,
     limit: float,
     target_nodes: IntArray,
+    target_limits: FloatArray,
     dist: FloatArray,
-    settled: npt.NDArray[np.bool_],
-    is_target: npt.NDArray[np.bool_],
+    target_ws: FloatArray,
     heap_d: FloatArray,
     heap_n: IntArray,
     touched: IntArray,
 ) -> tuple[int, int]:
-    """Multi-source Dijkstra with a binary heap, bounded by ``limit``.
+    """Multi-source Dijkstra with a binary heap (lazy deletion), bounded by ``limit``.
 
-    Only nodes with a tentative distance <= limit are ever recorded. When ``target_nodes``
-    is non-empty the search stops once all of them are settled. Returns (number of touched
-    nodes written to ``touched``, number of settled nodes). ``dist``/``settled`` must come
-    in all-inf/all-False and are left filled for the touched nodes.
+    Only nodes with a tentative distance <= limit are recorded. With targets, the search
+    stops once every target is settled, or once the next distance exceeds the limit of
+    every unsettled target (``target_limits[i]`` belongs to ``target_nodes[i]``; a node
+    listed twice keeps its largest limit): an unsettled target is then farther than its
+    limit, so whatever it would add is of no interest.
+
+    ``dist`` must come in all-inf and ``target_ws`` all -inf; ``target_ws`` is restored,
+    ``dist`` is left filled for the ``touched`` nodes (the caller resets them). A node's
+    final distance is the minimum over its settled predecessors, so it does not depend on
+    where the search stops. Returns (number of touched nodes, number of settled nodes).
     """
     n_touched = 0
     size = 0
-    remaining = 0
-    for t in target_nodes:
-        if not is_target[t]:
-            is_target[t] = True
-            remaining += 1
+    n_targets = target_nodes.size
+    for i in range(n_targets):
+        t = target_nodes[i]
+        if target_limits[i] > target_ws[t]:
+            target_ws[t] = target_limits[i]
+    # Targets by limit, largest first; ``cursor`` walks past the settled ones.
+    order = np.argsort(-target_ws[target_nodes])
+    by_limit = target_nodes[order]
+    cursor = 0
     for i in range(seed_nodes.size):
         s = seed_nodes[i]
         d0 = seed_dist[i]
@@ -76,24 +106,11 @@ def _dijkstra(  # pragma: no cover - compiled
             touched[n_touched] = s
             n_touched += 1
         dist[s] = d0
-        # push
-        pos = size
-        size += 1
-        while pos > 0:
-            parent = (pos - 1) >> 1
-            if heap_d[parent] <= d0:
-                break
-            heap_d[pos] = heap_d[parent]
-            heap_n[pos] = heap_n[parent]
-            pos = parent
-        heap_d[pos] = d0
-        heap_n[pos] = s
+        size = _heap_push(heap_d, heap_n, size, d0, s)
     n_settled = 0
-    use_targets = target_nodes.size > 0
     while size > 0:
         d = heap_d[0]
         x = heap_n[0]
-        # pop
         size -= 1
         last_d = heap_d[size]
         last_n = heap_n[size]
@@ -112,14 +129,18 @@ def _dijkstra(  # pragma: no cover - compiled
         if size > 0:
             heap_d[pos] = last_d
             heap_n[pos] = last_n
-        if settled[x] or d > dist[x]:
-            continue
-        settled[x] = True
-        n_settled += 1
-        if use_targets and is_target[x]:
-            remaining -= 1
-            if remaining == 0:
+        if d > dist[x]:
+            continue  # stale entry; every push strictly improves, so x pops once at dist[x]
+        if n_targets > 0:
+            while cursor < n_targets and target_ws[by_limit[cursor]] == -np.inf:
+                cursor += 1
+            if cursor == n_targets or d > target_ws[by_limit[cursor]]:
                 break
+            if target_ws[x] != -np.inf:
+                target_ws[x] = -np.inf
+                # x is settled now; a later check may stop the search before x's arcs
+                # matter to anyone.
+        n_settled += 1
         for a in range(indptr[x], indptr[x + 1]):
             y = indices[a]
             nd = d + weights[a]
@@ -128,29 +149,54 @@ def _dijkstra(  # pragma: no cover - compiled
                     touched[n_touched] = y
                     n_touched += 1
                 dist[y] = nd
-                pos = size
-                size += 1
-                while pos > 0:
-                    parent = (pos - 1) >> 1
-                    if heap_d[parent] <= nd:
-                        break
-                    heap_d[pos] = heap_d[parent]
-                    heap_n[pos] = heap_n[parent]
-                    pos = parent
-                heap_d[pos] = nd
-                heap_n[pos] = y
+                size = _heap_push(heap_d, heap_n, size, nd, y)
     for t in target_nodes:
-        is_target[t] = False
+        target_ws[t] = -np.inf
     return n_touched, n_settled
 
 
 @numba.njit(cache=True, nogil=True)
-def _reset(dist: FloatArray, settled: npt.NDArray[np.bool_], touched: IntArray,
-           n: int) -> None:  # pragma: no cover - compiled
+def reset_kernel(dist: FloatArray, touched: IntArray, n: int) -> None:  # pragma: no cover
+    """Set ``dist`` back to inf on the first ``n`` touched nodes."""
     for i in range(n):
-        x = touched[i]
-        dist[x] = np.inf
-        settled[x] = False
+        dist[touched[i]] = np.inf
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def distance_to_target_kernel(  # pragma: no cover - compiled
+    dist: FloatArray, edge: int, offset: float, edge_u: npt.NDArray[np.int32],
+    edge_v: npt.NDArray[np.int32], edge_length: FloatArray, edge_twoway: npt.NDArray[np.bool_],
+    target_edge: int, target_offset: float,
+) -> float:
+    """Distance from the point (edge, offset) to the search's target point.
+
+    ``dist`` holds node-to-target distances (a reverse search seeded with the target's
+    entry costs). The point leaves by v at ``length - offset`` or, on a two-way edge, by u
+    at ``offset``; on the target's own edge it may also run straight to it.
+    """
+    best = dist[edge_v[edge]] + (edge_length[edge] - offset)
+    if edge_twoway[edge]:
+        best = min(best, dist[edge_u[edge]] + offset)
+    if edge == target_edge:
+        ahead = target_offset - offset
+        if ahead >= 0.0:
+            best = min(best, ahead)
+        elif edge_twoway[edge]:
+            best = min(best, -ahead)
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _distances_to_target_kernel(  # pragma: no cover - compiled
+    dist: FloatArray, edges: npt.NDArray[np.int32], offsets: FloatArray,
+    edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32], edge_length: FloatArray,
+    edge_twoway: npt.NDArray[np.bool_], target_edge: int, target_offset: float, limit: float,
+    out: FloatArray,
+) -> None:
+    for i in range(edges.size):
+        d = distance_to_target_kernel(dist, edges[i], offsets[i], edge_u, edge_v, edge_length,
+                                      edge_twoway, target_edge, target_offset)
+        out[i] = d if d <= limit else np.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,20 +223,30 @@ class NodeSearch:
     Not thread-safe: use one per thread or task.
     """
 
-    def __init__(self, network: RoadNetwork, *, reverse: bool = False) -> None:
+    def __init__(self, network: Topology, *, reverse: bool = False) -> None:
         self.network = network
         self.reverse = reverse
         self.adjacency: Adjacency = network.adjacency(reverse=reverse)
         n = network.n_nodes
         arcs = self.adjacency.indices.size
         self._dist = np.full(n, np.inf)
-        self._settled = np.zeros(n, dtype=bool)
-        self._is_target = np.zeros(n, dtype=bool)
+        self._target_ws = np.full(n, -np.inf)
         self._heap_d = np.empty(arcs + n + 2, dtype=np.float64)
         self._heap_n = np.empty(arcs + n + 2, dtype=np.int64)
         self._touched = np.empty(n, dtype=np.int64)
         self._n_touched = 0
         self._no_targets = np.empty(0, dtype=np.int64)
+        self._no_limits = np.empty(0, dtype=np.float64)
+
+    def workspace(self) -> tuple[FloatArray, FloatArray, FloatArray, IntArray, IntArray]:
+        """Workspace arrays (dist, target_ws, heap_d, heap_n, touched) for compiled callers.
+
+        They are reset first. A caller running :func:`dijkstra_kernel` on them must restore
+        ``dist`` to all-inf (:func:`reset_kernel` over the touched nodes) before returning.
+        """
+        reset_kernel(self._dist, self._touched, self._n_touched)
+        self._n_touched = 0
+        return self._dist, self._target_ws, self._heap_d, self._heap_n, self._touched
 
     def run(
         self,
@@ -199,6 +255,7 @@ class NodeSearch:
         *,
         limit: float = np.inf,
         targets: npt.ArrayLike | None = None,
+        target_limits: npt.ArrayLike | None = None,
     ) -> SearchResult:
         """Settle nodes in distance order from the seeds, up to ``limit`` metres.
 
@@ -210,43 +267,53 @@ class NodeSearch:
             Nodes farther than this are not recorded.
         targets
             Stop as soon as all these nodes are settled (or the limit is passed).
+        target_limits
+            Per target, the largest distance of interest (default ``limit``): the search
+            also stops once every unsettled target is farther than its own limit.
         """
-        _reset(self._dist, self._settled, self._touched, self._n_touched)
+        reset_kernel(self._dist, self._touched, self._n_touched)
         self._n_touched = 0
-        tg = self._no_targets if targets is None else np.asarray(targets, dtype=np.int64)
+        if targets is None:
+            tg, tl = self._no_targets, self._no_limits
+        else:
+            tg = np.asarray(targets, dtype=np.int64)
+            tl = (np.full(tg.size, float(limit)) if target_limits is None
+                  else np.asarray(target_limits, dtype=np.float64))
         adj = self.adjacency
-        n_touched, n_settled = _dijkstra(
+        n_touched, n_settled = dijkstra_kernel(
             adj.indptr, adj.indices, adj.weights,
             np.asarray(seed_nodes, dtype=np.int64), np.asarray(seed_dist, dtype=np.float64),
-            float(limit), tg, self._dist, self._settled, self._is_target,
+            float(limit), tg, tl, self._dist, self._target_ws,
             self._heap_d, self._heap_n, self._touched,
         )
         self._n_touched = n_touched
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)
 
 
-def exit_costs(network: RoadNetwork, points: EdgePoints) -> tuple[IntArray, FloatArray,
-                                                                  IntArray, FloatArray]:
+def exit_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatArray,
+                                                               IntArray, FloatArray]:
     """Nodes a point can leave by and the cost to get there: (v, length - o), (u, o).
 
     The second pair costs ``inf`` where the edge cannot be travelled from v to u.
     """
-    e = points.edge
-    o = points.offset
+    local = network.to_local(points)
+    e = local.edge
+    o = local.offset
     length = network.edge_length[e]
     cost_u = np.where(network.edge_twoway[e], o, np.inf)
     return (network.edge_v[e].astype(np.int64), length - o,
             network.edge_u[e].astype(np.int64), cost_u)
 
 
-def entry_costs(network: RoadNetwork, points: EdgePoints) -> tuple[IntArray, FloatArray,
-                                                                   IntArray, FloatArray]:
+def entry_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatArray,
+                                                                IntArray, FloatArray]:
     """Nodes a point can be reached from and the cost from there: (u, o), (v, length - o).
 
     The second pair costs ``inf`` where the edge cannot be travelled from v to u.
     """
-    e = points.edge
-    o = points.offset
+    local = network.to_local(points)
+    e = local.edge
+    o = local.offset
     length = network.edge_length[e]
     cost_v = np.where(network.edge_twoway[e], length - o, np.inf)
     return (network.edge_u[e].astype(np.int64), o,
@@ -254,7 +321,7 @@ def entry_costs(network: RoadNetwork, points: EdgePoints) -> tuple[IntArray, Flo
 
 
 def _shared_edge_run(
-    network: RoadNetwork, edge: int, start: FloatArray | float, end: FloatArray | float,
+    network: Topology, edge: int, start: FloatArray | float, end: FloatArray | float,
     same: npt.NDArray[np.bool_],
 ) -> FloatArray:
     """Distance along ``edge`` from offset ``start`` to offset ``end`` where ``same``; else inf."""
@@ -264,7 +331,7 @@ def _shared_edge_run(
 
 
 def point_distances_from_nodes(
-    network: RoadNetwork, dist: FloatArray, points: EdgePoints, *, toward_points: bool
+    network: Topology, dist: FloatArray, points: EdgePoints, *, toward_points: bool
 ) -> FloatArray:
     """Combine node distances with the points' entry or exit costs.
 
@@ -277,7 +344,7 @@ def point_distances_from_nodes(
 
 
 def distances_to_point(
-    network: RoadNetwork,
+    network: Topology,
     target: EdgePoints,
     sources: EdgePoints,
     *,
@@ -298,17 +365,36 @@ def distances_to_point(
         raise ValueError(msg)
     a, ca, b, cb = entry_costs(network, target)
     res = search.run(np.r_[a, b], np.r_[ca, cb], limit=limit)
-    via_nodes = point_distances_from_nodes(network, res.dist, sources, toward_points=False)
-    e = int(target.edge[0])
-    direct = _shared_edge_run(network, e, sources.offset, float(target.offset[0]),
-                              sources.edge == e)
-    out = np.minimum(via_nodes, direct)
-    out[out > limit] = np.inf
+    return point_distances_to_target(network, res.dist, target, sources, limit=limit)
+
+
+def point_distances_to_target(
+    network: Topology,
+    dist: FloatArray,
+    target: EdgePoints,
+    sources: EdgePoints,
+    *,
+    limit: float = np.inf,
+) -> FloatArray:
+    """Network distance from each source point to one target point, given node distances.
+
+    ``dist`` must hold the distances from every node to ``target`` (metres, ``inf`` where
+    not reached): the workspace of a finished reverse :class:`NodeSearch` seeded with
+    :func:`entry_costs` of ``target`` and bounded by ``limit``. Adds the sources' exit costs
+    and the direct run along a shared edge; results above ``limit`` are ``inf``.
+    """
+    src = network.to_local(sources)
+    tgt = network.to_local(target)
+    out = np.empty(len(sources))
+    _distances_to_target_kernel(
+        dist, src.edge, src.offset, network.edge_u, network.edge_v,
+        network.edge_length, network.edge_twoway, int(tgt.edge[0]),
+        float(tgt.offset[0]), float(limit), out)
     return out
 
 
 def distances_from_point(
-    network: RoadNetwork,
+    network: Topology,
     source: EdgePoints,
     targets: EdgePoints,
     *,
@@ -326,14 +412,15 @@ def distances_from_point(
     a, ca, b, cb = exit_costs(network, source)
     res = search.run(np.r_[a, b], np.r_[ca, cb], limit=limit)
     via_nodes = point_distances_from_nodes(network, res.dist, targets, toward_points=True)
-    e = int(source.edge[0])
-    direct = _shared_edge_run(network, e, float(source.offset[0]), targets.offset,
-                              targets.edge == e)
+    src = network.to_local(source)
+    tgt = network.to_local(targets)
+    e = int(src.edge[0])
+    direct = _shared_edge_run(network, e, float(src.offset[0]), tgt.offset, tgt.edge == e)
     out = np.minimum(via_nodes, direct)
     out[out > limit] = np.inf
     return out
 
 
-def network_distance(network: RoadNetwork, p: EdgePoints, q: EdgePoints) -> float:
+def network_distance(network: Topology, p: EdgePoints, q: EdgePoints) -> float:
     """Network distance from edge point p to edge point q in metres (inf if unreachable)."""
     return float(distances_to_point(network, q, p)[0])

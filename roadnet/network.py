@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,7 @@ from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
 
-__all__ = ["Adjacency", "RoadNetwork", "utm_crs_for"]
+__all__ = ["Adjacency", "RoadNetwork", "Topology", "utm_crs_for"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -41,6 +41,28 @@ def utm_crs_for(lon: FloatArray, lat: FloatArray) -> str:
     lat_c = float(np.nanmedian(lat))
     zone = int(np.floor((lon_c + 180.0) / 6.0)) % 60 + 1
     return f"EPSG:{32600 + zone if lat_c >= 0 else 32700 + zone}"
+
+
+class Topology(Protocol):
+    """What the distance functions need of a graph: a RoadNetwork or a ChainGraph.
+
+    ``edge_*`` describe its edges (for a chain graph, its chains); ``to_local`` expresses
+    network edge points on those edges.
+    """
+
+    edge_u: Int32Array
+    edge_v: Int32Array
+    edge_length: FloatArray
+
+    @property
+    def n_nodes(self) -> int: ...
+
+    @property
+    def edge_twoway(self) -> BoolArray: ...
+
+    def adjacency(self, *, reverse: bool = False) -> Adjacency: ...
+
+    def to_local(self, points: Any) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,9 +312,10 @@ class RoadNetwork:
     @property
     def edge_twoway(self) -> BoolArray:
         """True where an edge may be travelled from v to u as well (always, if undirected)."""
-        if not self.directed:
-            return np.ones(self.n_edges, dtype=bool)
-        return ~self.edge_oneway
+        return self._cached(  # type: ignore[no-any-return]
+            "edge_twoway",
+            lambda: np.ones(self.n_edges, dtype=bool) if not self.directed
+            else ~self.edge_oneway)
 
     def extent_lonlat(self) -> tuple[float, float, float, float]:
         """(west, south, east, north) in degrees."""
@@ -309,12 +332,13 @@ class RoadNetwork:
     def geom_length(self) -> FloatArray:
         """Length of each edge's polyline in ``crs`` metres (>= its chord)."""
         def build() -> FloatArray:
-            seg = np.hypot(*np.diff(self.geom_xy, axis=0).T)
-            # Zero out the joins between consecutive edges' polylines.
-            seg_start = np.zeros(self.geom_xy.shape[0], dtype=np.float64)
-            seg_start[1:] = seg
-            cum = np.cumsum(seg_start)
-            return np.asarray(cum[self.geom_ptr[1:] - 1] - cum[self.geom_ptr[:-1]])
+            # Segment i joins points i and i + 1; zero the joins between consecutive edges'
+            # polylines and sum per edge. (A difference of one global cumulative sum loses
+            # digits on big networks and could overstate kappa.)
+            seg = np.zeros(self.geom_xy.shape[0], dtype=np.float64)
+            seg[:-1] = np.hypot(*np.diff(self.geom_xy, axis=0).T)
+            seg[self.geom_ptr[1:] - 1] = 0.0
+            return np.asarray(np.add.reduceat(seg, self.geom_ptr[:-1]))
         return self._cached("geom_length", build)  # type: ignore[no-any-return]
 
     @property
@@ -363,6 +387,10 @@ class RoadNetwork:
                 arc_edge=arc_edge[order],
             )
         return self._cached(key, build)  # type: ignore[no-any-return]
+
+    def to_local(self, points: Any) -> Any:
+        """Edge points in this graph's own edges: the identity (see roadnet.chains)."""
+        return points
 
     def components(self) -> tuple[int, Int32Array]:
         """Weakly connected components: (count, label per node)."""

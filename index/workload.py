@@ -1,0 +1,571 @@
+"""Synthetic subscription/message workloads from real text and real places (paper Sec. VII-A).
+
+* Subscription keywords: 1-5 keywords (target drawn uniformly in 1..5, capped at the
+  document's size) sampled without replacement from one real document: a tweet after
+  :func:`~index.text.tokenize`, or a real POI's description (OSM: the tokenised ``name``
+  plus the ``amenity``/``shop``/``tourism`` values; Li California: the category name).
+* Message keywords: a target drawn uniformly in 5..25; random documents of the same source
+  are combined (set union, in draw order) until the target is reached, and the message
+  keeps exactly that many.
+* Locations: uniform over the network by length (an edge with probability proportional to
+  its length, then a uniform offset), or at real POIs' positions. With POI keywords and
+  POI locations each subscription takes the keywords of the POI it stands on. Points are
+  only placed on edges that ``(u, v, offset)`` names unambiguously (among parallel edges
+  between two nodes, the one :func:`~roadnet.locations.locate_uv` picks), so the written
+  files read back to exactly the same locations.
+* alpha and tau: a fixed value, or uniform within +-spread of a centre, clipped into
+  [0, 1] and [:data:`TAU_MIN`, 1].
+* Weights: smoothed idf (``ln((1 + N) / (1 + df)) + 1``) over the source's documents.
+
+Everything is drawn from :class:`numpy.random.Generator` streams spawned from one seed
+(separate streams for subscriptions and messages), so one seed gives identical output.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from index.io import messages_table, subscriptions_table, weights_table, write_tables
+from index.model import Messages, Subscriptions
+from index.terms import TermWeights
+from index.text import read_tweet_tokens, tokenize
+from roadnet.errors import InvalidLocationError
+from roadnet.locations import EdgePoints, locate_lonlat, locate_uv
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import DEFAULTS, shared_data_dir
+
+__all__ = [
+    "MESSAGE_KEYWORDS",
+    "OSM_POI_TAGS",
+    "SUBSCRIPTION_KEYWORDS",
+    "TAU_MIN",
+    "POIs",
+    "Workload",
+    "default_tweets_path",
+    "find_poi_source",
+    "generate_workload",
+    "keyword_histogram",
+    "load_pois",
+    "read_li_pois",
+    "read_osm_pois",
+    "write_workload",
+]
+
+#: Inclusive range of keywords per subscription.
+SUBSCRIPTION_KEYWORDS = (1, 5)
+#: Inclusive range of keywords per message.
+MESSAGE_KEYWORDS = (5, 25)
+#: Smallest generated tau (tau must lie in (0, 1]).
+TAU_MIN = 1e-3
+#: OSM tags whose values describe a POI (beside its tokenised name).
+OSM_POI_TAGS = ("amenity", "shop", "tourism")
+
+KeywordSource = Literal["tweets", "pois"]
+LocationSource = Literal["uniform", "pois"]
+PathLike = str | os.PathLike[str]
+IntArray = npt.NDArray[np.int64]
+_CHUNK = 1 << 16
+
+
+# ---------------------------------------------------------------------------- data types
+@dataclass(frozen=True, eq=False)
+class POIs:
+    """Real points of interest placed on a network.
+
+    Attributes
+    ----------
+    points
+        Their positions on the network's edges (offsets in metres).
+    documents
+        Keywords describing each POI (possibly empty).
+    source
+        The file they came from.
+    """
+
+    points: EdgePoints
+    documents: list[list[str]]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A generated workload: subscriptions and messages over one vocabulary.
+
+    ``timings`` holds seconds spent per phase (informational).
+    """
+
+    subscriptions: Subscriptions
+    messages: Messages
+    weights: TermWeights
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class _Corpus:
+    """Documents as a term-id CSR (ids of ``weights``; each row unique, in token order)."""
+
+    ptr: IntArray
+    terms: npt.NDArray[np.int32]
+
+    @property
+    def lengths(self) -> IntArray:
+        return np.diff(self.ptr)
+
+    @classmethod
+    def build(cls, documents: Sequence[Sequence[str]], weights: TermWeights) -> _Corpus:
+        lengths = np.fromiter((len(d) for d in documents), dtype=np.int64,
+                              count=len(documents))
+        ptr = np.zeros(len(documents) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        flat = [t for d in documents for t in d]
+        return cls(ptr, weights.ids(flat, add=False))
+
+
+# ---------------------------------------------------------------------------- POIs
+def default_tweets_path() -> Path:
+    """``text/airline_tweets.csv`` of the shared data folder."""
+    return shared_data_dir() / "text" / "airline_tweets.csv"
+
+
+def find_poi_source(network_path: PathLike) -> Path | None:
+    """The POI file that goes with a network file, or None.
+
+    ``X.cnode`` (Li et al.) -> ``X.poi_on_edges.txt`` beside it; an OSM file
+    (``.osm.pbf``, ``.pbf``, ``.osm``, ``.osm.bz2``) holds its own POIs.
+    """
+    p = Path(network_path)
+    name = p.name.lower()
+    if name.endswith(".cnode"):
+        cand = p.with_name(p.name[: -len(".cnode")] + ".poi_on_edges.txt")
+        return cand if cand.exists() else None
+    if name.endswith((".osm.pbf", ".pbf", ".osm", ".osm.bz2")):
+        return p
+    return None
+
+
+def load_pois(network: RoadNetwork, path: PathLike, *,
+              max_snap_m: float = DEFAULTS.snap_distance_m) -> POIs:
+    """POIs of a Li ``*.poi_on_edges.txt`` file or an OSM file (see :func:`find_poi_source`).
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file (or no category file beside a Li POI file).
+    ValueError
+        An unsupported file, or no POI lies on the network.
+    """
+    p = Path(path)
+    if not p.exists():
+        msg = f"POI file not found: {p}"
+        raise FileNotFoundError(msg)
+    name = p.name.lower()
+    if name.endswith(".poi_on_edges.txt"):
+        cats = p.with_name(p.name[: -len(".poi_on_edges.txt")] + ".poi_categories.csv")
+        pois = read_li_pois(network, p, cats)
+    elif name.endswith((".osm.pbf", ".pbf", ".osm", ".osm.bz2")):
+        pois = read_osm_pois(network, p, max_snap_m=max_snap_m)
+    else:
+        msg = f"{p}: not a POI file (expected *.poi_on_edges.txt or an OSM file)"
+        raise ValueError(msg)
+    if len(pois) == 0:
+        msg = f"{p}: no POI lies on the network {network.name!r}"
+        raise ValueError(msg)
+    return pois
+
+
+def read_li_pois(network: RoadNetwork, path: PathLike, categories: PathLike) -> POIs:
+    """Li et al.'s POIs on edges, placed on ``network`` (read from their ``.cnode``).
+
+    The file holds, per edge, a line ``start_node end_node edge_length n_pois`` followed,
+    when ``n_pois > 0``, by one line of ``n_pois`` pairs ``category_id distance``. Lengths
+    and distances are in the file's degree units: the fraction ``distance / edge_length``
+    (clipped to [0, 1]) is scaled to the network's edge length in metres. POIs on edges
+    the network lacks are skipped. Each POI's keywords are its category name.
+    """
+    import pandas as pd
+
+    p, c = Path(path), Path(categories)
+    if not c.exists():
+        msg = f"POI category file not found: {c}"
+        raise FileNotFoundError(msg)
+    cat = pd.read_csv(c)
+    if not {"cat_name", "cat_id"} <= set(cat.columns):
+        msg = f"{c}: expected columns cat_name, cat_id"
+        raise ValueError(msg)
+    names = {int(i): str(n).strip().lower() for n, i in zip(cat["cat_name"], cat["cat_id"],
+                                                            strict=True)}
+    u_l: list[int] = []
+    v_l: list[int] = []
+    frac_l: list[float] = []
+    cat_l: list[int] = []
+    with p.open("r", encoding="ascii") as fh:
+        lines = iter(fh.read().splitlines())
+        for lineno, line in enumerate(lines, start=1):
+            head = line.split()
+            if not head:
+                continue
+            try:
+                su, sv, slen, scount = head
+                count = int(scount)
+                length = float(slen)
+                pairs = next(lines).split() if count > 0 else []
+                if len(pairs) != 2 * count:
+                    raise ValueError
+            except (ValueError, StopIteration) as exc:
+                msg = f"{p}: malformed POI record near line {lineno}"
+                raise ValueError(msg) from exc
+            for k in range(count):
+                u_l.append(int(su))
+                v_l.append(int(sv))
+                cat_l.append(int(pairs[2 * k]))
+                d = float(pairs[2 * k + 1])
+                frac_l.append(d / length if length > 0 else 0.0)
+    u = np.asarray(u_l, dtype=np.int64)
+    v = np.asarray(v_l, dtype=np.int64)
+    frac = np.clip(np.asarray(frac_l, dtype=np.float64), 0.0, 1.0)
+    known = (network.node_index(u) >= 0) & (network.node_index(v) >= 0)
+    unknown_cat = sorted({k for k in cat_l if k not in names})
+    if unknown_cat:
+        msg = f"{p}: unknown POI category ids {unknown_cat[:10]}"
+        raise ValueError(msg)
+    rows = np.flatnonzero(known)
+    points, ok = _locate_edges(network, u[rows], v[rows], frac[rows])
+    rows = rows[ok]
+    docs = [[names[cat_l[r]]] for r in rows.tolist()]
+    return POIs(points, docs, source=str(p))
+
+
+def _locate_edges(network: RoadNetwork, u: IntArray, v: IntArray,
+                  frac: npt.NDArray[np.float64]) -> tuple[EdgePoints, npt.NDArray[np.bool_]]:
+    """Points at a fraction of the u-v edges; rows whose (u, v) is not an edge are skipped."""
+    ok = np.ones(u.size, dtype=bool)
+    try:
+        probe = locate_uv(network, u, v, np.zeros(u.size))
+    except InvalidLocationError:
+        probe = None
+    if probe is None:  # rare: find the offending rows one by one
+        for i in range(u.size):
+            try:
+                locate_uv(network, u[i:i + 1], v[i:i + 1], [0.0])
+            except InvalidLocationError:
+                ok[i] = False
+        probe = locate_uv(network, u[ok], v[ok], np.zeros(int(ok.sum())))
+    length = network.edge_length[probe.edge]
+    # locate_uv measures the offset from the named u even when the edge is stored (v, u).
+    pts = locate_uv(network, u[ok], v[ok], frac[ok] * length)
+    return pts, ok
+
+
+def read_osm_pois(network: RoadNetwork, path: PathLike, *,
+                  max_snap_m: float = DEFAULTS.snap_distance_m) -> POIs:
+    """OSM nodes and ways tagged ``amenity``, ``shop`` or ``tourism``, snapped to the network.
+
+    A way stands at the mean of its nodes. Keywords: the tokenised ``name`` followed by the
+    lower-cased tag values (``fast_food`` stays one keyword; ``a;b`` gives two). POIs
+    farther than ``max_snap_m`` metres from every road are dropped.
+    """
+    import osmium
+
+    lon_l: list[float] = []
+    lat_l: list[float] = []
+    docs: list[list[str]] = []
+    fp = (osmium.FileProcessor(str(path)).with_locations()
+          .with_filter(osmium.filter.KeyFilter(*OSM_POI_TAGS)))
+    for obj in fp:
+        if isinstance(obj, osmium.osm.Node):
+            if not obj.location.valid():
+                continue
+            lon, lat = obj.location.lon, obj.location.lat
+        elif isinstance(obj, osmium.osm.Way):
+            locs = [(n.location.lon, n.location.lat) for n in obj.nodes if n.location.valid()]
+            if not locs:
+                continue
+            lon = float(np.mean([a for a, _ in locs]))
+            lat = float(np.mean([b for _, b in locs]))
+        else:
+            continue
+        tags = obj.tags
+        words: dict[str, None] = dict.fromkeys(tokenize(tags.get("name") or ""))
+        for key in OSM_POI_TAGS:
+            for value in (tags.get(key) or "").split(";"):
+                value = value.strip().lower()
+                if value and value not in ("yes", "no"):
+                    words[value] = None
+        lon_l.append(lon)
+        lat_l.append(lat)
+        docs.append(list(words))
+    if not docs:
+        return POIs(EdgePoints.of([], []), [], source=str(path))
+    pts, dist = locate_lonlat(network, lon_l, lat_l, max_snap_m=np.inf)
+    keep = np.flatnonzero(dist <= max_snap_m)
+    return POIs(pts[keep], [docs[i] for i in keep.tolist()], source=str(path))
+
+
+# ---------------------------------------------------------------------------- sampling
+def _canonical_edges(network: RoadNetwork) -> npt.NDArray[np.bool_]:
+    """Edges that (u, v, offset) names unambiguously: locate_uv maps them back to themselves.
+
+    Among parallel edges only the shortest one is reachable by (u, v); uniform locations
+    are drawn on canonical edges so the written u/v/offset round-trip exactly.
+    """
+    key = "workload:canonical_edges"
+    if key not in network._cache:
+        und = network.with_direction(directed=False)
+        ids = network.node_ids
+        e = np.arange(network.n_edges)
+        pts = locate_uv(und, ids[network.edge_u], ids[network.edge_v], np.zeros(e.size))
+        network._cache[key] = np.asarray((pts.edge == e) & (pts.offset == 0.0))
+    return network._cache[key]
+
+
+def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator) -> EdgePoints:
+    weight = np.where(_canonical_edges(network), network.edge_length, 0.0)
+    cum = np.cumsum(weight)
+    if n == 0:
+        return EdgePoints.of([], [])
+    if cum[-1] <= 0:
+        msg = f"network {network.name!r} has no edge of positive length to place points on"
+        raise ValueError(msg)
+    edge = np.searchsorted(cum, rng.random(n) * cum[-1], side="right")
+    edge = np.minimum(edge, network.n_edges - 1)
+    offset = rng.random(n) * network.edge_length[edge]
+    return EdgePoints.of(edge, offset)
+
+
+def _spread(rng: np.random.Generator, n: int, centre: float, spread: float, lo: float,
+            hi: float) -> npt.NDArray[np.float64]:
+    if spread == 0:
+        return np.full(n, float(np.clip(centre, lo, hi)))
+    return np.clip(rng.uniform(centre - spread, centre + spread, n), lo, hi)
+
+
+def _sample_subsets(rng: np.random.Generator, corpus: _Corpus, docs: IntArray,
+                    ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """Per chosen document, 1-5 distinct keywords: (CSR ptr, term ids sorted per row)."""
+    lo, hi = SUBSCRIPTION_KEYWORDS
+    n = docs.size
+    counts = np.empty(n, dtype=np.int64)
+    parts: list[npt.NDArray[np.int32]] = []
+    for start in range(0, n, _CHUNK):
+        d = docs[start:start + _CHUNK]
+        c = d.size
+        length = corpus.lengths[d]
+        k = np.minimum(rng.integers(lo, hi + 1, c), length)
+        width = int(length.max()) if c else 0
+        keys = rng.random((c, width))
+        keys[np.arange(width)[None, :] >= length[:, None]] = 2.0
+        take = min(hi, width)
+        pos = np.argsort(keys, axis=1, kind="stable")[:, :take]
+        chosen = np.arange(take)[None, :] < k[:, None]
+        flat = corpus.ptr[d][:, None] + np.where(chosen, pos, 0)
+        term = np.where(chosen, corpus.terms[flat], np.iinfo(np.int32).max)
+        term.sort(axis=1)
+        parts.append(term[chosen].astype(np.int32))
+        counts[start:start + c] = k
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    terms = np.concatenate(parts) if parts else np.empty(0, np.int32)
+    return ptr, terms
+
+
+def _combine_documents(rng: np.random.Generator, corpus: _Corpus, eligible: IntArray,
+                       n: int) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """Per message, random documents united until 5-25 keywords: (CSR ptr, sorted ids)."""
+    lo, hi = MESSAGE_KEYWORDS
+    vocab = int(np.unique(corpus.terms).size)  # empty documents hold no terms
+    targets = np.minimum(rng.integers(lo, hi + 1, n), vocab)
+    ptr_l = corpus.ptr.tolist()
+    terms_l = corpus.terms.tolist()
+    counts = np.zeros(n, dtype=np.int64)
+    rows: list[list[int]] = []
+    block = rng.integers(0, eligible.size, 64).tolist() if eligible.size else []
+    pick = 0
+    el = eligible.tolist()
+    for i in range(n):
+        target = int(targets[i])
+        got: dict[int, None] = {}
+        draws = 0
+        while len(got) < target and draws < 10_000:
+            if pick == len(block):
+                block = rng.integers(0, eligible.size, 64).tolist()
+                pick = 0
+            d = el[block[pick]]
+            pick += 1
+            draws += 1
+            for t in terms_l[ptr_l[d]:ptr_l[d + 1]]:
+                got[t] = None
+                if len(got) == target:
+                    break
+        row = sorted(got)
+        rows.append(row)
+        counts[i] = len(row)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(ptr[-1]))
+    return ptr, flat
+
+
+def generate_workload(
+    network: RoadNetwork,
+    *,
+    n_subscriptions: int,
+    n_messages: int,
+    seed: int = 0,
+    keywords_from: KeywordSource = "tweets",
+    locations: LocationSource = "uniform",
+    alpha: float = 0.5,
+    alpha_spread: float = 0.1,
+    tau: float = 0.7,
+    tau_spread: float = 0.1,
+    tweets: PathLike | Sequence[Sequence[str]] | None = None,
+    pois: POIs | None = None,
+) -> Workload:
+    """Generate subscriptions and messages in memory (see the module docstring).
+
+    Parameters
+    ----------
+    network
+        Where the locations lie.
+    n_subscriptions, n_messages
+        How many of each (>= 0); ids are ``0 .. n - 1``.
+    seed
+        Seed of every random draw: one seed gives identical workloads.
+    keywords_from
+        ``"tweets"`` (the tweet corpus) or ``"pois"`` (descriptions of ``pois``).
+    locations
+        ``"uniform"`` over the network by length, or ``"pois"`` (positions of ``pois``).
+    alpha, alpha_spread
+        Centre in [0, 1] and half-width (>= 0) of the uniform alpha distribution.
+    tau, tau_spread
+        Centre in (0, 1] and half-width (>= 0) of tau; draws are clipped to [TAU_MIN, 1].
+    tweets
+        The tweet corpus: a CSV path (default :func:`default_tweets_path`) or tokenised
+        documents. Only read for ``keywords_from="tweets"``.
+    pois
+        Required when ``keywords_from`` or ``locations`` is ``"pois"``
+        (see :func:`load_pois`).
+
+    Raises
+    ------
+    ValueError
+        Bad parameters, no POIs when they are needed, or a corpus without keywords.
+    FileNotFoundError
+        The tweet corpus file is missing.
+    """
+    t0 = time.perf_counter()
+    if n_subscriptions < 0 or n_messages < 0:
+        msg = "n_subscriptions and n_messages must be >= 0"
+        raise ValueError(msg)
+    if not 0 <= alpha <= 1 or not 0 < tau <= 1:
+        msg = f"alpha must lie in [0, 1] and tau in (0, 1]; got alpha={alpha}, tau={tau}"
+        raise ValueError(msg)
+    if alpha_spread < 0 or tau_spread < 0:
+        msg = "alpha_spread and tau_spread must be >= 0"
+        raise ValueError(msg)
+    if keywords_from not in ("tweets", "pois") or locations not in ("uniform", "pois"):
+        msg = (f"keywords_from must be 'tweets' or 'pois' and locations 'uniform' or 'pois'; "
+               f"got {keywords_from!r}, {locations!r}")
+        raise ValueError(msg)
+    if (keywords_from == "pois" or locations == "pois") and (pois is None or len(pois) == 0):
+        msg = (f"POIs are needed for keywords_from={keywords_from!r}, "
+               f"locations={locations!r}, but none were given for network {network.name!r}")
+        raise ValueError(msg)
+
+    if keywords_from == "pois":
+        assert pois is not None
+        documents: Sequence[Sequence[str]] = pois.documents
+    elif tweets is None or isinstance(tweets, str | os.PathLike):
+        documents = read_tweet_tokens(tweets if tweets is not None else default_tweets_path())
+    else:
+        documents = tweets
+    t_read = time.perf_counter()
+    weights = TermWeights.from_idf(documents)
+    corpus = _Corpus.build(documents, weights)
+    eligible = np.flatnonzero(corpus.lengths > 0)
+    if eligible.size == 0:
+        msg = f"the {keywords_from} corpus holds no keywords"
+        raise ValueError(msg)
+    t_corpus = time.perf_counter()
+
+    streams = np.random.SeedSequence(seed).spawn(5)
+    sub_loc, sub_kw, sub_par, msg_loc, msg_kw = (np.random.default_rng(s) for s in streams)
+
+    # Subscriptions.
+    if locations == "pois":
+        assert pois is not None
+        # Only POIs whose (u, v, offset) round-trips, and with POI keywords only POIs
+        # that have some.
+        placeable = _canonical_edges(network)[pois.points.edge]
+        pool = np.flatnonzero(placeable & (corpus.lengths > 0) if keywords_from == "pois"
+                              else placeable)
+        if pool.size == 0:
+            msg = f"no POI of {pois.source or 'the POI set'} can hold a subscription"
+            raise ValueError(msg)
+        poi_rows = pool[sub_loc.integers(0, pool.size, n_subscriptions)]
+        sub_points = pois.points[poi_rows]
+    else:
+        poi_rows = None
+        sub_points = _uniform_points(network, n_subscriptions, sub_loc)
+    if keywords_from == "pois" and poi_rows is not None:
+        sub_docs = poi_rows.astype(np.int64)
+    else:
+        sub_docs = eligible[sub_kw.integers(0, eligible.size, n_subscriptions)]
+    kw_ptr, kw_terms = _sample_subsets(sub_kw, corpus, sub_docs)
+    a = _spread(sub_par, n_subscriptions, alpha, alpha_spread, 0.0, 1.0)
+    t = _spread(sub_par, n_subscriptions, tau, tau_spread, TAU_MIN, 1.0)
+    subs = Subscriptions(np.arange(n_subscriptions, dtype=np.int64), sub_points, a, t,
+                         kw_ptr, kw_terms)
+    t_subs = time.perf_counter()
+
+    # Messages.
+    if locations == "pois":
+        assert pois is not None
+        spots = np.flatnonzero(_canonical_edges(network)[pois.points.edge])
+        msg_points = pois.points[spots[msg_loc.integers(0, spots.size, n_messages)]]
+    else:
+        msg_points = _uniform_points(network, n_messages, msg_loc)
+    m_ptr, m_terms = _combine_documents(msg_kw, corpus, eligible, n_messages)
+    messages = Messages(np.arange(n_messages, dtype=np.int64), msg_points, m_ptr, m_terms)
+    t_msgs = time.perf_counter()
+    timings = {"read_corpus_s": t_read - t0, "weights_s": t_corpus - t_read,
+               "subscriptions_s": t_subs - t_corpus, "messages_s": t_msgs - t_subs}
+    return Workload(subs, messages, weights, timings)
+
+
+# ---------------------------------------------------------------------------- output
+def write_workload(workload: Workload, out_dir: PathLike, *, network: RoadNetwork,
+                   lonlat: bool = True) -> dict[str, Path]:
+    """Write ``subscriptions.parquet``, ``messages.parquet`` and ``weights.parquet``.
+
+    The three files are written atomically as a group: either all appear (replacing any
+    earlier ones) or none changes.
+    """
+    out = Path(out_dir)
+    paths = {"subscriptions": out / "subscriptions.parquet",
+             "messages": out / "messages.parquet",
+             "weights": out / "weights.parquet"}
+    write_tables({
+        paths["subscriptions"]: subscriptions_table(workload.subscriptions, network=network,
+                                                    weights=workload.weights, lonlat=lonlat),
+        paths["messages"]: messages_table(workload.messages, network=network,
+                                          weights=workload.weights, lonlat=lonlat),
+        paths["weights"]: weights_table(workload.weights),
+    })
+    return paths
+
+
+def keyword_histogram(kw_ptr: npt.NDArray[np.int64]) -> dict[int, int]:
+    """Number of rows per keyword count, e.g. ``{1: 120, 2: 98, ...}`` (zero counts left out)."""
+    counts = np.bincount(np.diff(kw_ptr))
+    return {int(k): int(c) for k, c in enumerate(counts) if c}

@@ -1,0 +1,229 @@
+"""Chain graphs: the road network with its degree-2 nodes contracted, for fast searches.
+
+Most nodes of a raw road graph only join two segments (74% on Rome). A *chain* is a maximal
+run of edges through such nodes between two *junctions* (nodes of another degree, nodes a
+caller forces, and, when directed, nodes where the one-way status changes). Every edge point
+(e, o) is also a point (c, q) of its chain, ``q`` metres from the chain's first junction,
+and the distance between two edge points is the same on the chain graph, so Dijkstra only
+ever settles junctions: about four times fewer nodes on Rome.
+
+A :class:`ChainGraph` offers the attribute names the distance functions read from a
+:class:`~roadnet.network.RoadNetwork` (``edge_u``, ``edge_v``, ``edge_length``,
+``edge_twoway``, ``adjacency``, ``n_nodes``), with its chains as the "edges" and junction
+nodes keeping their network indices, plus :meth:`ChainGraph.to_local` to express edge
+points on chains. The raw network is its own trivial chain graph
+(:meth:`RoadNetwork.to_local` is the identity), so every distance function takes either.
+Chain lengths are sums of edge lengths, so distances may differ from the raw graph's in
+the last bits of rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from roadnet.locations import EdgePoints
+from roadnet.network import Adjacency, RoadNetwork
+
+__all__ = ["ChainGraph", "build_chain_graph"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@numba.njit(cache=True)
+def _walk_chains(  # pragma: no cover - compiled
+    n_nodes: int, edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32],
+    edge_length: FloatArray, junction: npt.NDArray[np.bool_], inc_ptr: IntArray,
+    inc_edge: IntArray,
+) -> tuple[IntArray, IntArray, FloatArray, IntArray, FloatArray, npt.NDArray[np.bool_],
+           IntArray]:
+    m = edge_u.size
+    edge_chain = np.full(m, -1, dtype=np.int64)
+    edge_start = np.zeros(m)
+    edge_forward = np.zeros(m, dtype=np.bool_)
+    chain_u = np.empty(m, dtype=np.int64)
+    chain_v = np.empty(m, dtype=np.int64)
+    chain_len = np.empty(m)
+    chain_first = np.empty(m, dtype=np.int64)
+    n_chains = 0
+    for sweep in range(2):
+        for start in range(n_nodes):
+            if not junction[start]:
+                if sweep == 0:
+                    continue
+                # Second sweep: a ring of degree-2 nodes with no junction; make one.
+                k = inc_ptr[start]
+                if k == inc_ptr[start + 1] or edge_chain[inc_edge[k]] >= 0:
+                    continue
+                junction[start] = True
+            for k in range(inc_ptr[start], inc_ptr[start + 1]):
+                e = inc_edge[k]
+                if edge_chain[e] >= 0:
+                    continue
+                c = n_chains
+                n_chains += 1
+                chain_first[c] = e
+                node = start
+                pos = 0.0
+                while True:
+                    forward = edge_u[e] == node
+                    edge_chain[e] = c
+                    edge_start[e] = pos
+                    edge_forward[e] = forward
+                    pos = pos + edge_length[e]
+                    node = edge_v[e] if forward else edge_u[e]
+                    if junction[node]:
+                        break
+                    nxt = -1
+                    for j in range(inc_ptr[node], inc_ptr[node + 1]):
+                        if inc_edge[j] != e and edge_chain[inc_edge[j]] < 0:
+                            nxt = inc_edge[j]
+                            break
+                    if nxt < 0:
+                        break
+                    e = nxt
+                chain_u[c] = start
+                chain_v[c] = node
+                chain_len[c] = pos
+    return (edge_chain, chain_u[:n_chains], chain_len[:n_chains], chain_v[:n_chains],
+            edge_start, edge_forward, chain_first[:n_chains])
+
+
+@dataclass(frozen=True, eq=False)
+class ChainGraph:
+    """Chains of a network (see the module docstring).
+
+    Attributes
+    ----------
+    network
+        The road network the chains cover.
+    edge_u, edge_v
+        Junction node indices (network indices) at each chain's start and end.
+    edge_length
+        Chain lengths in metres.
+    edge_twoway
+        Whether a chain may be travelled from its end to its start.
+    edge_chain, edge_start, edge_forward
+        Per network edge: its chain, where it starts along the chain (metres), and whether
+        it runs in the chain's direction (its u nearer the chain's start).
+    junction
+        Per network node: whether it is a junction (only junctions are ever settled).
+    """
+
+    network: RoadNetwork
+    edge_u: npt.NDArray[np.int32]
+    edge_v: npt.NDArray[np.int32]
+    edge_length: FloatArray
+    edge_twoway: npt.NDArray[np.bool_]
+    edge_chain: npt.NDArray[np.int32]
+    edge_start: FloatArray
+    edge_forward: npt.NDArray[np.bool_]
+    junction: npt.NDArray[np.bool_]
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of network nodes (junctions keep their indices)."""
+        return self.network.n_nodes
+
+    @property
+    def n_chains(self) -> int:
+        """Number of chains."""
+        return int(self.edge_length.size)
+
+    @property
+    def directed(self) -> bool:
+        """Whether one-way flags are honoured."""
+        return self.network.directed
+
+    def to_local(self, points: EdgePoints) -> EdgePoints:
+        """Edge points of the network as points (chain, metres from the chain's start)."""
+        e = points.edge
+        along = np.where(self.edge_forward[e], points.offset,
+                         self.network.edge_length[e] - points.offset)
+        return EdgePoints(self.edge_chain[e], self.edge_start[e] + along)
+
+    def adjacency(self, *, reverse: bool = False) -> Adjacency:
+        """Chains as arcs between junctions, in CSR form (see RoadNetwork.adjacency)."""
+        key = "adj_rev" if reverse else "adj_fwd"
+        if key not in self._cache:
+            c = np.arange(self.n_chains, dtype=np.int32)
+            two = self.edge_twoway
+            tails = np.concatenate([self.edge_u, self.edge_v[two]]).astype(np.int64)
+            heads = np.concatenate([self.edge_v, self.edge_u[two]])
+            arc = np.concatenate([c, c[two]])
+            if reverse:
+                tails, heads = heads.astype(np.int64), tails.astype(np.int32)
+            order = np.argsort(tails, kind="stable")
+            indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+            np.cumsum(np.bincount(tails, minlength=self.n_nodes), out=indptr[1:])
+            self._cache[key] = Adjacency(indptr=indptr,
+                                         indices=heads[order].astype(np.int32),
+                                         weights=self.edge_length[arc[order]],
+                                         arc_edge=arc[order])
+        return self._cache[key]  # type: ignore[no-any-return]
+
+
+def build_chain_graph(
+    network: RoadNetwork, *, junctions: npt.NDArray[np.bool_] | None = None
+) -> ChainGraph:
+    """Contract the network's degree-2 nodes into chains.
+
+    Parameters
+    ----------
+    network
+        The road network.
+    junctions
+        Nodes that must stay junctions (e.g. cell border vertices, so that searches can
+        start and end there).
+    """
+    n = network.n_nodes
+    eu = network.edge_u.astype(np.int64)
+    ev = network.edge_v.astype(np.int64)
+    ends = np.concatenate([eu, ev])
+    degree = np.bincount(ends, minlength=n)
+    junction = degree != 2
+    junction[eu[eu == ev]] = True  # self-loops
+    if junctions is not None:
+        junction |= np.asarray(junctions, dtype=bool)
+    if network.directed:
+        # A degree-2 node joins one chain only if travel through it is possible the same
+        # way: both edges two-way, or both one-way and one entering, one leaving.
+        twoway = network.edge_twoway.astype(np.int64)
+        two_at = np.bincount(ends, weights=np.concatenate([twoway, twoway]), minlength=n)
+        entering = np.bincount(ev[~network.edge_twoway], minlength=n)
+        leaving = np.bincount(eu[~network.edge_twoway], minlength=n)
+        mixed = (two_at == 1) | ((two_at == 0) & ((entering != 1) | (leaving != 1)))
+        junction |= mixed & (degree == 2)
+    edge_ids = np.concatenate([np.arange(eu.size), np.arange(eu.size)])
+    order = np.argsort(ends, kind="stable")
+    inc_edge = edge_ids[order]
+    inc_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=inc_ptr[1:])
+    junction = junction.copy()
+    edge_chain, chain_u, chain_len, chain_v, edge_start, edge_forward, first = _walk_chains(
+        n, network.edge_u, network.edge_v, network.edge_length, junction, inc_ptr, inc_edge)
+    # Chain twoway-ness: all its edges are two-way (chains never mix, see above).
+    chain_twoway = np.ones(chain_len.size, dtype=bool)
+    if network.directed:
+        np.logical_and.at(chain_twoway, edge_chain, network.edge_twoway)
+        # A one-way chain walked against its travel direction is turned around.
+        flip = ~chain_twoway & ~edge_forward[first]
+        if flip.any():
+            fe = flip[edge_chain]
+            edge_start = np.where(fe, chain_len[edge_chain] - edge_start - network.edge_length,
+                                  edge_start)
+            edge_forward = np.where(fe, ~edge_forward, edge_forward)
+            chain_u, chain_v = np.where(flip, chain_v, chain_u), np.where(flip, chain_u, chain_v)
+    return ChainGraph(
+        network=network,
+        edge_u=chain_u.astype(np.int32), edge_v=chain_v.astype(np.int32),
+        edge_length=chain_len, edge_twoway=chain_twoway,
+        edge_chain=edge_chain.astype(np.int32), edge_start=edge_start,
+        edge_forward=edge_forward, junction=junction,
+    )

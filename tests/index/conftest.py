@@ -1,0 +1,82 @@
+"""Shared fixtures of the index-layer tests: a tiny synthetic network and real data.
+
+Real data lives in ``../shared/data`` beside the checkout (``ROADPUBSUB_SHARED_DATA``
+overrides it); tests that need a missing file are skipped with the path in the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.text import read_tweet_tokens
+from roadnet.io import load_network
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import shared_data_dir
+
+
+def shared_file(relative: str) -> Path:
+    """A file of the shared data folder, or skip the test when it is absent."""
+    path = shared_data_dir() / relative
+    if not path.exists():
+        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
+    return path
+
+
+def osm_file(relative: str) -> Path:
+    """A shared OSM file, skipping when the file or the OSM reader (roadnet.osm) is absent."""
+    if importlib.util.find_spec("roadnet.osm") is None:
+        pytest.skip("needs roadnet.osm (the OSM reader) to load OSM networks")
+    return shared_file(relative)
+
+
+@pytest.fixture(scope="session")
+def shared() -> Callable[[str], Path]:
+    """``shared("text/airline_tweets.csv")``: a shared data file, skipping when absent."""
+    return shared_file
+
+
+@pytest.fixture(scope="session")
+def rome() -> RoadNetwork:
+    """Rome, DIMACS (234,496 nodes); a few seconds to load, so once per session."""
+    return load_network(shared_file("dimacs/rome.gr.gz"))
+
+
+@pytest.fixture(scope="session")
+def california() -> RoadNetwork:
+    """Li et al.'s California road network."""
+    return load_network(shared_file("li_california/cal.cnode"))
+
+
+@pytest.fixture(scope="session")
+def andorra() -> RoadNetwork:
+    """Drivable roads of the Andorra OSM extract."""
+    return load_network(osm_file("osm/andorra-latest.osm.pbf"))
+
+
+@pytest.fixture(scope="session")
+def tweet_docs() -> list[list[str]]:
+    """The shared airline tweets, tokenised."""
+    return read_tweet_tokens(shared_file("text/airline_tweets.csv"))
+
+
+#: Node ids and positions of :func:`tiny`: a row of four nodes about 84 m apart.
+TINY_IDS = (10, 20, 30, 40)
+TINY_LON = (2.000, 2.001, 2.002, 2.003)
+TINY_LAT = 41.0
+
+
+@pytest.fixture(scope="session")
+def tiny() -> RoadNetwork:
+    """Three straight edges 10-20, 20-30, 30-40 along a parallel near 2 E, 41 N.
+
+    Edge lengths are 100, 100 and 50 metres (not the geometric ~84 m: lengths are data).
+    """
+    return RoadNetwork.from_arrays(
+        node_ids=np.array(TINY_IDS), node_lon=np.array(TINY_LON),
+        node_lat=np.full(4, TINY_LAT), edge_u_ids=[10, 20, 30], edge_v_ids=[20, 30, 40],
+        edge_length=[100.0, 100.0, 50.0], name="tiny")

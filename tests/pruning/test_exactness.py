@@ -1,0 +1,169 @@
+"""BIA and EIA deliver exactly what the reference matcher delivers.
+
+Property tests on tiny random graphs (parallel edges, disconnected parts, one-way streets,
+zero-length edges, curved edges shorter than their chord) and on samples of the real
+networks, with alpha in {0, 1}, tau <= alpha, borderline scores and points sharing an edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index.bia import BasicIndex
+from index.eia import EnhancedIndex
+from index.model import Messages, Subscriptions
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from index.workload import generate_workload
+from pruning.brute import match_brute
+from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+
+ARCHITECTURES = (EnhancedIndex, BasicIndex)
+
+
+def assert_same(got: Deliveries, want: Deliveries) -> None:
+    """Same (message, subscription) pairs; distances to 1e-6 m; scores to 1e-9."""
+    assert got.pairs() == want.pairs()
+    np.testing.assert_array_equal(got.message_id, want.message_id)
+    np.testing.assert_array_equal(got.subscription_id, want.subscription_id)
+    np.testing.assert_allclose(got.distance, want.distance, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got.score, want.score, rtol=0, atol=1e-9)
+
+
+def tiny_network(draw: st.DrawFn) -> RoadNetwork:
+    """A random small road graph around (0.01 E, 0.01 N): nodes on a jittered grid."""
+    n = draw(st.integers(3, 14))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    lon = 0.01 + rng.uniform(0, 0.02, n)
+    lat = 0.01 + rng.uniform(0, 0.02, n)
+    m = draw(st.integers(1, 3 * n))
+    u = rng.integers(0, n, m)
+    v = rng.integers(0, n, m)
+    v = np.where(u == v, (v + 1) % n, v)
+    # A few parallel edges and some lengths below the chord (kappa < 1 must stay safe).
+    chord = np.hypot(lon[u] - lon[v], lat[u] - lat[v]) * 111_000
+    length = chord * rng.choice([0.0, 0.6, 1.0, 1.3, 2.0], m, p=[0.05, 0.1, 0.45, 0.3, 0.1])
+    oneway = rng.random(m) < 0.3
+    return RoadNetwork.from_arrays(
+        node_ids=np.arange(n) * 10 + 7, node_lon=lon, node_lat=lat,
+        edge_u_ids=u * 10 + 7, edge_v_ids=v * 10 + 7, edge_length=length,
+        edge_oneway=oneway, directed=draw(st.booleans()), name="tiny")
+
+
+def random_points(rng: np.random.Generator, network: RoadNetwork, k: int) -> EdgePoints:
+    e = rng.integers(0, network.n_edges, k)
+    frac = rng.choice([0.0, 1.0, 0.5, -1.0], k, p=[0.1, 0.1, 0.1, 0.7])
+    frac = np.where(frac < 0, rng.random(k), frac)
+    return EdgePoints.of(e, frac * network.edge_length[e])
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[RoadNetwork, Subscriptions, Messages, TermWeights,
+                                        float, int]:
+    network = tiny_network(draw)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    vocab = [f"t{i}" for i in range(8)]
+    weights = TermWeights({t: float(w) for t, w in zip(vocab, rng.uniform(0.2, 3, 8),
+                                                       strict=True)})
+    n_subs = draw(st.integers(1, 40))
+    alpha = rng.choice([0.0, 1.0, 0.3, 0.5, 0.8], n_subs)
+    tau = rng.choice([0.05, 0.3, 0.5, 0.7, 0.95, 1.0], n_subs)
+    keywords = [list(rng.choice(vocab, rng.integers(1, 5), replace=False))
+                for _ in range(n_subs)]
+    subs = Subscriptions.from_rows(ids=rng.permutation(1000)[:n_subs],
+                                   points=random_points(rng, network, n_subs),
+                                   keywords=keywords, alpha=alpha, tau=tau, weights=weights)
+    n_msgs = draw(st.integers(1, 6))
+    # Messages often sit on a subscription's edge.
+    mpoints = random_points(rng, network, n_msgs)
+    same = rng.random(n_msgs) < 0.4
+    pick = rng.integers(0, n_subs, n_msgs)
+    medge = np.where(same, subs.points.edge[pick], mpoints.edge)
+    moff = np.where(same, network.edge_length[medge] * rng.random(n_msgs), mpoints.offset)
+    messages = Messages.from_rows(
+        ids=np.arange(n_msgs), points=EdgePoints.of(medge, moff),
+        keywords=[list(rng.choice(vocab, rng.integers(0, 6), replace=False))
+                  for _ in range(n_msgs)], weights=weights)
+    dmax = float(draw(st.sampled_from([50.0, 500.0, 3000.0])))
+    capacity = draw(st.integers(1, 6))
+    return network, subs, messages, weights, dmax, capacity
+
+
+def with_borderline_taus(network: RoadNetwork, subs: Subscriptions, messages: Messages,
+                         weights: TermWeights, dmax: float) -> Subscriptions:
+    """Set some subscriptions' tau to exactly the score they reach with some message."""
+    loose = Subscriptions(subs.ids, subs.points, subs.alpha, np.full(len(subs), 1e-6),
+                          subs.kw_ptr, subs.kw_terms)
+    ref = match_brute(network, loose, messages, weights, dmax_m=dmax)
+    tau = subs.tau.copy()
+    row_of = {int(i): r for r, i in enumerate(subs.ids)}
+    for sid, score in zip(ref.subscription_id[::2], ref.score[::2], strict=True):
+        if 0 < score <= 1:
+            tau[row_of[int(sid)]] = score
+    return Subscriptions(subs.ids, subs.points, subs.alpha, tau, subs.kw_ptr, subs.kw_terms)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scenarios(), st.booleans())
+def test_indexes_equal_reference_on_tiny_graphs(scenario, borderline: bool) -> None:
+    network, subs, messages, weights, dmax, capacity = scenario
+    if borderline:
+        subs = with_borderline_taus(network, subs, messages, weights, dmax)
+    want = match_brute(network, subs, messages, weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(network, capacity=capacity)
+    for arch in ARCHITECTURES:
+        got, stats = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(messages)
+        assert_same(got, want)
+        assert stats.totals()["deliveries"] == len(want)
+
+
+@pytest.mark.parametrize("alpha, tau", [(0.0, 0.25), (1.0, 0.8), (0.7, 0.5), (0.5, 0.7)])
+def test_alpha_extremes_and_tau_below_alpha_on_california(california, alpha, tau) -> None:
+    """alpha = 0 and 1 and tau <= alpha (wildcard prefixes) on a real network."""
+    wl = generate_workload(california, n_subscriptions=20_000, n_messages=30, seed=11,
+                           alpha=alpha, alpha_spread=0.0, tau=tau, tau_spread=0.0)
+    dmax = 30_000.0
+    want = match_brute(california, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(california, capacity=200)
+    for arch in ARCHITECTURES:
+        index = arch(spatial, wl.subscriptions, wl.weights, dmax_m=dmax)
+        got, _ = IndexMatcher(index).match(wl.messages)
+        assert_same(got, want)
+    assert len(want) > 0
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_indexes_equal_reference_on_andorra(andorra, directed) -> None:
+    network = andorra.with_direction(directed=directed)
+    wl = generate_workload(network, n_subscriptions=3000, n_messages=30, seed=5,
+                           alpha_spread=0.5, tau_spread=0.3)
+    dmax = 3000.0
+    want = match_brute(network, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(network, capacity=80)
+    for arch in ARCHITECTURES:
+        got, _ = IndexMatcher(arch(spatial, wl.subscriptions, wl.weights,
+                                   dmax_m=dmax)).match(wl.messages)
+        assert_same(got, want)
+    assert len(want) > 0
+
+
+def test_indexes_equal_reference_on_rome_sample(rome) -> None:
+    """A paper-like workload on the paper-scale network (default ~256 cells)."""
+    wl = generate_workload(rome, n_subscriptions=60_000, n_messages=12, seed=2)
+    dmax = 5000.0
+    want = match_brute(rome, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(rome)
+    assert 200 <= spatial.cells.n_cells <= 320
+    for arch in ARCHITECTURES:
+        got, stats = IndexMatcher(arch(spatial, wl.subscriptions, wl.weights,
+                                       dmax_m=dmax)).match(wl.messages)
+        assert_same(got, want)
+        assert stats.totals()["cells_pruned_lemma2"] > 0
+    assert len(want) > 0

@@ -1,0 +1,298 @@
+"""Network distances between edge points agree with networkx, on tiny and real networks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from roadnet.distance import (
+    NodeSearch,
+    distances_from_point,
+    distances_to_point,
+    network_distance,
+)
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+
+INF = float("inf")
+PROPERTY = settings(max_examples=20, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+# ----------------------------------------------------------------------------- reference
+def reference_graph(net: RoadNetwork, edges: np.ndarray | None = None) -> nx.DiGraph:
+    """The network's arcs (of ``edges`` only, if given) as a networkx DiGraph on the same
+    node indices, the shortest of parallel arcs kept."""
+    e = np.arange(net.n_edges) if edges is None else np.asarray(edges)
+    two = net.edge_twoway[e]
+    tails = np.concatenate([net.edge_u[e], net.edge_v[e][two]]).astype(np.int64)
+    heads = np.concatenate([net.edge_v[e], net.edge_u[e][two]]).astype(np.int64)
+    weights = np.concatenate([net.edge_length[e], net.edge_length[e][two]])
+    key = tails * net.n_nodes + heads
+    order = np.lexsort((weights, key))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    keep = order[first]
+    G = nx.DiGraph()
+    G.add_nodes_from(range(net.n_nodes))
+    G.add_weighted_edges_from(zip(tails[keep].tolist(), heads[keep].tolist(),
+                                  weights[keep].tolist(), strict=True))
+    return G
+
+
+def reference_distances(G: nx.DiGraph, net: RoadNetwork, p: EdgePoints, qs: EdgePoints, *,
+                        cutoff: float | None = None) -> np.ndarray:
+    """Distances from point p to each point of qs, written independently of roadnet.
+
+    A route leaves p's edge at one of its ends (towards v always, towards u where the
+    edge is two-way), follows shortest node paths, and enters q's edge at one of its ends
+    (from u always, from v where two-way); or it stays on a shared edge.
+    """
+    e, o = int(p.edge[0]), float(p.offset[0])
+    length = float(net.edge_length[e])
+    two = net.edge_twoway
+    exits = {int(net.edge_v[e]): length - o}
+    if two[e]:
+        u = int(net.edge_u[e])
+        exits[u] = min(o, exits.get(u, INF))
+    # One Dijkstra from a temporary source joined to the exits at their costs.
+    source = -1
+    G.add_weighted_edges_from((source, x, cx) for x, cx in exits.items())
+    try:
+        dist = nx.single_source_dijkstra_path_length(G, source, cutoff=cutoff)
+    finally:
+        G.remove_node(source)
+    out = np.full(len(qs), INF)
+    for i, (f, r) in enumerate(zip(qs.edge.tolist(), qs.offset.tolist(), strict=True)):
+        best = dist.get(int(net.edge_u[f]), INF) + r
+        if two[f]:
+            best = min(best, dist.get(int(net.edge_v[f]), INF) + float(net.edge_length[f]) - r)
+        if f == e:
+            if r >= o:
+                best = min(best, r - o)
+            elif two[e]:
+                best = min(best, o - r)
+        out[i] = best
+    if cutoff is not None:
+        out[out > cutoff] = INF
+    return out
+
+
+def assert_distances_equal(got: np.ndarray, want: np.ndarray) -> None:
+    assert np.array_equal(np.isinf(got), np.isinf(want)), (got, want)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-9, atol=1e-6)
+
+
+def edge_point_strategy(net: RoadNetwork) -> st.SearchStrategy[tuple[int, float]]:
+    """(edge, offset): uniform edges; offsets anywhere, often exactly at an end."""
+    frac = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0))
+    return st.tuples(st.integers(0, net.n_edges - 1), frac).map(
+        lambda ef: (ef[0], ef[1] * float(net.edge_length[ef[0]])))
+
+
+def to_points(pairs: list[tuple[int, float]]) -> EdgePoints:
+    return EdgePoints.of([e for e, _ in pairs], [o for _, o in pairs])
+
+
+# ----------------------------------------------------------------------------- real networks
+@pytest.fixture(scope="module")
+def reference(real_networks: Callable[[str], RoadNetwork]
+              ) -> Callable[[str, bool], tuple[RoadNetwork, nx.DiGraph, NodeSearch]]:
+    """(network, its networkx graph, a forward search), built once per network/direction."""
+    cache: dict[tuple[str, bool], tuple[RoadNetwork, nx.DiGraph, NodeSearch]] = {}
+
+    def get(name: str, directed: bool) -> tuple[RoadNetwork, nx.DiGraph, NodeSearch]:
+        if (name, directed) not in cache:
+            net = real_networks(name).with_direction(directed=directed)
+            cache[(name, directed)] = (net, reference_graph(net), NodeSearch(net))
+        return cache[(name, directed)]
+    return get
+
+
+@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
+@pytest.mark.parametrize("name", ["andorra", "california", "west_oakland", "helsinki"])
+@PROPERTY
+@given(data=st.data())
+def test_matches_networkx(reference: Callable[[str, bool], tuple[RoadNetwork, nx.DiGraph,
+                                                                 NodeSearch]],
+                          name: str, directed: bool, data: st.DataObject) -> None:
+    net, G, search = reference(name, directed)
+    points = edge_point_strategy(net)
+    p = to_points([data.draw(points, label="p")])
+    qs_list = data.draw(st.lists(points, min_size=1, max_size=4), label="qs")
+    # Always include a point on p's own edge, the case with a direct run.
+    qs_list.append((int(p.edge[0]), data.draw(st.floats(0.0, 1.0))
+                    * float(net.edge_length[p.edge[0]])))
+    qs = to_points(qs_list)
+    want = reference_distances(G, net, p, qs)
+    assert_distances_equal(distances_from_point(net, p, qs, search=search), want)
+    # The reverse search agrees, point by point.
+    back = NodeSearch(net, reverse=True)
+    for i in range(len(qs)):
+        got = distances_to_point(net, qs[i], p, search=back)[0]
+        assert_distances_equal(np.array([got]), want[i:i + 1])
+
+
+ROME_LIMIT_M = 2_500.0
+
+
+@pytest.fixture(scope="module")
+def rome_region(rome: RoadNetwork) -> tuple[np.ndarray, np.ndarray, nx.DiGraph, NodeSearch]:
+    """Central Rome for bounded searches: (edges to start from, edges to aim at, networkx
+    graph of the region, forward search on the whole network).
+
+    Starts lie within 1 km of the centre. Any route of at most ROME_LIMIT_M from there
+    stays within 1 km + ROME_LIMIT_M / kappa of the centre (dN >= kappa * dE), inside the
+    region's radius, so the region's graph gives the whole network's bounded distances.
+    """
+    cx, cy = float(np.median(rome.node_x)), float(np.median(rome.node_y))
+    r = np.hypot(rome.node_x - cx, rome.node_y - cy)
+    start_r, region_r = 1_000.0, 4_000.0
+    assert start_r + ROME_LIMIT_M / rome.kappa < region_r - 10.0
+    region = (r[rome.edge_u] < region_r) & (r[rome.edge_v] < region_r)
+    start = (r[rome.edge_u] < start_r) & (r[rome.edge_v] < start_r)
+    region_edges = np.flatnonzero(region)
+    return (np.flatnonzero(start), region_edges, reference_graph(rome, region_edges),
+            NodeSearch(rome))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_rome_bounded_matches_networkx(
+    rome: RoadNetwork, rome_region: tuple[np.ndarray, np.ndarray, nx.DiGraph, NodeSearch],
+    data: st.DataObject,
+) -> None:
+    """Rome (paper scale), distances bounded by ROME_LIMIT_M around its centre."""
+    starts, targets, G, search = rome_region
+    frac = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0))
+    e = starts[data.draw(st.integers(0, starts.size - 1), label="p edge")]
+    p = EdgePoints.of([e], [data.draw(frac) * rome.edge_length[e]])
+    picks = targets[data.draw(st.lists(st.integers(0, targets.size - 1), min_size=6,
+                                       max_size=6), label="q edges")]
+    qs = EdgePoints.of(picks, np.array([data.draw(frac) for _ in picks])
+                       * rome.edge_length[picks])
+    want = reference_distances(G, rome, p, qs, cutoff=ROME_LIMIT_M)
+    got = distances_from_point(rome, p, qs, limit=ROME_LIMIT_M, search=search)
+    assert_distances_equal(got, want)
+
+
+# ----------------------------------------------------------------------------- tiny graphs
+def tiny(edges: list[tuple[int, int, float]], *, oneway: list[bool] | None = None,
+         directed: bool = False, n_nodes: int | None = None) -> RoadNetwork:
+    """Nodes 0..n-1 on a small circle near (10 E, 50 N); edges (u, v, length in metres)."""
+    n = n_nodes or 1 + max(max(u, v) for u, v, _ in edges)
+    angle = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    return RoadNetwork.from_arrays(
+        node_ids=np.arange(n), node_lon=10 + 0.001 * np.cos(angle),
+        node_lat=50 + 0.001 * np.sin(angle),
+        edge_u_ids=[u for u, _, _ in edges], edge_v_ids=[v for _, v, _ in edges],
+        edge_length=[w for _, _, w in edges], edge_oneway=oneway, directed=directed)
+
+
+def d(net: RoadNetwork, p: tuple[int, float], q: tuple[int, float]) -> float:
+    return network_distance(net, to_points([p]), to_points([q]))
+
+
+def test_same_edge() -> None:
+    net = tiny([(0, 1, 100.0)])
+    assert d(net, (0, 20.0), (0, 70.0)) == pytest.approx(50.0)
+    assert d(net, (0, 70.0), (0, 20.0)) == pytest.approx(50.0)
+    assert d(net, (0, 30.0), (0, 30.0)) == 0.0
+
+
+def test_same_edge_shortcut_around() -> None:
+    """Two points far apart on a long edge are closer through the rest of the graph."""
+    net = tiny([(0, 1, 1000.0), (1, 2, 10.0), (2, 0, 10.0)])
+    assert d(net, (0, 5.0), (0, 995.0)) == pytest.approx(5 + 20 + 5)
+
+
+def test_parallel_edges() -> None:
+    net = tiny([(0, 1, 100.0), (0, 1, 300.0)])
+    # p on the long edge at 100 m from node 0, q on the short edge at 30 m from node 0.
+    assert d(net, (1, 100.0), (0, 30.0)) == pytest.approx(130.0)
+    # Node to node always takes the shorter parallel edge.
+    assert d(net, (1, 0.0), (1, 300.0)) == pytest.approx(100.0)
+    assert d(net, (0, 0.0), (0, 100.0)) == pytest.approx(100.0)
+
+
+def test_disconnected_parts_are_inf() -> None:
+    net = tiny([(0, 1, 100.0), (2, 3, 100.0)])
+    assert d(net, (0, 10.0), (1, 10.0)) == INF
+    qs = EdgePoints.of([0, 1, 1], [50.0, 0.0, 100.0])
+    got = distances_from_point(net, EdgePoints.of([0], [10.0]), qs)
+    np.testing.assert_array_equal(got, [40.0, INF, INF])
+    got = distances_to_point(net, EdgePoints.of([0], [10.0]), qs)
+    np.testing.assert_array_equal(got, [40.0, INF, INF])
+
+
+def test_isolated_node_and_limit() -> None:
+    net = tiny([(0, 1, 100.0), (1, 2, 100.0)], n_nodes=4)  # node 3 has no edge
+    qs = EdgePoints.of([0, 1, 1], [90.0, 50.0, 100.0])
+    p = EdgePoints.of([0], [0.0])
+    np.testing.assert_allclose(distances_from_point(net, p, qs), [90.0, 150.0, 200.0])
+    np.testing.assert_array_equal(distances_from_point(net, p, qs, limit=150.0),
+                                  [90.0, 150.0, INF])
+    np.testing.assert_array_equal(distances_to_point(net, EdgePoints.of([1], [100.0]),
+                                                     EdgePoints.of([0, 1], [0.0, 90.0]),
+                                                     limit=50.0), [INF, 10.0])
+
+
+def test_zero_length_edges() -> None:
+    net = tiny([(0, 1, 100.0), (1, 2, 0.0), (2, 3, 50.0)])
+    assert d(net, (0, 40.0), (1, 0.0)) == pytest.approx(60.0)
+    assert d(net, (1, 0.0), (1, 0.0)) == 0.0
+    assert d(net, (0, 40.0), (2, 10.0)) == pytest.approx(70.0)
+    assert d(net, (2, 10.0), (0, 40.0)) == pytest.approx(70.0)
+
+
+def test_loop_edge() -> None:
+    net = tiny([(0, 1, 100.0), (1, 1, 40.0)])
+    assert d(net, (0, 0.0), (1, 10.0)) == pytest.approx(110.0)
+    assert d(net, (0, 0.0), (1, 30.0)) == pytest.approx(110.0)  # round the loop backwards
+    assert d(net, (1, 5.0), (1, 35.0)) == pytest.approx(10.0)
+
+
+def test_one_way_edges() -> None:
+    """A one-way street 0 -> 1 and a two-way detour 1 - 2 - 0."""
+    edges = [(0, 1, 100.0), (1, 2, 100.0), (2, 0, 100.0)]
+    oneway = [True, False, False]
+    undirected = tiny(edges, oneway=oneway)
+    directed = tiny(edges, oneway=oneway, directed=True)
+    p, q = (0, 20.0), (0, 70.0)
+    assert d(undirected, p, q) == pytest.approx(50.0)
+    assert d(undirected, q, p) == pytest.approx(50.0)
+    assert d(directed, p, q) == pytest.approx(50.0)
+    # Backwards on the one-way street means going round: 30 + 200 + 20.
+    assert d(directed, q, p) == pytest.approx(250.0)
+    # A point on the two-way edge 1 - 2 leaves towards node 2 (90 m), goes on to node 0
+    # (100 m), then 50 m along the one-way street.
+    assert d(directed, (1, 10.0), (0, 50.0)) == pytest.approx(190.0 + 50.0)
+
+
+def test_one_way_dead_end_is_unreachable() -> None:
+    net = tiny([(0, 1, 100.0), (1, 2, 50.0)], oneway=[True, True], directed=True)
+    assert d(net, (1, 10.0), (0, 10.0)) == INF
+    assert d(net, (0, 10.0), (1, 10.0)) == pytest.approx(100.0)
+
+
+def test_undirected_is_symmetric_and_searches_are_checked() -> None:
+    net = tiny([(0, 1, 100.0), (1, 2, 70.0), (2, 0, 30.0), (2, 3, 5.0)])
+    rng = np.random.default_rng(7)
+    e = rng.integers(0, net.n_edges, 20)
+    pts = EdgePoints.of(e, rng.random(20) * net.edge_length[e])
+    for i in range(len(pts)):
+        fwd = distances_from_point(net, pts[i], pts)
+        back = distances_to_point(net, pts[i], pts)
+        np.testing.assert_allclose(fwd, back, rtol=1e-12, atol=1e-9)
+    with pytest.raises(ValueError, match="single edge point"):
+        distances_from_point(net, pts[:2], pts)
+    with pytest.raises(ValueError, match="reverse NodeSearch"):
+        distances_to_point(net, pts[0], pts, search=NodeSearch(net))
+    with pytest.raises(ValueError, match="forward NodeSearch"):
+        distances_from_point(net, pts[0], pts, search=NodeSearch(net, reverse=True))
