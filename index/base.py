@@ -173,8 +173,8 @@ class SubscriptionIndex:
         """Add subscriptions (their ids must be new); effective for the next message."""
         clash = self.contains(subscriptions.ids)
         if clash.any():
-            msg = ("subscription ids already in the index: "
-                   f"{describe_rows(subscriptions.ids[clash][:10].tolist(), total=int(clash.sum()))}")
+            known = describe_rows(subscriptions.ids[clash][:10].tolist(), total=int(clash.sum()))
+            msg = f"subscription ids already in the index: {known}"
             raise InvalidSubscriptionError(msg)
         self._set_delta(concat_subscriptions([self.delta, subscriptions]))
         if len(self.delta) > max(DEFAULTS.delta_compaction_min,
@@ -211,7 +211,8 @@ class SubscriptionIndex:
         known = current.ids.size > 0 and bool(np.all(current.ids[pos] == q))
         if not known:
             missing = q if current.ids.size == 0 else q[current.ids[pos] != q]
-            msg = f"unknown subscription ids: {describe_rows(missing[:10].tolist(), total=missing.size)}"
+            names = describe_rows(missing[:10].tolist(), total=missing.size)
+            msg = f"unknown subscription ids: {names}"
             raise InvalidSubscriptionError(msg)
         rows = current.take(pos)
         moved = Subscriptions(rows.ids, points, rows.alpha, rows.tau, rows.kw_ptr, rows.kw_terms)
@@ -273,7 +274,7 @@ class SubscriptionIndex:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+                np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -26,8 +26,8 @@ IntArray = npt.NDArray[np.int64]
 
 @numba.njit(cache=True, nogil=True)
 def verify_candidates(  # pragma: no cover - compiled
-    net: tuple,  # type: ignore[type-arg]
-    ws: tuple,  # type: ignore[type-arg]
+    net: tuple,
+    ws: tuple,
     m_edge: int, m_offset: float,
     cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
     n_cand: int, target_nodes: IntArray, target_limits: FloatArray, out_dist: FloatArray,

@@ -61,7 +61,7 @@ class MatchStats:
 @numba.njit(cache=True, nogil=True)
 def _delta_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din: float, kappa: float, D_col: FloatArray,
-    eta_col: FloatArray, delta: tuple, term_mark: IntArray, stamp: int,  # type: ignore[type-arg]
+    eta_col: FloatArray, delta: tuple, term_mark: IntArray, stamp: int,
     slack_abs: float, slack_rel: float, out_rows: IntArray, out_limit: FloatArray,
 ) -> int:
     """Recent subscriptions passing Lemma 1 (distance <= DNlimit) and Lemma 3 (a shared
@@ -93,11 +93,11 @@ def _delta_candidates(  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int,
-    msg: tuple, bounds: tuple, edges: tuple, lay: tuple,  # type: ignore[type-arg]
-    eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,  # type: ignore[type-arg]
-    net: tuple, ws: tuple, scratch: tuple, weights: FloatArray,  # type: ignore[type-arg]
+    msg: tuple, bounds: tuple, edges: tuple, lay: tuple,
+    eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,
+    net: tuple, ws: tuple, scratch: tuple, weights: FloatArray,
     dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
-    out: tuple, n_out: int, stats: IntArray,  # type: ignore[type-arg]
+    out: tuple, n_out: int, stats: IntArray,
 ) -> tuple[int, int, int]:
     """Match messages ``start:stop``; stop early when the output buffers might overflow.
 
@@ -110,7 +110,8 @@ def _match_batch(  # pragma: no cover - compiled
         post_value = lay
     (cell_dn_limit,) = eia_cells
     cell_min_alpha, cell_max_alpha, cell_min_tau_e = bia_cells
-    s_x, s_y, s_din_out, s_active, s_chain, s_chain_offset, s_alpha, s_tau, s_kw_ptr, s_kw_terms = slots
+    (s_x, s_y, s_din_out, s_active, s_chain, s_chain_offset, s_alpha, s_tau, s_kw_ptr,
+     s_kw_terms) = slots
     d_chain, d_chain_offset, d_alpha, d_tau, d_kw_ptr, d_kw_terms = (
         delta[6], delta[7], delta[8], delta[9], delta[10], delta[11])
     (cell_lb, cell_state, cell_tsum, edge_tsum, edge_stamp, mark, cand, cand_dnub, term_mark,
@@ -321,7 +322,8 @@ class IndexMatcher:
         main = out_src == 0
         sub_ids[main] = s.ids[out_row[main]]
         sub_ids[~main] = d.ids[out_row[~main]]
-        found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.copy(), out_score.copy())
+        found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.astype(np.float64),
+                           out_score.astype(np.float64))
         return Deliveries.concat([found]), MatchStats(messages.ids.copy(), stats)
 
     @staticmethod

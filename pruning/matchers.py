@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from index.base import SubscriptionIndex
+from index.bia import BasicIndex
+from index.eia import EnhancedIndex
 from index.model import Messages, Subscriptions
+from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.brute import BruteMatcher
 from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher, MatchStats
 from roadnet.network import RoadNetwork
 
-__all__ = ["MATCHERS", "Matcher", "MatcherFactory", "build_matcher"]
+__all__ = ["MATCHERS", "ArchitectureMatcher", "Matcher", "MatcherFactory", "build_matcher"]
 
 
 class Matcher(Protocol):
@@ -33,8 +38,46 @@ class MatcherFactory(Protocol):
                  dmax_m: float) -> Matcher: ...
 
 
+class ArchitectureMatcher:
+    """Prune-then-verify matching over a freshly built BIA or EIA (see pruning.indexed).
+
+    Parameters
+    ----------
+    network, subs, weights, dmax_m
+        As for every matcher.
+    architecture
+        :class:`~index.eia.EnhancedIndex` or :class:`~index.bia.BasicIndex`.
+    spatial
+        Cells and bounds to reuse (e.g. a table precomputed on Spark); built when omitted.
+    """
+
+    def __init__(self, network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
+                 dmax_m: float, architecture: type[SubscriptionIndex],
+                 spatial: SpatialIndex | None = None) -> None:
+        self.spatial = spatial or SpatialIndex.build(network)
+        self.index = architecture(self.spatial, subs, weights, dmax_m=dmax_m)
+        self._matcher = IndexMatcher(self.index)
+        self.stats: MatchStats | None = None
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id); statistics in ``stats``."""
+        deliveries, self.stats = self._matcher.match(messages)
+        return deliveries
+
+
+def _eia(network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
+         dmax_m: float) -> Matcher:
+    return ArchitectureMatcher(network, subs, weights, dmax_m=dmax_m,
+                               architecture=EnhancedIndex)
+
+
+def _bia(network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
+         dmax_m: float) -> Matcher:
+    return ArchitectureMatcher(network, subs, weights, dmax_m=dmax_m, architecture=BasicIndex)
+
+
 #: Index name -> factory.
-MATCHERS: dict[str, MatcherFactory] = {"brute": BruteMatcher}
+MATCHERS: dict[str, MatcherFactory] = {"brute": BruteMatcher, "bia": _bia, "eia": _eia}
 
 
 def build_matcher(name: str, network: RoadNetwork, subs: Subscriptions,

@@ -120,7 +120,9 @@ class CellRouter:
         eta_t = np.ascontiguousarray(bounds.eta_minus.T)
         lim = self.cell_dn_limit
         live = lim >= 0.0
-        threshold = lim + self.slack_abs + self.slack_rel * np.abs(lim)
+        # The comparison of algorithm1._keep, evaluated for the cells that hold someone.
+        finite = np.where(live, lim, 0.0)
+        threshold = finite + self.slack_abs + self.slack_rel * np.abs(finite)
         n_parts = max(self.n_partitions, 1)
         lb = np.empty(sp.cells.n_cells)
         rows: list[IntArray] = []

@@ -36,9 +36,9 @@ from roadnet.network import RoadNetwork, Topology
 
 __all__ = [
     "CellBounds",
-    "cell_graph",
-    "border_distance_row",
     "bbox_distance_tables",
+    "border_distance_row",
+    "cell_graph",
     "compute_cell_bounds",
     "node_border_distances",
 ]

@@ -24,10 +24,9 @@ from roadnet.network import Adjacency, Topology
 
 __all__ = [
     "NodeSearch",
+    "SearchResult",
     "dijkstra_kernel",
     "distance_to_target_kernel",
-    "reset_kernel",
-    "SearchResult",
     "distances_from_point",
     "distances_to_point",
     "entry_costs",
@@ -35,6 +34,7 @@ __all__ = [
     "network_distance",
     "point_distances_from_nodes",
     "point_distances_to_target",
+    "reset_kernel",
 ]
 
 FloatArray = npt.NDArray[np.float64]

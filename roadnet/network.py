@@ -15,7 +15,6 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,9 +49,14 @@ class Topology(Protocol):
     network edge points on those edges.
     """
 
-    edge_u: Int32Array
-    edge_v: Int32Array
-    edge_length: FloatArray
+    @property
+    def edge_u(self) -> Int32Array: ...
+
+    @property
+    def edge_v(self) -> Int32Array: ...
+
+    @property
+    def edge_length(self) -> FloatArray: ...
 
     @property
     def n_nodes(self) -> int: ...
@@ -226,7 +230,8 @@ class RoadNetwork:
         node_order = np.argsort(_hilbert_key(x, y), kind="stable")
         new_index = np.empty_like(node_order)
         new_index[node_order] = np.arange(node_order.size)
-        ids, lon, lat, x, y = (a[node_order] for a in (ids, lon, lat, x, y))
+        ids = ids[node_order]
+        lon, lat, x, y = lon[node_order], lat[node_order], x[node_order], y[node_order]
         u = new_index[u]
         v = new_index[v]
 
@@ -243,7 +248,8 @@ class RoadNetwork:
                 raise NetworkFormatError(msg)
             short = np.flatnonzero(np.diff(ptr) < 2)
             if short.size:
-                msg = f"edge geometries with fewer than two points (rows): {describe_rows(short)}"
+                rows = describe_rows(short.tolist())
+                msg = f"edge geometries with fewer than two points (rows): {rows}"
                 raise NetworkFormatError(msg)
             gx, gy = to_metric.transform(gll[:, 0], gll[:, 1])
             gxy = np.column_stack([gx, gy]).astype(np.float64)
@@ -425,7 +431,7 @@ class RoadNetwork:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(meta), **arrays)
+                np.savez(fh, meta=np.array(meta), **arrays)  # type: ignore[arg-type]
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

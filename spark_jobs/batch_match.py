@@ -65,7 +65,6 @@ from pruning.routing import CellRouter, cell_distance_limits, partition_cells
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import build_cells
 from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 from spark_jobs.precompute_bounds import (
     cells_from_payload,
@@ -349,11 +348,11 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
+        for k, previous in old.items():
+            if previous is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(k, previous)
 
 
 def deliveries_frame(spark: SparkSession, plan: MatchPlan, subs: Subscriptions,

@@ -256,25 +256,33 @@ def stage(spark: SparkSession, description: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- broadcasts
-_WORKER_CACHE: dict[tuple[int, str], Any] = {}
+_WORKER_CACHE: dict[tuple[str, str], Any] = {}
+_TOKEN = "_roadpubsub_broadcast_token"
 
 
-def broadcast_payload(spark: SparkSession, payload: T) -> Broadcast[T]:
-    """Broadcast a picklable payload (dicts of numpy arrays and plain values)."""
-    return spark.sparkContext.broadcast(payload)
+def broadcast_payload(spark: SparkSession, payload: Mapping[str, Any]
+                      ) -> Broadcast[dict[str, Any]]:
+    """Broadcast a dict of numpy arrays and plain values, tagged with a unique token.
+
+    The token identifies the broadcast inside the workers (:func:`cached_payload`); a
+    worker-side Broadcast object carries no usable id of its own.
+    """
+    return spark.sparkContext.broadcast({**payload, _TOKEN: uuid.uuid4().hex})
 
 
-def cached_payload(bc: Broadcast[Any], key: str, build: Callable[[Any], T]) -> T:
-    """``build(bc.value)``, computed once per Python worker and broadcast.
+def cached_payload(bc: Broadcast[dict[str, Any]], key: str,
+                   build: Callable[[dict[str, Any]], T]) -> T:
+    """``build(bc.value)`` for a :func:`broadcast_payload`, once per Python worker.
 
     Only the objects of the most recent broadcast are kept, so a long-lived worker does not
     accumulate networks of earlier jobs.
     """
-    ident = (int(getattr(bc, "id", id(bc))), key)
+    value = bc.value
+    ident = (str(value[_TOKEN]), key)
     if ident not in _WORKER_CACHE:
         for old in [k for k in _WORKER_CACHE if k[0] != ident[0]]:
             del _WORKER_CACHE[old]
-        _WORKER_CACHE[ident] = build(bc.value)
+        _WORKER_CACHE[ident] = build(value)
     return _WORKER_CACHE[ident]
 
 
