@@ -51,17 +51,18 @@ def verify_candidates(  # pragma: no cover - compiled
         target_nodes[n_t] = edge_v[e]
         target_limits[n_t] = lim
         n_t += 1
-        if edge_twoway[e]:
+        if edge_twoway[e] or cand_offset[i] == 0.0:
             target_nodes[n_t] = edge_u[e]
             target_limits[n_t] = lim
             n_t += 1
-    # The message is reached from u at its offset, or from v on a two-way edge.
+    # The message is reached from u at its offset, or from v on a two-way edge (or when it
+    # stands on v).
     seeds = np.empty(2, dtype=np.int64)
     seed_d = np.empty(2)
     seeds[0] = edge_u[m_edge]
     seed_d[0] = m_offset
     n_seeds = 1
-    if edge_twoway[m_edge]:
+    if edge_twoway[m_edge] or m_offset == edge_length[m_edge]:
         seeds[1] = edge_v[m_edge]
         seed_d[1] = edge_length[m_edge] - m_offset
         n_seeds = 2

@@ -218,9 +218,11 @@ def _fill_chain_interiors(graph: ChainGraph, dist: FloatArray, *, leaving: bool)
     out = dist.copy()
     for node, pos in ((net.edge_u, pos_u), (net.edge_v, pos_v)):
         if leaving:
-            val = np.minimum(end + (length - pos), np.where(two, start + pos, np.inf))
+            back = two | (pos == 0.0)
+            val = np.minimum(end + (length - pos), np.where(back, start + pos, np.inf))
         else:
-            val = np.minimum(start + pos, np.where(two, end + (length - pos), np.inf))
+            back = two | (pos == length)
+            val = np.minimum(start + pos, np.where(back, end + (length - pos), np.inf))
         inner = ~graph.junction[node]
         out[node[inner]] = val[inner]
     return out

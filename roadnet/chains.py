@@ -41,7 +41,7 @@ def _walk_chains(  # pragma: no cover - compiled
     edge_length: FloatArray, junction: npt.NDArray[np.bool_], inc_ptr: IntArray,
     inc_edge: IntArray,
 ) -> tuple[IntArray, IntArray, FloatArray, IntArray, FloatArray, npt.NDArray[np.bool_],
-           IntArray]:
+           IntArray, IntArray, IntArray]:
     m = edge_u.size
     edge_chain = np.full(m, -1, dtype=np.int64)
     edge_start = np.zeros(m)
@@ -51,6 +51,9 @@ def _walk_chains(  # pragma: no cover - compiled
     chain_len = np.empty(m)
     chain_first = np.empty(m, dtype=np.int64)
     n_chains = 0
+    n_seq = 0
+    seq = np.empty(m, dtype=np.int64)
+    chain_ptr = np.zeros(m + 1, dtype=np.int64)
     for sweep in range(2):
         for start in range(n_nodes):
             if not junction[start]:
@@ -72,6 +75,8 @@ def _walk_chains(  # pragma: no cover - compiled
                 pos = 0.0
                 while True:
                     forward = edge_u[e] == node
+                    seq[n_seq] = e
+                    n_seq += 1
                     edge_chain[e] = c
                     edge_start[e] = pos
                     edge_forward[e] = forward
@@ -90,8 +95,37 @@ def _walk_chains(  # pragma: no cover - compiled
                 chain_u[c] = start
                 chain_v[c] = node
                 chain_len[c] = pos
+                chain_ptr[c + 1] = n_seq
     return (edge_chain, chain_u[:n_chains], chain_len[:n_chains], chain_v[:n_chains],
-            edge_start, edge_forward, chain_first[:n_chains])
+            edge_start, edge_forward, chain_first[:n_chains], seq, chain_ptr[:n_chains + 1])
+
+
+@numba.njit(cache=True)
+def _reverse_chains(  # pragma: no cover - compiled
+    flip: npt.NDArray[np.bool_], chain_ptr: IntArray, seq: IntArray,
+    edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32], edge_length: FloatArray,
+    chain_u: IntArray, chain_v: IntArray, chain_len: FloatArray, edge_start: FloatArray,
+    edge_forward: npt.NDArray[np.bool_],
+) -> None:
+    """Turn the flagged chains around, re-accumulating positions from the new start.
+
+    Positions are summed afresh (not subtracted from the length), so the new first
+    junction sits at exactly 0 and the last at exactly the chain's length.
+    """
+    for c in range(flip.size):
+        if not flip[c]:
+            continue
+        node = chain_v[c]
+        chain_u[c], chain_v[c] = chain_v[c], chain_u[c]
+        pos = 0.0
+        for k in range(chain_ptr[c + 1] - 1, chain_ptr[c] - 1, -1):
+            e = seq[k]
+            forward = edge_u[e] == node
+            edge_start[e] = pos
+            edge_forward[e] = forward
+            pos = pos + edge_length[e]
+            node = edge_v[e] if forward else edge_u[e]
+        chain_len[c] = pos
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,20 +240,18 @@ def build_chain_graph(
     inc_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=inc_ptr[1:])
     junction = junction.copy()
-    edge_chain, chain_u, chain_len, chain_v, edge_start, edge_forward, first = _walk_chains(
-        n, network.edge_u, network.edge_v, network.edge_length, junction, inc_ptr, inc_edge)
+    (edge_chain, chain_u, chain_len, chain_v, edge_start, edge_forward, first, seq,
+     chain_ptr) = _walk_chains(n, network.edge_u, network.edge_v, network.edge_length,
+                               junction, inc_ptr, inc_edge)
     # Chain twoway-ness: all its edges are two-way (chains never mix, see above).
     chain_twoway = np.ones(chain_len.size, dtype=bool)
     if network.directed:
         np.logical_and.at(chain_twoway, edge_chain, network.edge_twoway)
         # A one-way chain walked against its travel direction is turned around.
         flip = ~chain_twoway & ~edge_forward[first]
-        if flip.any():
-            fe = flip[edge_chain]
-            edge_start = np.where(fe, chain_len[edge_chain] - edge_start - network.edge_length,
-                                  edge_start)
-            edge_forward = np.where(fe, ~edge_forward, edge_forward)
-            chain_u, chain_v = np.where(flip, chain_v, chain_u), np.where(flip, chain_u, chain_v)
+        _reverse_chains(flip, chain_ptr, seq, network.edge_u, network.edge_v,
+                        network.edge_length, chain_u, chain_v, chain_len, edge_start,
+                        edge_forward)
     return ChainGraph(
         network=network,
         edge_u=chain_u.astype(np.int32), edge_v=chain_v.astype(np.int32),

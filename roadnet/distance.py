@@ -175,7 +175,7 @@ def distance_to_target_kernel(  # pragma: no cover - compiled
     at ``offset``; on the target's own edge it may also run straight to it.
     """
     best = dist[edge_v[edge]] + (edge_length[edge] - offset)
-    if edge_twoway[edge]:
+    if edge_twoway[edge] or offset == 0.0:
         best = min(best, dist[edge_u[edge]] + offset)
     if edge == target_edge:
         ahead = target_offset - offset
@@ -294,13 +294,15 @@ def exit_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatAr
                                                                IntArray, FloatArray]:
     """Nodes a point can leave by and the cost to get there: (v, length - o), (u, o).
 
-    The second pair costs ``inf`` where the edge cannot be travelled from v to u.
+    The second pair costs ``inf`` where the edge cannot be travelled from v to u (unless
+    the point stands on u).
     """
     local = network.to_local(points)
     e = local.edge
     o = local.offset
     length = network.edge_length[e]
-    cost_u = np.where(network.edge_twoway[e], o, np.inf)
+    # A point standing on u (offset 0) is there even on a one-way edge.
+    cost_u = np.where(network.edge_twoway[e] | (o == 0.0), o, np.inf)
     return (network.edge_v[e].astype(np.int64), length - o,
             network.edge_u[e].astype(np.int64), cost_u)
 
@@ -309,13 +311,15 @@ def entry_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatA
                                                                 IntArray, FloatArray]:
     """Nodes a point can be reached from and the cost from there: (u, o), (v, length - o).
 
-    The second pair costs ``inf`` where the edge cannot be travelled from v to u.
+    The second pair costs ``inf`` where the edge cannot be travelled from v to u (unless
+    the point stands on v).
     """
     local = network.to_local(points)
     e = local.edge
     o = local.offset
     length = network.edge_length[e]
-    cost_v = np.where(network.edge_twoway[e], length - o, np.inf)
+    # A point standing on v (offset = length) is reached from v even on a one-way edge.
+    cost_v = np.where(network.edge_twoway[e] | (o == length), length - o, np.inf)
     return (network.edge_u[e].astype(np.int64), o,
             network.edge_v[e].astype(np.int64), cost_v)
 

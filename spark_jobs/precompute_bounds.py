@@ -120,6 +120,8 @@ _FORMAT = "roadpubsub-cell-bounds"
 _VERSION = 1
 _ROW_SCHEMA = "cell_i int, cell_j int, D double, D_far double"
 _GRAPHFRAMES_CLASS = "org.graphframes.GraphFramePythonAPI"
+#: GraphFrames release assumed when graphframes-py is not installed (the pinned one).
+_GRAPHFRAMES_FALLBACK_VERSION = "0.12.3"
 
 
 class BoundsTableError(ValueError):
@@ -190,19 +192,20 @@ def graphframes_package(spark_version: str | None = None) -> str:
     GraphFrames publishes the Python wrapper and the JVM artifacts from one release tag,
     so the versions agree; Spark 4 builds are for Scala 2.13 (``graphframes-spark4_2.13``).
     """
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import graphframes
-
-        version = str(graphframes.__version__)
-    except ImportError:
-        version = "0.12.3"
+        gf_version = version("graphframes-py")
+    except PackageNotFoundError:
+        gf_version = _GRAPHFRAMES_FALLBACK_VERSION
     if spark_version is None:
-        import pyspark
-
-        spark_version = pyspark.__version__
+        try:
+            spark_version = version("pyspark")
+        except PackageNotFoundError:
+            spark_version = "4"
     major = int(spark_version.split(".")[0])
     scala = "2.13" if major >= 4 else "2.12"
-    return f"io.graphframes:graphframes-spark{major}_{scala}:{version}"
+    return f"io.graphframes:graphframes-spark{major}_{scala}:{gf_version}"
 
 
 def graphframes_problem(spark: SparkSession) -> str | None:

@@ -1,0 +1,46 @@
+"""``roadpubsub spark``: the Spark jobs, run locally (``local[*]``) or on ``--master``.
+
+``roadpubsub spark precompute-bounds``, ``roadpubsub spark idf`` and
+``roadpubsub spark batch-match`` take the same options as
+``spark-submit spark_jobs/<job>.py`` and call the same ``run`` functions
+(:mod:`spark_jobs.precompute_bounds`, :mod:`spark_jobs.idf`, :mod:`spark_jobs.batch_match`).
+A missing Java 17+ or GraphFrames package is reported as one line with a hint (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+__all__ = ["JOBS", "register"]
+
+#: Subcommand -> (job module, one-line help).
+JOBS: dict[str, tuple[str, str]] = {
+    "precompute-bounds": ("spark_jobs.precompute_bounds",
+                          "compute the cell-pair bound table of a network on Spark"),
+    "idf": ("spark_jobs.idf", "smoothed idf keyword weights of a text corpus on Spark"),
+    "batch-match": ("spark_jobs.batch_match",
+                    "match a message set against a subscription set on Spark"),
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``spark`` command and its job subcommands to the CLI."""
+    parser = subparsers.add_parser(
+        "spark",
+        help="run a Spark job (precompute-bounds, idf, batch-match)",
+        description="Run one of the Spark jobs; each also runs as "
+                    "'spark-submit spark_jobs/<job>.py'. Needs Java 17+.",
+        epilog="Run 'roadpubsub spark JOB --help' for a job's options and an example.",
+    )
+    sub = parser.add_subparsers(dest="spark_job", metavar="JOB", required=True)
+    for name, (module_name, help_text) in JOBS.items():
+        module = importlib.import_module(module_name)
+        job_parser = module.build_parser()
+        child = sub.add_parser(
+            name, help=help_text, description=job_parser.description,
+            epilog=job_parser.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(child)
+        child.set_defaults(func=module.run)

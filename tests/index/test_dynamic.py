@@ -1,0 +1,135 @@
+"""Subscribe, unsubscribe and move without a rebuild; save and load: results identical to
+a fresh build and to the reference matcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index.base import concat_subscriptions, load_index
+from index.bia import BasicIndex
+from index.eia import EnhancedIndex
+from index.model import InvalidSubscriptionError, Subscriptions
+from index.spatial import SpatialIndex
+from index.workload import Workload, generate_workload
+from pruning.brute import match_brute
+from pruning.indexed import IndexMatcher
+from roadnet.io import load_network
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+from roadpubsub.settings import shared_data_dir
+
+DMAX = 3000.0
+
+
+@pytest.fixture(scope="module")
+def andorra_setup() -> tuple[RoadNetwork, SpatialIndex, Workload]:
+    path = shared_data_dir() / "osm/andorra-latest.osm.pbf"
+    if not path.exists():
+        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
+    network = load_network(path, directed=True)
+    workload = generate_workload(network, n_subscriptions=1200, n_messages=12, seed=9,
+                                 alpha_spread=0.5, tau_spread=0.3)
+    return network, SpatialIndex.build(network, capacity=60), workload
+
+
+def _points(network: RoadNetwork, rng: np.random.Generator, k: int) -> EdgePoints:
+    e = rng.integers(0, network.n_edges, k)
+    return EdgePoints.of(e, rng.random(k) * network.edge_length[e])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), steps=st.integers(1, 6),
+       architecture=st.sampled_from([EnhancedIndex, BasicIndex]))
+def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
+                                                   architecture) -> None:
+    network, spatial, wl = andorra_setup
+    rng = np.random.default_rng(seed)
+    subs = wl.subscriptions
+    live = rng.permutation(len(subs))[: len(subs) // 2]
+    pending = np.setdiff1d(np.arange(len(subs)), live)
+    index = architecture(spatial, subs.take(np.sort(live)), wl.weights, dmax_m=DMAX)
+    for _ in range(steps):
+        op = rng.integers(0, 3)
+        current = index.subscriptions()
+        if op == 0 and pending.size:
+            k = min(pending.size, int(rng.integers(1, 200)))
+            index.subscribe(subs.take(pending[:k]))
+            pending = pending[k:]
+        elif op == 1 and len(current):
+            gone = rng.choice(current.ids, size=min(len(current), int(rng.integers(1, 100))),
+                              replace=False)
+            index.unsubscribe(gone)
+        elif len(current):
+            moved = rng.choice(current.ids, size=min(len(current), int(rng.integers(1, 100))),
+                               replace=False)
+            index.move(moved, _points(network, rng, moved.size))
+    current = index.subscriptions()
+    want = match_brute(network, current, wl.messages, wl.weights, dmax_m=DMAX)
+    got, _ = IndexMatcher(index).match(wl.messages)
+    fresh, _ = IndexMatcher(architecture(spatial, current, wl.weights,
+                                         dmax_m=DMAX)).match(wl.messages)
+    assert got.pairs() == want.pairs() == fresh.pairs()
+    np.testing.assert_allclose(got.distance, want.distance, atol=1e-6)
+    np.testing.assert_array_equal(got.distance, fresh.distance)
+    np.testing.assert_array_equal(got.score, fresh.score)
+
+
+def test_compaction_keeps_results(andorra_setup) -> None:
+    network, spatial, wl = andorra_setup
+    subs = wl.subscriptions
+    index = EnhancedIndex(spatial, subs.take(np.arange(600)), wl.weights, dmax_m=DMAX)
+    index.subscribe(subs.take(np.arange(600, len(subs))))
+    index.unsubscribe(subs.ids[::5])
+    before, _ = IndexMatcher(index).match(wl.messages)
+    index.compact()
+    assert len(index.delta) == 0
+    after, _ = IndexMatcher(index).match(wl.messages)
+    assert before.pairs() == after.pairs()
+    np.testing.assert_array_equal(before.distance, after.distance)
+
+
+@pytest.mark.parametrize("architecture", [EnhancedIndex, BasicIndex])
+def test_save_and_load_give_identical_results(andorra_setup, architecture,
+                                              tmp_path: Path) -> None:
+    network, spatial, wl = andorra_setup
+    index = architecture(spatial, wl.subscriptions.take(np.arange(800)), wl.weights,
+                         dmax_m=DMAX)
+    index.subscribe(wl.subscriptions.take(np.arange(800, len(wl.subscriptions))))
+    want, _ = IndexMatcher(index).match(wl.messages)
+    path = index.save(tmp_path / "index.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.npz"]
+    loaded = load_index(path)
+    assert type(loaded) is architecture and loaded.network.directed
+    got, _ = IndexMatcher(loaded).match(wl.messages)
+    assert got.pairs() == want.pairs()
+    np.testing.assert_array_equal(got.distance, want.distance)
+    np.testing.assert_array_equal(got.score, want.score)
+
+
+def test_bad_updates_name_the_ids(andorra_setup) -> None:
+    _, spatial, wl = andorra_setup
+    index = EnhancedIndex(spatial, wl.subscriptions.take(np.arange(10)), wl.weights,
+                          dmax_m=DMAX)
+    with pytest.raises(InvalidSubscriptionError, match="already in the index: 0"):
+        index.subscribe(wl.subscriptions.take(np.arange(1)))
+    with pytest.raises(InvalidSubscriptionError, match="unknown subscription ids: 999999"):
+        index.unsubscribe([999999])
+    with pytest.raises(InvalidSubscriptionError, match="unknown subscription ids: 888888"):
+        index.move([888888], EdgePoints.of([0], [0.0]))
+    assert len(index) == 10
+
+
+def test_concat_subscriptions_keeps_rows() -> None:
+    a = Subscriptions(np.array([1]), EdgePoints.of([0], [1.0]), np.array([0.5]),
+                      np.array([0.5]), np.array([0, 2]), np.array([3, 4], dtype=np.int32))
+    b = Subscriptions(np.array([2]), EdgePoints.of([1], [2.0]), np.array([0.1]),
+                      np.array([0.9]), np.array([0, 1]), np.array([7], dtype=np.int32))
+    c = concat_subscriptions([a, b])
+    assert c.ids.tolist() == [1, 2]
+    assert c.keywords(1).tolist() == [7]
+    assert c.keywords(0).tolist() == [3, 4]

@@ -1,0 +1,66 @@
+"""Cells partition the edges, and every cell-pair bound is a true lower bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from roadnet.cell_bounds import compute_cell_bounds
+from roadnet.cells import build_cells
+from roadnet.distance import NodeSearch, distances_to_point
+from roadnet.locations import EdgePoints, point_xy
+from roadnet.network import RoadNetwork
+
+
+def test_rome_has_about_256_cells_each_edge_in_one(rome) -> None:
+    cells = build_cells(rome)
+    assert 200 <= cells.n_cells <= 320
+    assert cells.edge_cell.min() == 0 and cells.edge_cell.max() == cells.n_cells - 1
+    # Every edge's polyline lies inside its cell's region.
+    gx = rome.geom_xy[:, 0]
+    owner = np.repeat(cells.edge_cell, np.diff(rome.geom_ptr))
+    box = cells.bbox[owner]
+    assert ((gx >= box[:, 0]) & (gx <= box[:, 2])).all()
+    # Border vertices touch edges of two or more cells.
+    border = np.flatnonzero(cells.node_is_border)
+    touching = np.zeros(rome.n_nodes, dtype=np.int64)
+    for ends in (rome.edge_u, rome.edge_v):
+        np.add.at(touching, ends, 1)
+    assert (touching[border] >= 2).all()
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_bounds_never_exceed_network_distance(andorra, directed) -> None:
+    network: RoadNetwork = andorra.with_direction(directed=directed)
+    cells = build_cells(network, capacity=40)
+    bounds = compute_cell_bounds(network, cells)
+    rng = np.random.default_rng(4)
+    k = 300
+    e = rng.integers(0, network.n_edges, k)
+    pts = EdgePoints.of(e, rng.random(k) * network.edge_length[e])
+    xy = point_xy(network, pts)
+    cell = cells.edge_cell[pts.edge]
+    din_out = bounds.point_din_out(network, pts)
+    din_in = bounds.point_din_in(network, pts)
+    search = NodeSearch(network, reverse=True)
+    checked = 0
+    for j in range(40):  # j: the message side
+        d = distances_to_point(network, pts[np.array([j])], pts, search=search)
+        de = np.hypot(*(xy - xy[j]).T)
+        other = cell != cell[j]
+        additive = din_out + bounds.D[cell, cell[j]] + din_in[j]
+        eta = bounds.eta_minus[cell, cell[j]] * de
+        lower = np.where(other, np.maximum(additive, eta), bounds.kappa * de)
+        finite = np.isfinite(d)
+        assert (lower[finite] <= d[finite] + 1e-6).all()
+        # Unreachable pairs in different cells may get any bound, reachable ones never inf.
+        checked += int(finite.sum())
+    assert checked > 1000
+
+
+def test_eta_minus_is_at_least_kappa(california) -> None:
+    cells = build_cells(california, capacity=500)
+    bounds = compute_cell_bounds(california, cells)
+    assert (bounds.eta_minus >= bounds.kappa - 1e-12).all()
+    np.testing.assert_array_equal(np.diag(bounds.D), 0.0)
+    assert (bounds.dE_min <= bounds.dE_max).all()

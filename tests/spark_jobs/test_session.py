@@ -1,0 +1,72 @@
+"""Spark plumbing that needs no running Spark: the Java check and atomic output."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.session import JavaNotFoundError, atomic_output_dir, java_version, require_java
+
+
+def _fake_java(tmp_path: Path, banner: str) -> Path:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho '{banner}' >&2\n", encoding="utf-8")
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    return home
+
+
+def test_old_java_is_refused_with_one_line_and_a_hint(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _fake_java(tmp_path, 'openjdk version "11.0.2" 2019-01-15')
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert java_version() == (str(home / "bin" / "java"), 11)
+    with pytest.raises(JavaNotFoundError, match="Java 11; Spark 4 needs Java 17") as info:
+        require_java()
+    assert "\n" not in str(info.value)
+    assert "openjdk-17-jre-headless" in info.value.hint and "JAVA_HOME" in info.value.hint
+
+
+def test_java_8_version_string_is_parsed(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _fake_java(tmp_path, 'java version "1.8.0_392"')
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert java_version()[1] == 8
+
+
+def test_missing_java_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaNotFoundError, match="no Java runtime found"):
+        require_java()
+
+
+def test_java_17_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _fake_java(tmp_path, 'openjdk version "17.0.15" 2025-04-15')
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert require_java() == 17
+
+
+def test_atomic_output_dir_replaces_and_keeps_on_failure(tmp_path: Path) -> None:
+    out = tmp_path / "result.parquet"
+    with atomic_output_dir(out) as tmp:
+        assert not tmp.exists() and tmp.parent == out.parent
+        tmp.mkdir()
+        (tmp / "a").write_text("first", encoding="utf-8")
+    assert (out / "a").read_text(encoding="utf-8") == "first"
+
+    with pytest.raises(RuntimeError, match="boom"), atomic_output_dir(out) as tmp:
+        tmp.mkdir()
+        (tmp / "b").write_text("half", encoding="utf-8")
+        raise RuntimeError("boom")
+    assert sorted(os.listdir(out)) == ["a"]  # previous output intact
+
+    with atomic_output_dir(out) as tmp:
+        tmp.mkdir()
+        (tmp / "c").write_text("second", encoding="utf-8")
+    assert sorted(os.listdir(out)) == ["c"]
+    assert sorted(os.listdir(tmp_path)) == ["result.parquet"]  # no temporaries left
