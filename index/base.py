@@ -104,6 +104,7 @@ class SubscriptionIndex:
         self.weights = weights
         self.dmax_m = float(dmax_m)
         self.tolerance = float(tolerance)
+        self.version = 0
         self._rebuild(subscriptions)
 
     # ------------------------------------------------------------------ building
@@ -113,6 +114,7 @@ class SubscriptionIndex:
         return self.spatial.network
 
     def _rebuild(self, subscriptions: Subscriptions) -> None:
+        self._bump_version()
         cells = self.spatial.cells
         cell = cells.edge_cell[subscriptions.points.edge].astype(np.int64)
         order = np.lexsort((subscriptions.points.edge, cell))
@@ -141,7 +143,13 @@ class SubscriptionIndex:
         np.minimum.at(self.edge_min_tau_e, edge, tau_e)
 
     # ------------------------------------------------------------------ delta
+    def _bump_version(self) -> None:
+        # Matchers size their scratch arrays by the slots and delta; a new version tells
+        # them to rebuild those (object ids can be reused, versions cannot).
+        self.version += 1
+
     def _set_delta(self, delta: Subscriptions) -> None:
+        self._bump_version()
         self.delta = delta
         self.delta_facts = self.spatial.facts(delta.points)
         lap = location_aware_prefixes(delta, self.weights.weights, self.weights.rank(),

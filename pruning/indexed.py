@@ -241,7 +241,7 @@ class IndexMatcher:
         n_slots = len(index.subs)
         n_delta = len(index.delta)
         most = n_slots + n_delta + 1
-        key = (id(index.subs), n_delta, len(index.weights))
+        key = (id(index), index.version, len(index.weights))
         if getattr(self, "_scratch_key", None) != key:
             self._stamp = 0
             self._scratch_arrays = (

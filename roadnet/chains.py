@@ -2,7 +2,8 @@
 
 Most nodes of a raw road graph only join two segments (74% on Rome). A *chain* is a maximal
 run of edges through such nodes between two *junctions* (nodes of another degree, nodes a
-caller forces, and, when directed, nodes where the one-way status changes). Every edge point
+caller forces, ends of zero-length edges, and, when directed, nodes where the one-way
+status changes). Every edge point
 (e, o) is also a point (c, q) of its chain, ``q`` metres from the chain's first junction,
 and the distance between two edge points is the same on the chain graph, so Dijkstra only
 ever settles junctions: about four times fewer nodes on Rome.
@@ -223,6 +224,12 @@ def build_chain_graph(
     degree = np.bincount(ends, minlength=n)
     junction = degree != 2
     junction[eu[eu == ev]] = True  # self-loops
+    # A point at offset 0 of a one-way chain stands on its first junction and may leave
+    # there; inside a chain a zero-length edge would put two nodes at one position, so
+    # zero-length edges end their chains.
+    zero = network.edge_length == 0.0
+    junction[eu[zero]] = True
+    junction[ev[zero]] = True
     if junctions is not None:
         junction |= np.asarray(junctions, dtype=bool)
     if network.directed:

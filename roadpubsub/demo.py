@@ -651,7 +651,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         part = "all" if ag["messages"] == total else f"the first {ag['messages']:,} of {total:,}"
         verdict = "agree" if ag["equal"] else "DISAGREE"
         lines.append(f"  exact: EIA, BIA and brute {verdict} on {part} messages "
-                     f"({ag['pairs']:,} deliveries); brute ran on {part} messages only")
+                     f"({ag['pairs']:,} deliveries; brute ran on these only)")
     lines.append("  EIA and BIA deliver the same pairs on every message: "
                  + ("yes" if ag["eia_equals_bia_on_all_messages"] else "NO"))
     mp = summary.get("map")
@@ -766,7 +766,8 @@ def plot_message_map(
     dxy = (point_xy(network, subscriptions.points[rows]) - mxy) / 1000.0
     sc = ax.scatter(dxy[:, 0], dxy[:, 1], s=42, c=deliveries.score[mine], cmap="viridis",
                     edgecolors="black", linewidths=0.5, zorder=5,
-                    label=f"delivered to ({int(mine.sum()):,} subscriptions)")
+                    label=f"delivered to {int(mine.sum()):,} subscriptions "
+                          f"(at {len({tuple(p) for p in np.round(dxy, 4).tolist()}):,} places)")
     if mine.any():
         fig.colorbar(sc, ax=ax, shrink=0.75, label="SIM(s, m) of the delivered subscriptions")
     ax.add_patch(Circle((0.0, 0.0), dmax_m / 1000, fill=False, edgecolor="#d62728",
@@ -787,7 +788,7 @@ def plot_message_map(
     ax.set_ylabel("km north of the message")
     ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
     credit = "; roads (c) OpenStreetMap contributors" if ".osm" in network.name.lower() else ""
-    ax.text(0.99, 0.01, f"dotted: PMR cells; {network.crs}{credit}", transform=ax.transAxes,
-            ha="right", va="bottom", fontsize=7, color="#555555")
+    ax.text(1.0, -0.075, f"dotted: PMR cells; {network.crs}{credit}", transform=ax.transAxes,
+            ha="right", va="top", fontsize=7, color="#555555")
     return fig
 

@@ -68,7 +68,6 @@ import pyarrow.compute as pc
 
 from roadnet.cell_bounds import CellBounds, border_distance_row
 from roadnet.cells import Cells, build_cells
-from roadnet.distance import NodeSearch
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 from spark_jobs.overlay import border_rows, cell_shortcuts
@@ -251,22 +250,22 @@ def _rows_batch(cell_i: Sequence[int], rows: Sequence[FloatArray], fars: Sequenc
         names=["cell_i", "cell_j", "D", "D_far"])
 
 
-def _search_state(payload: dict[str, Any]) -> tuple[RoadNetwork, Cells, NodeSearch]:
-    network, cells = _network_and_cells(payload)
-    return network, cells, NodeSearch(network, reverse=False)
-
-
 def _dijkstra_rows_task(bc: Broadcast[dict[str, Any]], limit: float
                         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function: cell ids -> their table rows via border_distance_row."""
+    """mapInArrow function: cell ids -> their table rows via border_distance_row.
+
+    The rows are computed exactly as :func:`roadnet.cell_bounds.compute_cell_bounds` does,
+    with :func:`~roadnet.cell_bounds.border_distance_row`'s own default search (on the
+    cell graph), so they are bit-identical to the local table.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        network, cells, search = cached_payload(bc, "search", _search_state)
+        network, cells = cached_payload(bc, "cells", _network_and_cells)
         for batch in batches:
             ids = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
             rows, fars = [], []
             for c in ids.tolist():
-                row, far = border_distance_row(network, cells, c, search=search, limit=limit)
+                row, far = border_distance_row(network, cells, c, limit=limit)
                 rows.append(row.copy())
                 fars.append(far.copy())
             yield _rows_batch(ids.tolist(), rows, fars, cells.n_cells)

@@ -93,6 +93,9 @@ def _strong_components(network: Any) -> int:
     adj = network.adjacency()
     n = network.n_nodes
     graph = csr_matrix((np.ones(adj.indices.size), adj.indices, adj.indptr), shape=(n, n))
+    # Parallel arcs are duplicate entries; scipy 1.17's strong-component search never
+    # returns on such a non-canonical matrix, so merge them first.
+    graph.sum_duplicates()
     count, _ = connected_components(graph, directed=True, connection="strong")
     return int(count)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +66,19 @@ def test_info_directed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert info["directed"] is True
     # 1 <-> 2 -> 3 and 4 <-> 5: node 3 is a strong component of its own.
     assert info["strong_components"] == 3
+
+
+def test_info_directed_parallel_one_way_arcs(tmp_path: Path) -> None:
+    """Parallel arcs once made scipy's strong-component search spin forever: run the
+    command in a subprocess with a timeout so a regression fails instead of hanging."""
+    (tmp_path / "p.gr").write_text("a 1 2 100\na 1 2 100\na 2 3 50\n")
+    (tmp_path / "p.co").write_text("v 1 12000000 41000000\nv 2 12001000 41000000\n"
+                                   "v 3 12002000 41000000\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "roadpubsub", "network", "info", str(tmp_path / "p.gr"),
+         "--directed", "--json"], capture_output=True, text=True, timeout=120, check=True)
+    info = json.loads(done.stdout)
+    assert info["oneway_edges"] == 3 and info["strong_components"] == 3
 
 
 def test_info_save(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

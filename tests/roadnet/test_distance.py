@@ -50,14 +50,15 @@ def reference_distances(G: nx.DiGraph, net: RoadNetwork, p: EdgePoints, qs: Edge
     """Distances from point p to each point of qs, written independently of roadnet.
 
     A route leaves p's edge at one of its ends (towards v always, towards u where the
-    edge is two-way), follows shortest node paths, and enters q's edge at one of its ends
-    (from u always, from v where two-way); or it stays on a shared edge.
+    edge is two-way or p stands on u), follows shortest node paths, and enters q's edge at
+    one of its ends (from u always, from v where two-way or q stands on v); or it stays on
+    a shared edge.
     """
     e, o = int(p.edge[0]), float(p.offset[0])
     length = float(net.edge_length[e])
     two = net.edge_twoway
     exits = {int(net.edge_v[e]): length - o}
-    if two[e]:
+    if two[e] or o == 0.0:
         u = int(net.edge_u[e])
         exits[u] = min(o, exits.get(u, INF))
     # One Dijkstra from a temporary source joined to the exits at their costs.
@@ -70,7 +71,7 @@ def reference_distances(G: nx.DiGraph, net: RoadNetwork, p: EdgePoints, qs: Edge
     out = np.full(len(qs), INF)
     for i, (f, r) in enumerate(zip(qs.edge.tolist(), qs.offset.tolist(), strict=True)):
         best = dist.get(int(net.edge_u[f]), INF) + r
-        if two[f]:
+        if two[f] or r == float(net.edge_length[f]):
             best = min(best, dist.get(int(net.edge_v[f]), INF) + float(net.edge_length[f]) - r)
         if f == e:
             if r >= o:
@@ -273,6 +274,18 @@ def test_one_way_edges() -> None:
     # A point on the two-way edge 1 - 2 leaves towards node 2 (90 m), goes on to node 0
     # (100 m), then 50 m along the one-way street.
     assert d(directed, (1, 10.0), (0, 50.0)) == pytest.approx(190.0 + 50.0)
+
+
+def test_points_on_the_end_nodes_of_a_one_way_edge() -> None:
+    """A point at offset 0 of a one-way edge stands on u and may leave by u's other roads;
+    one at its full length stands on v and is reached from v directly."""
+    edges = [(0, 1, 100.0), (0, 2, 30.0), (2, 1, 30.0)]
+    net = tiny(edges, oneway=[True, False, False], directed=True)
+    assert d(net, (0, 0.0), (1, 10.0)) == pytest.approx(10.0)   # straight down 0 - 2
+    # From node 2: to node 1 is 30 m, and there the point at the end of 0 -> 1 already is;
+    # 1 m before it means entering at node 0 (30 m back) and running 99 m.
+    assert d(net, (1, 30.0), (0, 100.0)) == pytest.approx(30.0)
+    assert d(net, (1, 30.0), (0, 99.0)) == pytest.approx(30.0 + 99.0)
 
 
 def test_one_way_dead_end_is_unreachable() -> None:

@@ -51,9 +51,21 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def andorra() -> RoadNetwork:
+def andorra_path() -> Path:
+    """The Andorra OSM extract file."""
+    return shared_file("osm/andorra-latest.osm.pbf")
+
+
+@pytest.fixture(scope="session")
+def andorra_capacity() -> int:
+    """Cell capacity used for Andorra (:data:`ANDORRA_CAPACITY`)."""
+    return ANDORRA_CAPACITY
+
+
+@pytest.fixture(scope="session")
+def andorra(andorra_path: Path) -> RoadNetwork:
     """The Andorra OSM extract (1,904 nodes, 2,432 edges)."""
-    return load_network(shared_file("osm/andorra-latest.osm.pbf"))
+    return load_network(andorra_path)
 
 
 @pytest.fixture(scope="session")

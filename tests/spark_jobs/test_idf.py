@@ -1,0 +1,60 @@
+"""The idf job: Spark weights equal the local TermWeights.from_idf, for every input format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from index.io import read_weights
+from index.terms import TermWeights
+from index.text import read_tweet_tokens, tokenize
+from roadpubsub.cli import main as cli_main
+from spark_jobs.idf import compute_idf, read_corpus, write_idf
+
+
+def _assert_same(got: TermWeights, want: TermWeights) -> None:
+    assert got.terms == want.terms
+    np.testing.assert_array_equal(got.weights, want.weights)
+    assert got.default_weight == want.default_weight
+
+
+@pytest.mark.spark
+def test_idf_of_tweets_csv_equals_local(spark: object, tweets_csv: Path,
+                                        tmp_path: Path) -> None:
+    want = TermWeights.from_idf(read_tweet_tokens(tweets_csv))
+    out, got = write_idf(spark, str(tweets_csv), tmp_path / "weights.parquet")
+    _assert_same(got, want)
+    _assert_same(read_weights(out), want)  # the file the index reads
+
+
+@pytest.mark.spark
+def test_idf_of_text_and_parquet_inputs(spark: object, tweets_csv: Path,
+                                        tmp_path: Path) -> None:
+    # One document per line: tweets with their line breaks folded, plus blank lines.
+    texts = pd.read_csv(tweets_csv, usecols=["text"], dtype={"text": "string"})["text"]
+    docs = [str(t).replace("\r", " ").replace("\n", " ") for t in texts.fillna("")][:3000]
+    docs += ["", "   "]
+    want = TermWeights.from_idf(tokenize(d) for d in docs)
+    text_file = tmp_path / "corpus.txt"
+    text_file.write_text("\n".join(docs) + "\n", encoding="utf-8")
+    _assert_same(compute_idf(spark, read_corpus(spark, str(text_file))), want)
+    parquet_file = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"body": pa.array([*docs, None], pa.string())}), parquet_file)
+    want_pq = TermWeights.from_idf([*(tokenize(d) for d in docs), []])
+    _assert_same(compute_idf(spark, read_corpus(spark, str(parquet_file), column="body")),
+                 want_pq)
+    with pytest.raises(ValueError, match="no 'text' column"):
+        read_corpus(spark, str(parquet_file))
+
+
+@pytest.mark.spark
+def test_cli_idf_writes_weights(spark: object, tweets_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.parquet"
+    assert cli_main(["spark", "idf", str(tweets_csv), "--out", str(out)]) == 0
+    _assert_same(read_weights(out), TermWeights.from_idf(read_tweet_tokens(tweets_csv)))
+    assert cli_main(["spark", "idf", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2

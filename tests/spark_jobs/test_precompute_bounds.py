@@ -1,0 +1,145 @@
+"""The precompute-bounds job: Spark output equals the local table; the loader checks it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.spatial import SpatialIndex
+from roadnet.cell_bounds import CellBounds
+from roadnet.cells import Cells, build_cells
+from roadnet.network import RoadNetwork
+from roadpubsub.cli import main as cli_main
+from spark_jobs.precompute_bounds import (
+    BOUNDS_META_FILE,
+    BoundsTableError,
+    GraphFramesNotFoundError,
+    graphframes_package,
+    graphframes_problem,
+    load_bounds_table,
+    precompute_cell_bounds,
+    write_bounds_table,
+)
+
+FIELDS = ("kappa", "D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
+          "din_in")
+
+
+def _assert_identical(got: CellBounds, want: CellBounds) -> None:
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
+@pytest.mark.spark
+def test_dijkstra_engine_table_equals_local_on_andorra(
+        spark: object, andorra: RoadNetwork, andorra_cells: Cells,
+        andorra_bounds: CellBounds, andorra_capacity: int, tmp_path: Path) -> None:
+    out = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "andorra.bounds",
+                             capacity=andorra_capacity)
+    meta = json.loads((out / BOUNDS_META_FILE).read_text(encoding="utf-8"))
+    assert meta["engine"] == "dijkstra" and meta["cells"]["capacity"] == andorra_capacity
+    assert meta["network"]["n_edges"] == andorra.n_edges
+    table = load_bounds_table(out, andorra, andorra_cells)
+    _assert_identical(table, andorra_bounds)
+    # The index takes it instead of computing its own.
+    spatial = SpatialIndex.build(andorra, cells=andorra_cells, bounds=table)
+    assert spatial.bounds is table
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_dijkstra_engine_table_equals_local_on_rome(
+        spark: object, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds) -> None:
+    _assert_identical(precompute_cell_bounds(spark, rome, rome_cells, partitions=5),
+                      rome_bounds)
+
+
+@pytest.mark.spark
+def test_loader_rejects_other_network_cells_and_non_tables(
+        spark: object, andorra: RoadNetwork, andorra_cells: Cells, andorra_capacity: int,
+        tmp_path: Path) -> None:
+    out = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "t.bounds",
+                             capacity=andorra_capacity, limit=3000.0)
+    other_cells = build_cells(andorra, capacity=4 * andorra_capacity)
+    with pytest.raises(BoundsTableError, match=f"capacity {andorra_capacity}"):
+        load_bounds_table(out, andorra, other_cells)
+    longer = RoadNetwork(**{**andorra._fields(), "edge_length": andorra.edge_length * 1.5})
+    with pytest.raises(BoundsTableError, match=r"another network.*edge arrays differ"):
+        load_bounds_table(out, longer, andorra_cells)
+    directed = andorra.with_direction(directed=True)
+    if directed.edge_oneway.any():
+        with pytest.raises(BoundsTableError, match="directed"):
+            load_bounds_table(out, directed, andorra_cells)
+    with pytest.raises(BoundsTableError, match="not a cell-bound table"):
+        load_bounds_table(tmp_path, andorra, andorra_cells)
+    with pytest.raises(FileNotFoundError):
+        load_bounds_table(tmp_path / "missing", andorra, andorra_cells)
+    # A table missing rows is refused too.
+    broken = tmp_path / "broken.bounds"
+    shutil.copytree(out, broken)
+    next(p for p in broken.glob("part-*.parquet") if p.stat().st_size > 0).unlink()
+    with pytest.raises(BoundsTableError, match="expected"):
+        load_bounds_table(broken, andorra, andorra_cells)
+
+
+@pytest.mark.spark
+def test_graphframes_engine_matches_dijkstra_engine(
+        spark: object, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds,
+        andorra: RoadNetwork, andorra_cells: Cells, andorra_bounds: CellBounds) -> None:
+    problem = graphframes_problem(spark)
+    if problem is not None:
+        pytest.skip(problem)
+    # Integer lengths (Rome): bit-identical; fractional (Andorra): to the last bits.
+    _assert_identical(precompute_cell_bounds(spark, rome, rome_cells, engine="graphframes",
+                                             batch_cells=16), rome_bounds)
+    got = precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes")
+    assert np.array_equal(np.isnan(got.D_far), np.isnan(andorra_bounds.D_far))
+    np.testing.assert_allclose(got.D, andorra_bounds.D, rtol=1e-13, atol=0)
+
+
+@pytest.mark.spark
+def test_graphframes_engine_without_jvm_package_stops_with_one_line(
+        spark: object, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
+        andorra_capacity: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if graphframes_problem(spark) is None:
+        pytest.skip("the GraphFrames JVM package is on the classpath")
+    coordinate = graphframes_package(spark.version)  # type: ignore[attr-defined]
+    assert coordinate.startswith("io.graphframes:graphframes-spark4_2.13:0.12.")
+    with pytest.raises(GraphFramesNotFoundError, match=f"--packages {coordinate}"):
+        precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes")
+    out = tmp_path / "gf.bounds"
+    code = cli_main(["spark", "precompute-bounds", str(andorra_path), "--out", str(out),
+                     "--engine", "graphframes", "--capacity", str(andorra_capacity)])
+    assert code == 2 and not out.exists()
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1 and f"--packages {coordinate}" in err[0]
+
+
+@pytest.mark.spark
+def test_cli_precompute_bounds_rerun_replaces_output(
+        spark: object, andorra: RoadNetwork, andorra_cells: Cells,
+        andorra_bounds: CellBounds, andorra_path: Path, andorra_capacity: int,
+        tmp_path: Path) -> None:
+    out = tmp_path / "cli.bounds"
+    args = ["spark", "precompute-bounds", str(andorra_path), "--out", str(out),
+            "--capacity", str(andorra_capacity), "--master", "local[2]"]
+    assert cli_main([*args, "--partitions", "3"]) == 0
+    first = sorted(p.name for p in out.iterdir())
+    assert cli_main([*args, "--partitions", "2"]) == 0  # re-run: replaced as a whole
+    second = sorted(p.name for p in out.iterdir())
+    assert first != second and sorted(p.name for p in tmp_path.iterdir()) == ["cli.bounds"]
+    _assert_identical(load_bounds_table(out, andorra, andorra_cells), andorra_bounds)
+
+
+@pytest.mark.parametrize("job", ["precompute_bounds", "idf", "batch_match"])
+def test_job_scripts_print_help_with_an_example(job: str) -> None:
+    script = Path(__file__).resolve().parents[2] / "spark_jobs" / f"{job}.py"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "example:" in out and "--master" in out
