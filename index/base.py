@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +30,7 @@ from index.postings import PostingLayout
 from index.spatial import PointFacts, SpatialIndex
 from index.terms import TermWeights
 from roadnet.errors import describe_rows
+from roadnet.files import atomic_paths
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
@@ -278,15 +278,8 @@ class SubscriptionIndex:
         meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
                 "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
                 "network": {"crs": net.crs, "directed": net.directed, "name": net.name}}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
         return target
 
 

@@ -28,11 +28,9 @@ and renames it over the target, so a failed write leaves nothing behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +45,7 @@ from pyproj import CRS, Transformer
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.terms import InvalidWeightsError, TermWeights
 from roadnet.errors import InvalidLocationError, describe_rows
+from roadnet.files import atomic_paths
 from roadnet.locations import EdgePoints, locate_lonlat, locate_uv, point_xy
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
@@ -91,42 +90,7 @@ class DeliveryColumns(Protocol):
         ...
 
 
-# ---------------------------------------------------------------------------- atomic writes
-@contextlib.contextmanager
-def atomic_paths(*targets: PathLike) -> Iterator[list[Path]]:
-    """Temporary paths beside ``targets``, renamed over them when the block succeeds.
-
-    All targets are replaced only after the block has written every temporary file; on
-    any exception the temporary files are deleted and no target is touched.
-
-    Examples
-    --------
-    >>> with atomic_paths("out/a.parquet", "out/b.parquet") as (tmp_a, tmp_b):
-    ...     pq.write_table(table_a, tmp_a); pq.write_table(table_b, tmp_b)  # doctest: +SKIP
-    """
-    finals = [Path(t) for t in targets]
-    temps: list[Path] = []
-    try:
-        for final in finals:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp",
-                                            dir=final.parent)
-            os.close(fd)
-            temps.append(Path(tmp_name))
-        yield temps
-        mode = 0o666 & ~_umask()
-        for tmp, final in zip(temps, finals, strict=True):
-            os.chmod(tmp, mode)  # mkstemp makes 0600 files; give the usual permissions
-            os.replace(tmp, final)
-    finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+# atomic_paths lives in roadnet.files (the lowest layer) so every writer shares it.
 
 
 def _write_table(table: pa.Table, path: PathLike) -> Path:

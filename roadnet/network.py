@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +22,7 @@ import numpy.typing as npt
 from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
+from roadnet.files import atomic_paths
 
 __all__ = ["Adjacency", "RoadNetwork", "Topology", "utm_crs_for"]
 
@@ -248,8 +248,8 @@ class RoadNetwork:
                 raise NetworkFormatError(msg)
             short = np.flatnonzero(np.diff(ptr) < 2)
             if short.size:
-                rows = describe_rows(short.tolist())
-                msg = f"edge geometries with fewer than two points (rows): {rows}"
+                listed = describe_rows(short.tolist())
+                msg = f"edge geometries with fewer than two points (rows): {listed}"
                 raise NetworkFormatError(msg)
             gx, gy = to_metric.transform(gll[:, 0], gll[:, 1])
             gxy = np.column_stack([gx, gy]).astype(np.float64)
@@ -427,15 +427,8 @@ class RoadNetwork:
         meta = json.dumps({"version": _FORMAT_VERSION, "crs": self.crs,
                            "directed": self.directed, "name": self.name})
         arrays = {k: v for k, v in self._fields().items() if isinstance(v, np.ndarray)}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, meta=np.array(meta), **arrays)  # type: ignore[arg-type]
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
+            np.savez(fh, meta=np.array(meta), **arrays)  # type: ignore[arg-type]
         return target
 
     @classmethod

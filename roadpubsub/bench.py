@@ -92,8 +92,8 @@ __all__ = [
     "measure_point",
     "plot_figures",
     "plot_sweep",
-    "run_figures",
     "resolve_network",
+    "run_figures",
     "run_throughput",
     "scaled",
     "subsample_keywords",
@@ -822,11 +822,14 @@ def plot_sweep(sweep: dict[str, Any], ax: Axes, *, metric: str = "ms_per_message
             label += f" ({points[0]['methods']['brute']['messages']} msgs)"
         ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker=marker, color=colour,
                 label=label, linewidth=1.5, markersize=6)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(sweep["label"])
     if sweep["label"].startswith("number of subscriptions"):
-        from matplotlib.ticker import NullFormatter
-
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_count_formatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -867,10 +870,6 @@ def plot_figures(doc: dict[str, Any], out_dir: PathLike, *,
 
     Returns the paths by sweep name (and ``"all"``).
     """
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = Path(out_dir)
@@ -879,7 +878,8 @@ def plot_figures(doc: dict[str, Any], out_dir: PathLike, *,
     for name, sweep in sweeps.items():
         fig, ax = plt.subplots(figsize=(6, 4.2))
         plot_sweep(sweep, ax, metric=metric)
-        fig.text(0.01, 0.005, _caption(doc), fontsize=6, color="#555555")
+        fig.tight_layout(rect=(0.0, 0.045, 1.0, 1.0))
+        fig.text(0.01, 0.01, _caption(doc), fontsize=6, color="#555555")
         number = sweep["figure"].split()[-1]
         paths[name] = save_figure(fig, out / f"fig{number}_{name}.png")
         plt.close(fig)

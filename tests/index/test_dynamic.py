@@ -80,7 +80,7 @@ def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
 
 
 def test_compaction_keeps_results(andorra_setup) -> None:
-    network, spatial, wl = andorra_setup
+    _, spatial, wl = andorra_setup
     subs = wl.subscriptions
     index = EnhancedIndex(spatial, subs.take(np.arange(600)), wl.weights, dmax_m=DMAX)
     index.subscribe(subs.take(np.arange(600, len(subs))))
@@ -96,7 +96,7 @@ def test_compaction_keeps_results(andorra_setup) -> None:
 @pytest.mark.parametrize("architecture", [EnhancedIndex, BasicIndex])
 def test_save_and_load_give_identical_results(andorra_setup, architecture,
                                               tmp_path: Path) -> None:
-    network, spatial, wl = andorra_setup
+    _, spatial, wl = andorra_setup
     index = architecture(spatial, wl.subscriptions.take(np.arange(800)), wl.weights,
                          dmax_m=DMAX)
     index.subscribe(wl.subscriptions.take(np.arange(800, len(wl.subscriptions))))
