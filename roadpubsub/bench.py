@@ -457,10 +457,34 @@ def _long_rows(make: Callable[[int, int], tuple[npt.NDArray[np.int64], Any]], ne
     return parts, found
 
 
+def _gather(parts: list[tuple[Any, npt.NDArray[np.int64]]]) -> dict[str, Any]:
+    """Rows of several batches (rows may repeat) as plain columns, without the ids."""
+    edge, offset, lengths, terms, alpha, tau = [], [], [], [], [], []
+    for batch, rows in parts:
+        edge.append(batch.points.edge[rows])
+        offset.append(batch.points.offset[rows])
+        start, stop = batch.kw_ptr[rows], batch.kw_ptr[rows + 1]
+        lengths.append(stop - start)
+        total = int((stop - start).sum())
+        first = np.repeat(start - (np.cumsum(stop - start) - (stop - start)), stop - start)
+        terms.append(batch.kw_terms[np.arange(total) + first])
+        if hasattr(batch, "alpha"):
+            alpha.append(batch.alpha[rows])
+            tau.append(batch.tau[rows])
+    length = np.concatenate(lengths)
+    ptr = np.zeros(length.size + 1, dtype=np.int64)
+    np.cumsum(length, out=ptr[1:])
+    return {"edge": np.concatenate(edge).astype(np.int32),
+            "offset": np.concatenate(offset).astype(np.float64),
+            "kw_ptr": ptr, "kw_terms": np.concatenate(terms).astype(np.int32),
+            "alpha": np.concatenate(alpha) if alpha else None,
+            "tau": np.concatenate(tau) if tau else None}
+
+
 def _pool_subscriptions(source: _Source, network: RoadNetwork, need: int, kmin: int,
                         seed: int) -> tuple[Subscriptions, int]:
-    from index.base import concat_subscriptions
     from index.model import Subscriptions
+    from roadnet.locations import EdgePoints
 
     def make(n: int, attempt: int) -> tuple[npt.NDArray[np.int64], Subscriptions]:
         subs, _, _ = source.generate(network, n_subscriptions=n, n_messages=0,
@@ -470,9 +494,10 @@ def _pool_subscriptions(source: _Source, network: RoadNetwork, need: int, kmin: 
     # About 1 row in 5 asks for 5 keywords; a few more are capped by short documents.
     parts, distinct = _long_rows(make, need, kmin, np.random.default_rng(seed + 1),
                                  per_row=6.0)
-    subs = concat_subscriptions([batch.take(rows) for batch, rows in parts])
-    subs = Subscriptions(np.arange(len(subs), dtype=np.int64), subs.points, subs.alpha,
-                         subs.tau, subs.kw_ptr, subs.kw_terms)
+    cols = _gather(parts)
+    n = cols["kw_ptr"].size - 1
+    subs = Subscriptions(np.arange(n, dtype=np.int64), EdgePoints(cols["edge"], cols["offset"]),
+                         cols["alpha"], cols["tau"], cols["kw_ptr"], cols["kw_terms"])
     return subs, distinct
 
 
@@ -488,14 +513,10 @@ def _pool_messages(source: _Source, network: RoadNetwork, need: int, kmin: int,
 
     parts, distinct = _long_rows(make, need, kmin, np.random.default_rng(seed + 2),
                                  per_row=25.0)
-    taken = [batch.take(rows) for batch, rows in parts]
-    lengths = np.concatenate([np.diff(m.kw_ptr) for m in taken])
-    ptr = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    msgs = Messages(np.arange(lengths.size, dtype=np.int64),
-                    EdgePoints(np.concatenate([m.points.edge for m in taken]),
-                               np.concatenate([m.points.offset for m in taken])),
-                    ptr, np.concatenate([m.kw_terms for m in taken]).astype(np.int32))
+    cols = _gather(parts)
+    n = cols["kw_ptr"].size - 1
+    msgs = Messages(np.arange(n, dtype=np.int64), EdgePoints(cols["edge"], cols["offset"]),
+                    cols["kw_ptr"], cols["kw_terms"])
     return msgs, distinct
 
 

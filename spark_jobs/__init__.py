@@ -1,0 +1,35 @@
+"""Spark jobs of roadpubsub: the local computations, distributed.
+
+Each job runs as ``spark-submit spark_jobs/<job>.py ...`` and as
+``roadpubsub spark <job> ...`` (``--master``, default ``local[*]``); each distributes the
+functions the single-process path calls, so their outputs are the local ones.
+
+:mod:`spark_jobs.precompute_bounds`
+    The cell-pair distance bound table, one border Dijkstra per cell in the tasks
+    (``--engine dijkstra``) or GraphFrames Pregel over the border overlay graph
+    (``--engine graphframes``), written to Parquet;
+    :func:`~spark_jobs.precompute_bounds.load_bounds_table` reads it
+    back for :meth:`index.spatial.SpatialIndex.build`.
+:mod:`spark_jobs.idf`
+    Smoothed idf keyword weights of a large corpus (text, CSV or Parquet).
+:mod:`spark_jobs.batch_match`
+    Deliveries of many messages against many subscriptions: subscriptions partitioned by
+    cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.overlay`
+    The border overlay graph and its pure-local reference computation.
+:mod:`spark_jobs.session`
+    Session creation (Java 17+ check), progress lines, broadcasts, atomic output.
+:mod:`spark_jobs.bench_spark`
+    Spark vs single-process timings on Rome.
+
+Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
+"""
+
+__all__ = [
+    "batch_match",
+    "bench_spark",
+    "idf",
+    "overlay",
+    "precompute_bounds",
+    "session",
+]

@@ -141,12 +141,13 @@ def get_spark(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """The active SparkSession, or a new one on ``master`` (default ``local[*]``).
+    """The active SparkSession, or a new one on ``master``.
 
     Parameters
     ----------
     master
-        Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``...). Ignored when a
+        Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``...). When omitted:
+        spark-submit's ``--master`` under spark-submit, else ``local[*]``. Ignored when a
         session is already active (it is returned as is).
     app_name
         Application name shown in the Spark UI.
@@ -171,14 +172,18 @@ def get_spark(
     # Python workers must run this interpreter (the one that has the project installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = master or DEFAULT_MASTER
+    # Under spark-submit the JVM is already up with its --master and --conf settings.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master is None and not submitted:
+        master = DEFAULT_MASTER
     settings: dict[str, str] = {
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",
+        "spark.log.level": log_level,
     }
-    if master.startswith("local"):
+    if master is not None and master.startswith("local") and not submitted:
         settings["spark.ui.enabled"] = "false"
         settings["spark.driver.extraJavaOptions"] = FAST_START_JAVA_OPTIONS
         settings["spark.driver.memory"] = os.environ.get("ROADPUBSUB_SPARK_DRIVER_MEMORY",
@@ -186,24 +191,28 @@ def get_spark(
     if packages:
         settings["spark.jars.packages"] = ",".join(packages)
     settings.update(config or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     t0 = time.perf_counter()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    log(f"Spark {spark.version} session on {master} "
+    log(f"Spark {spark.version} session on {spark.sparkContext.master} "
         f"({spark.sparkContext.defaultParallelism} cores) in {time.perf_counter() - t0:.1f} s")
     return spark
 
 
 def add_spark_arguments(parser: Any) -> None:
     """Add ``--master`` and ``--packages`` to an argparse parser."""
-    parser.add_argument("--master", default=DEFAULT_MASTER,
-                        help="Spark master URL (default: %(default)s, every local core)")
+    parser.add_argument("--master", default=None,
+                        help=f"Spark master URL (default: spark-submit's --master, else "
+                             f"{DEFAULT_MASTER}: every local core)")
     parser.add_argument("--packages", action="append", default=[], metavar="COORD",
                         help="Maven coordinate to add to the Spark classpath (repeatable), "
-                             "e.g. the GraphFrames JVM package")
+                             "e.g. the GraphFrames JVM package (under spark-submit, give "
+                             "--packages to spark-submit itself)")
 
 
 def session_from_args(args: Any, *, app_name: str) -> SparkSession:

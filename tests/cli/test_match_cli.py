@@ -168,4 +168,4 @@ def test_help_has_an_example() -> None:
     res = subprocess.run([sys.executable, "-m", "roadpubsub", "match", "--help"],
                          capture_output=True, text=True, check=True, timeout=120)
     assert "example:" in res.stdout
-    assert "--index {brute" in res.stdout
+    assert "--index {bia,brute,eia}" in res.stdout

@@ -7,14 +7,12 @@ overrides it); tests that need a missing file are skipped with the path in the r
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from index.text import read_tweet_tokens
-from roadnet.io import load_network
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import shared_data_dir
 
@@ -32,30 +30,6 @@ def osm_file(relative: str) -> Path:
     if importlib.util.find_spec("roadnet.osm") is None:
         pytest.skip("needs roadnet.osm (the OSM reader) to load OSM networks")
     return shared_file(relative)
-
-
-@pytest.fixture(scope="session")
-def shared() -> Callable[[str], Path]:
-    """``shared("text/airline_tweets.csv")``: a shared data file, skipping when absent."""
-    return shared_file
-
-
-@pytest.fixture(scope="session")
-def rome() -> RoadNetwork:
-    """Rome, DIMACS (234,496 nodes); a few seconds to load, so once per session."""
-    return load_network(shared_file("dimacs/rome.gr.gz"))
-
-
-@pytest.fixture(scope="session")
-def california() -> RoadNetwork:
-    """Li et al.'s California road network."""
-    return load_network(shared_file("li_california/cal.cnode"))
-
-
-@pytest.fixture(scope="session")
-def andorra() -> RoadNetwork:
-    """Drivable roads of the Andorra OSM extract."""
-    return load_network(osm_file("osm/andorra-latest.osm.pbf"))
 
 
 @pytest.fixture(scope="session")

