@@ -27,7 +27,7 @@ import numpy.typing as npt
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
-from index.spatial import PointFacts, SpatialIndex
+from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from roadnet.errors import describe_rows
 from roadnet.files import atomic_paths
@@ -149,15 +149,39 @@ class SubscriptionIndex:
         self.version += 1
 
     def _set_delta(self, delta: Subscriptions) -> None:
+        """Replace the delta batch, computing its facts and limits."""
         self._bump_version()
         self.delta = delta
         self.delta_facts = self.spatial.facts(delta.points)
-        lap = location_aware_prefixes(delta, self.weights.weights, self.weights.rank(),
-                                      dmax_m=self.dmax_m, tolerance=self.tolerance)
-        self.delta_dn_limit = lap.dn_limit
-        self.delta_wildcard = np.zeros(len(delta), dtype=bool)
-        self.delta_wildcard[lap.wildcard_rows] = True
+        self.delta_dn_limit, self.delta_wildcard = self._limits(delta)
         self.term_rank = self.weights.rank()
+
+    def _limits(self, subs: Subscriptions) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+        """DNlimit and the wildcard flag of each row (what the delta scan tests)."""
+        lap = location_aware_prefixes(subs, self.weights.weights, self.weights.rank(),
+                                      dmax_m=self.dmax_m, tolerance=self.tolerance)
+        wildcard = np.zeros(len(subs), dtype=bool)
+        wildcard[lap.wildcard_rows] = True
+        return lap.dn_limit, wildcard
+
+    def _append_delta(self, new: Subscriptions) -> None:
+        """Add rows to the delta, computing facts and limits for the new rows only."""
+        self._bump_version()
+        facts = self.spatial.facts(new.points)
+        limit, wildcard = self._limits(new)
+        self.delta = concat_subscriptions([self.delta, new])
+        self.delta_facts = PointFacts(*(np.concatenate([a, b]) for a, b in zip(  # type: ignore[arg-type]
+            astuple_facts(self.delta_facts), astuple_facts(facts), strict=True)))
+        self.delta_dn_limit = np.concatenate([self.delta_dn_limit, limit])
+        self.delta_wildcard = np.concatenate([self.delta_wildcard, wildcard])
+
+    def _keep_delta_rows(self, rows: IntArray) -> None:
+        self._bump_version()
+        self.delta = self.delta.take(rows)
+        self.delta_facts = PointFacts(
+            *(a[rows] for a in astuple_facts(self.delta_facts)))  # type: ignore[arg-type]
+        self.delta_dn_limit = self.delta_dn_limit[rows]
+        self.delta_wildcard = self.delta_wildcard[rows]
 
     # ------------------------------------------------------------------ updates
     def __len__(self) -> int:
@@ -184,7 +208,7 @@ class SubscriptionIndex:
             known = describe_rows(subscriptions.ids[clash][:10].tolist(), total=int(clash.sum()))
             msg = f"subscription ids already in the index: {known}"
             raise InvalidSubscriptionError(msg)
-        self._set_delta(concat_subscriptions([self.delta, subscriptions]))
+        self._append_delta(subscriptions)
         if len(self.delta) > max(DEFAULTS.delta_compaction_min,
                                  DEFAULTS.delta_compaction_ratio * len(self.subs)):
             self.compact()
@@ -208,7 +232,7 @@ class SubscriptionIndex:
         self.active[slot[slot >= 0]] = False
         if in_delta.any():
             keep = ~np.isin(self.delta.ids, q)
-            self._set_delta(self.delta.take(np.flatnonzero(keep)))
+            self._keep_delta_rows(np.flatnonzero(keep))
 
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """Give subscriptions new locations (keywords, alpha and tau stay)."""

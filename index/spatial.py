@@ -10,7 +10,7 @@ Built once per network and shared by every subscription index on it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ from roadnet.locations import EdgePoints, point_xy
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 
-__all__ = ["PointFacts", "SpatialIndex"]
+__all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -42,6 +42,11 @@ class PointFacts:
     din_in: FloatArray
     chain: npt.NDArray[np.int32]
     chain_offset: FloatArray
+
+
+def astuple_facts(facts: PointFacts) -> tuple[npt.NDArray[np.generic], ...]:
+    """The fields of ``facts`` in declaration order (``PointFacts(*t)`` rebuilds it)."""
+    return tuple(getattr(facts, f.name) for f in fields(facts))
 
 
 @dataclass(frozen=True, eq=False)

@@ -55,6 +55,7 @@ class TermWeights:
         self._id: dict[str, int] = {}
         self._terms: list[str] = []
         self._weight = np.empty(max(16, len(weights)), dtype=np.float64)
+        self._rank: npt.NDArray[np.int64] | None = None
         for term, w in weights.items():
             self._add(term, float(w))
 
@@ -95,12 +96,18 @@ class TermWeights:
         return np.asarray(out, dtype=np.int32)
 
     def rank(self) -> npt.NDArray[np.int64]:
-        """Position of each term id in the general keyword order (weight desc, id asc)."""
-        w = self.weights
-        order = np.lexsort((np.arange(w.size), -w))
-        rank = np.empty(w.size, dtype=np.int64)
-        rank[order] = np.arange(w.size)
-        return rank
+        """Position of each term id in the general keyword order (weight desc, id asc).
+
+        Cached until a term is added. A new term takes the default weight, which never
+        changes the relative order of the terms already there.
+        """
+        if self._rank is None or self._rank.size != len(self._terms):
+            w = self.weights
+            order = np.lexsort((np.arange(w.size), -w))
+            rank = np.empty(w.size, dtype=np.int64)
+            rank[order] = np.arange(w.size)
+            self._rank = rank
+        return self._rank
 
     def to_table(self) -> dict[str, list[object]]:
         """Columns ``term`` and ``weight`` (for writing the weights file)."""

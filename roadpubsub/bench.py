@@ -66,6 +66,7 @@ from roadpubsub.demo import (
     dumps_json,
     helsinki_pbf,
     save_figure,
+    with_hint,
 )
 from roadpubsub.settings import shared_data_dir
 
@@ -206,8 +207,8 @@ class BenchConfig:
 #: extract (tests, notebooks); ``default`` takes a few minutes on Rome; ``paper`` is the
 #: full sweep on Rome up to 2M subscriptions.
 SCALES: dict[str, BenchConfig] = {
-    "tiny": BenchConfig(network="helsinki", subscription_counts=(1_000, 2_000, 4_000), n_subscriptions=2_000,
-                        sub_keywords=(1, 3, 5), msg_keywords=(5, 15, 25),
+    "tiny": BenchConfig(network="helsinki", subscription_counts=(1_000, 2_000, 4_000),
+                        n_subscriptions=2_000, sub_keywords=(1, 3, 5), msg_keywords=(5, 15, 25),
                         alphas=(0.1, 0.5, 0.9), taus=(0.5, 0.7, 0.9), n_messages=30,
                         n_brute=5, repeats=1),
     "default": BenchConfig(),
@@ -275,6 +276,7 @@ def machine_info() -> dict[str, Any]:
 
     mem = _read_proc("/proc/meminfo", "MemTotal")
     mem_gib = round(int(mem.split()[0]) / 1024 / 1024, 2) if mem else None
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -297,7 +299,7 @@ def machine_info() -> dict[str, Any]:
         "scipy": scipy.__version__,
         "numba": numba.__version__,
         "roadpubsub": ours,
-        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "numba_threads": getattr(numba.config, "NUMBA_NUM_THREADS", None),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -357,20 +359,17 @@ def _load_source(network: RoadNetwork, network_path: Path, keywords_from: str | 
         keywords_from = "tweets" if tweet_path.exists() else "pois"
     if keywords_from == "tweets":
         if not tweet_path.exists():
-            err = FileNotFoundError(f"tweet corpus not found: {tweet_path}")
-            err.hint = ("pass --tweets PATH, or --keywords-from pois with an OSM "  # type: ignore[attr-defined]
-                        "network")
-            raise err
+            raise with_hint(FileNotFoundError(f"tweet corpus not found: {tweet_path}"),
+                            "pass --tweets PATH, or --keywords-from pois with an OSM network")
         docs = [list(d) for d in read_tweet_tokens(tweet_path)]
         return _Source("tweets", documents=docs,
                        description={"keywords_from": "tweets", "tweets_file": str(tweet_path),
                                     "documents": len(docs)})
     poi_source = find_poi_source(network_path)
     if poi_source is None:
-        err2 = ValueError(f"network {network_path.name} comes with no POIs and the tweet "
-                          f"corpus {tweet_path} is absent")
-        err2.hint = "pass --tweets PATH, or use an OSM network"  # type: ignore[attr-defined]
-        raise err2
+        raise with_hint(ValueError(f"network {network_path.name} comes with no POIs and the "
+                                   f"tweet corpus {tweet_path} is absent"),
+                        "pass --tweets PATH, or use an OSM network")
     pois = load_pois(network, poi_source)
     return _Source("pois", pois=pois,
                    description={"keywords_from": "pois", "poi_file": str(poi_source),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,11 +31,8 @@ def needs_helsinki() -> None:
 
 @pytest.fixture(scope="module")
 def figures(needs_helsinki: None, tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[Path, dict]:  # type: ignore[type-arg]
+            ) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench")
-    import contextlib
-    import io
-
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
         assert main(["bench", *TINY, "--json", "--out-dir", str(out)]) == 0
@@ -47,7 +47,7 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "examples:" in text and "--suite throughput" in text and "--scale paper" in text
 
 
-def test_sweeps_cover_figures_5_to_9(figures: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_sweeps_cover_figures_5_to_9(figures: tuple[Path, dict[str, Any]]) -> None:
     _, doc = figures
     assert doc["suite"] == "figures" and doc["all_agree"] is True
     assert [s["figure"] for s in doc["sweeps"].values()] == [f"Fig. {k}" for k in range(5, 10)]
@@ -66,7 +66,7 @@ def test_sweeps_cover_figures_5_to_9(figures: tuple[Path, dict]) -> None:  # typ
             assert point["agree"] is True
 
 
-def test_machine_is_described(figures: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_machine_is_described(figures: tuple[Path, dict[str, Any]]) -> None:
     _, doc = figures
     m = doc["machine"]
     for key in ("cpu_model", "logical_cores", "usable_cores", "ram_gib", "python", "numpy",
@@ -74,7 +74,7 @@ def test_machine_is_described(figures: tuple[Path, dict]) -> None:  # type: igno
         assert m[key], key
 
 
-def test_json_and_pngs_are_written(figures: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_json_and_pngs_are_written(figures: tuple[Path, dict[str, Any]]) -> None:
     out, doc = figures
     assert json.loads((out / "bench.json").read_text())["sweeps"].keys() == doc["sweeps"].keys()
     names = ["fig5_subscriptions", "fig6_sub_keywords", "fig7_msg_keywords", "fig8_alpha",
