@@ -141,7 +141,7 @@ def auto_dmax(network: RoadNetwork) -> float:
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` under a temporary name, then rename it into place."""
-    from index.io import atomic_paths
+    from roadnet.files import atomic_paths
 
     target = Path(path)
     with atomic_paths(target) as (tmp,):
@@ -151,7 +151,7 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
 
 def save_figure(fig: Figure, path: PathLike, *, dpi: int = 120) -> Path:
     """Save a matplotlib figure as PNG atomically (temporary name, then rename)."""
-    from index.io import atomic_paths
+    from roadnet.files import atomic_paths
 
     target = Path(path)
     with atomic_paths(target) as (tmp,):
@@ -554,7 +554,7 @@ def run_demo(
     map_info: dict[str, Any] | None = None
     if draw_map:
         with steps.step("map", "drawing one message and its deliveries") as info:
-            row = pick_message(results["eia"], msgs)
+            row = pick_message(results["eia"], msgs, subscriptions=subs)
             mid = int(msgs.ids[row])
             n_del = int(np.count_nonzero(results["eia"].message_id == mid))
             map_info = {"message_id": mid, "deliveries": n_del, "path": None}
@@ -623,8 +623,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         src = (f"from {wl['pois']:,} real POIs (name, amenity, shop, tourism)"
                if wl["keywords_from"] == "pois" else "from real tweets, uniform locations")
         lines.append(f"  workload     {wl['subscriptions']:,} subscriptions and "
-                     f"{wl['messages']:,} messages {src}, seed {wl['seed']}; "
-                     f"{wl['vocabulary']:,} terms")
+                     f"{wl['messages']:,} messages, seed {wl['seed']}, "
+                     f"{wl['vocabulary']:,} terms,")
+        lines.append(f"               {src}")
     else:
         lines.append(f"  workload     {wl['subscriptions']:,} subscriptions, "
                      f"{wl['messages']:,} messages read from files; "
@@ -675,22 +676,39 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------- map
 def pick_message(deliveries: Deliveries, messages: Messages, *,
+                 subscriptions: Subscriptions | None = None,
                  target: int = _MAP_TARGET_DELIVERIES) -> int:
-    """Row of a message worth drawing: with several deliveries, near ``target`` of them.
+    """Row of a message worth drawing: several deliveries, spread over the map.
 
-    Among messages with at least 3 deliveries, the one whose count is closest to
-    ``target`` (lowest id on ties); otherwise the message with the most deliveries.
+    Among messages with 3 to ``4 * target`` deliveries (or at least 3, if none has so
+    few), the one whose delivered subscriptions stand at the most distinct places (when
+    ``subscriptions`` is given), then whose count is closest to ``target``, then the lowest
+    id. Without any message of 3 deliveries, the message with the most.
     """
     ids, counts = np.unique(deliveries.message_id, return_counts=True)
     if ids.size == 0:
         return 0
     several = counts >= 3
-    if several.any():
-        cand_ids, cand_counts = ids[several], counts[several]
-        best = cand_ids[np.lexsort((cand_ids, np.abs(cand_counts - target)))[0]]
-    else:
+    if not several.any():
         best = ids[np.argmax(counts)]
-    return int(np.flatnonzero(messages.ids == best)[0])
+        return int(np.flatnonzero(messages.ids == best)[0])
+    readable = several & (counts <= 4 * target)
+    keep = readable if readable.any() else several
+    cand_ids, cand_counts = ids[keep], counts[keep]
+    places = np.zeros(cand_ids.size, dtype=np.int64)
+    if subscriptions is not None:
+        order = np.argsort(subscriptions.ids, kind="stable")
+        mine = np.isin(deliveries.message_id, cand_ids)
+        rows = order[np.searchsorted(subscriptions.ids[order],
+                                     deliveries.subscription_id[mine])]
+        triples = np.column_stack([deliveries.message_id[mine],
+                                   subscriptions.points.edge[rows].astype(np.int64),
+                                   np.round(subscriptions.points.offset[rows]).astype(np.int64)])
+        distinct = np.unique(triples, axis=0)[:, 0]
+        places = np.searchsorted(cand_ids, distinct)
+        places = np.bincount(places, minlength=cand_ids.size)
+    pick = np.lexsort((cand_ids, np.abs(cand_counts - target), -places))[0]
+    return int(np.flatnonzero(messages.ids == cand_ids[pick])[0])
 
 
 def plot_message_map(

@@ -58,6 +58,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,7 @@ __all__ = [
     "ENGINES",
     "BoundsTableError",
     "GraphFramesNotFoundError",
+    "PregelColumns",
     "build_parser",
     "cells_fingerprint",
     "cells_from_payload",
@@ -102,9 +104,13 @@ __all__ = [
     "network_fingerprint",
     "network_from_payload",
     "network_payload",
+    "overlay_arcs_frame",
+    "overlay_vertices_frame",
     "precompute_cell_bounds",
+    "pregel_columns",
     "read_bounds_rows",
     "require_graphframes",
+    "rows_from_pregel",
     "run",
     "write_bounds_table",
 ]
@@ -308,19 +314,40 @@ def dijkstra_rows(spark: SparkSession, network: RoadNetwork, cells: Cells, *,
         _dijkstra_rows_task(bc, float(limit)), _ROW_SCHEMA)
 
 
-def _is_zero(x: Column) -> Column:
-    return x == 0.0
+@dataclass(frozen=True)
+class PregelColumns:
+    """The Pregel program over the border overlay for one batch of source cells.
 
-
-def _pregel_expressions(base: int, k: int, limit: float
-                        ) -> tuple[Column, Column, Column, Column]:
-    """Pregel columns for source cells base..base+k-1: (init, update, improved, message).
-
-    Vertex state ``dist``: one distance per source cell of the batch (0 at the source
-    cell's border vertices, inf elsewhere); ``improved``: whether the last update lowered
+    Vertex columns (beside ``id`` and ``cells``, the cells a border vertex borders):
+    ``dist``, one distance in metres per source cell of the batch (0 at the source cell's
+    border vertices, inf elsewhere), and ``improved``, whether the last update lowered
     any of them. A vertex that improved sends ``dist + weight`` along its shortcut arcs
-    (inf beyond ``limit``); messages are collected and folded in by element-wise minimum.
+    (inf beyond the limit); messages are collected and folded in by element-wise minimum.
+    Without a change anywhere no message is sent, which ends the run (early stopping).
+
+    Attributes
+    ----------
+    init_dist, init_improved
+        Initial expressions (over the original vertex columns).
+    update_dist, update_improved
+        Update expressions (over the vertex columns and the aggregated message).
+    message
+        Message sent to each arc's destination (null: no message).
+    aggregate
+        Aggregation of the messages of a vertex.
     """
+
+    init_dist: Column
+    init_improved: Column
+    update_dist: Column
+    update_improved: Column
+    message: Column
+    aggregate: Column
+
+
+def pregel_columns(base: int, k: int, *, limit: float = math.inf) -> PregelColumns:
+    """The Pregel columns for source cells ``base .. base + k - 1`` (GraphFrames names:
+    ``Pregel.msg()``, ``Pregel.src(...)``, ``Pregel.edge(...)``)."""
     from graphframes.lib import Pregel
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -342,6 +369,9 @@ def _pregel_expressions(base: int, k: int, limit: float
     def identity(t: Column) -> Column:
         return t
 
+    def is_zero(x: Column) -> Column:
+        return x == 0.0
+
     def relax(x: Column) -> Column:
         total = x + Pregel.edge("weight")
         return F.when(total <= F.lit(limit), total).otherwise(inf)
@@ -350,11 +380,59 @@ def _pregel_expressions(base: int, k: int, limit: float
     msg = Pregel.msg()
     dist = F.col("dist")
     merged = F.aggregate(msg, dist, fold)
-    new_dist = F.when(msg.isNull(), dist).otherwise(merged)
-    improved = F.when(msg.isNull(), F.lit(False)).otherwise(
-        F.exists(F.zip_with(merged, dist, lower), identity))
-    send = F.when(Pregel.src("improved"), F.transform(Pregel.src("dist"), relax))
-    return init, new_dist, improved, send
+    return PregelColumns(
+        init_dist=init,
+        init_improved=F.exists(init, is_zero),
+        update_dist=F.when(msg.isNull(), dist).otherwise(merged),
+        update_improved=F.when(msg.isNull(), F.lit(False)).otherwise(
+            F.exists(F.zip_with(merged, dist, lower), identity)),
+        message=F.when(Pregel.src("improved"), F.transform(Pregel.src("dist"), relax)),
+        aggregate=F.collect_list(msg),
+    )
+
+
+def overlay_arcs_frame(spark: SparkSession, network: RoadNetwork, cells: Cells, *,
+                       partitions: int | None = None) -> DataFrame:
+    """Shortcut arcs ``src``, ``dst`` (node indices), ``weight`` (metres) of the border
+    overlay, computed per cell in the tasks (:func:`spark_jobs.overlay.cell_shortcuts`);
+    the lightest arc per (src, dst)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    bc = _broadcast_network(spark, network, cells)
+    return (_cell_ids(spark, cells.n_cells, partitions)
+            .mapInArrow(_shortcuts_task(bc), "src long, dst long, weight double")
+            .groupBy("src", "dst").agg(F.min("weight").alias("weight")))
+
+
+def overlay_vertices_frame(spark: SparkSession, cells: Cells) -> DataFrame:
+    """Overlay vertices: ``id`` (border vertex, node index) and ``cells`` (those it borders)."""
+    vertices = np.flatnonzero(cells.node_is_border).astype(np.int64)
+    owner = np.repeat(np.arange(cells.n_cells, dtype=np.int32), np.diff(cells.border_ptr))
+    order = np.lexsort((owner, cells.border_nodes))
+    node_sorted = cells.border_nodes[order]
+    ptr = np.append(np.searchsorted(node_sorted, vertices), node_sorted.size).astype(np.int32)
+    table = pa.table({"id": pa.array(vertices, pa.int64()),
+                      "cells": pa.ListArray.from_arrays(pa.array(ptr),
+                                                        pa.array(owner[order], pa.int32()))})
+    return spark.createDataFrame(table)
+
+
+def rows_from_pregel(cells: Cells, result: pa.Table, base: int, k: int, *,
+                     limit: float = math.inf) -> tuple[FloatArray, FloatArray]:
+    """Rows ``base .. base + k - 1`` of (D, D_far) from final vertex states (``id``,
+    ``dist``), reduced as :func:`spark_jobs.overlay.border_rows` does."""
+    vertices = np.flatnonzero(cells.node_is_border).astype(np.int64)
+    ids = np.asarray(result.column("id").to_numpy(), dtype=np.int64)
+    values = np.asarray(pc.list_flatten(result.column("dist")).to_numpy(),
+                        dtype=np.float64).reshape(ids.size, k)
+    dist_at = np.full((vertices.size, k), np.inf)
+    dist_at[np.searchsorted(vertices, ids)] = values
+    at_border = np.searchsorted(vertices, cells.border_nodes)
+    D = np.empty((k, cells.n_cells))
+    D_far = np.empty((k, cells.n_cells))
+    for j in range(k):
+        D[j], D_far[j] = border_rows(cells, dist_at[at_border, j], base + j, limit=limit)
+    return D, D_far
 
 
 def _graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, *,
@@ -363,59 +441,38 @@ def _graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells,
     """(D, D_far) through the border overlay and GraphFrames Pregel."""
     require_graphframes(spark)
     from graphframes import GraphFrame
-    from graphframes.lib import Pregel
-    from pyspark.sql import functions as F  # noqa: N812
     from pyspark.storagelevel import StorageLevel
 
     n = cells.n_cells
-    bc = _broadcast_network(spark, network, cells)
     with stage(spark, f"precompute-bounds: shortcuts of {n} cells"):
-        arcs = (_cell_ids(spark, n, partitions)
-                .mapInArrow(_shortcuts_task(bc), "src long, dst long, weight double")
-                .groupBy("src", "dst").agg(F.min("weight").alias("weight"))
-                .persist(StorageLevel.MEMORY_AND_DISK))
+        arcs = overlay_arcs_frame(spark, network, cells, partitions=partitions).persist(
+            StorageLevel.MEMORY_AND_DISK)
         n_arcs = arcs.count()
-    vertices = np.flatnonzero(cells.node_is_border).astype(np.int64)
-    # The cells each border vertex borders, as a list column.
-    owner = np.repeat(np.arange(n, dtype=np.int32), np.diff(cells.border_ptr))
-    order = np.lexsort((owner, cells.border_nodes))
-    node_sorted = cells.border_nodes[order]
-    starts = np.searchsorted(node_sorted, vertices)
-    ptr = np.append(starts, node_sorted.size).astype(np.int32)
-    vtable = pa.table({"id": pa.array(vertices, pa.int64()),
-                       "cells": pa.ListArray.from_arrays(pa.array(ptr),
-                                                         pa.array(owner[order], pa.int32()))})
-    vdf = spark.createDataFrame(vtable).persist(StorageLevel.MEMORY_AND_DISK)
-    log(f"border overlay: {vertices.size} vertices, {n_arcs} shortcut arcs")
+    vdf = overlay_vertices_frame(spark, cells).persist(StorageLevel.MEMORY_AND_DISK)
+    n_vertices = int(cells.node_is_border.sum())
+    log(f"border overlay: {n_vertices} vertices, {n_arcs} shortcut arcs")
     graph = GraphFrame(vdf, arcs)
-    at_border = np.searchsorted(vertices, cells.border_nodes)
     D = np.empty((n, n))
     D_far = np.empty((n, n))
     for base in range(0, n, batch_cells):
         k = min(batch_cells, n - base)
-        init, new_dist, improved, send = _pregel_expressions(base, k, limit)
+        cols = pregel_columns(base, k, limit=limit)
         with stage(spark, f"precompute-bounds: Pregel over the overlay, source cells "
                           f"{base}..{base + k - 1} of {n}"):
             result = (graph.pregel
-                      .setMaxIter(int(vertices.size) + 1)
+                      .setMaxIter(n_vertices + 1)
                       .setEarlyStopping(True)
                       .setUseLocalCheckpoints(True)
-                      .withVertexColumn("dist", init, new_dist)
-                      .withVertexColumn("improved", F.exists(init, _is_zero), improved)
-                      .sendMsgToDst(send)
-                      .aggMsgs(F.collect_list(Pregel.msg()))
+                      .withVertexColumn("dist", cols.init_dist, cols.update_dist)
+                      .withVertexColumn("improved", cols.init_improved, cols.update_improved)
+                      .sendMsgToDst(cols.message)
+                      .aggMsgs(cols.aggregate)
                       .required_edge_columns("weight")
                       .run()
                       .select("id", "dist")
                       .toArrow())
-        ids = np.asarray(result.column("id").to_numpy(), dtype=np.int64)
-        values = np.asarray(pc.list_flatten(result.column("dist")).to_numpy(),
-                            dtype=np.float64).reshape(ids.size, k)
-        dist_at = np.full((vertices.size, k), np.inf)
-        dist_at[np.searchsorted(vertices, ids)] = values
-        for j in range(k):
-            D[base + j], D_far[base + j] = border_rows(cells, dist_at[at_border, j], base + j,
-                                                       limit=limit)
+        D[base:base + k], D_far[base:base + k] = rows_from_pregel(cells, result, base, k,
+                                                                  limit=limit)
     arcs.unpersist()
     vdf.unpersist()
     return D, D_far

@@ -128,6 +128,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen suite; returns the exit code."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window
+
     from roadpubsub.bench import ThroughputConfig, run_figures, run_throughput, scaled
     from roadpubsub.demo import dumps_json
 
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < (0 if name == "brute_messages" else 1):
             msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
             raise ValueError(msg)
-    quiet = args.quiet or args.json
+    quiet = args.quiet
     doc: dict[str, Any]
     if args.suite == "throughput":
         overrides = {"network": args.network, "keywords_from": args.keywords_from,

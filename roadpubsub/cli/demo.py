@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window
+
     from roadpubsub.demo import dumps_json, format_summary, run_demo
 
     result = run_demo(
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         out_dir=args.out_dir,
         draw_map=not args.no_map,
-        quiet=args.quiet or args.json,
+        quiet=args.quiet,
     )
     if args.json:
         sys.stdout.write(dumps_json(result.summary) + "\n")
