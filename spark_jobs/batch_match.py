@@ -357,9 +357,12 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
 
 def deliveries_frame(spark: SparkSession, plan: MatchPlan, subs: Subscriptions,
                      messages: Messages, *, fault: str | None = None) -> DataFrame:
-    """The deliveries as a lazy DataFrame (run it inside :func:`_job_settings`).
+    """The deliveries as a lazy DataFrame.
 
-    ``fault`` (tests only, one of :data:`FAULTS`) makes the first partition's task fail.
+    Run it with one shuffle partition per subscription partition and AQE coalescing off,
+    as :func:`batch_match` and :func:`write_batch_deliveries` do, so that each partition's
+    index is built in its own task. ``fault`` (tests only, one of :data:`FAULTS`) makes
+    the first partition's task fail.
     """
     if fault is not None and fault not in FAULTS:
         msg = f"fault must be one of {FAULTS}, got {fault!r}"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from roadnet.cell_bounds import CellBounds, compute_cell_bounds
 from roadnet.cells import Cells, build_cells
@@ -37,7 +38,7 @@ def shared_file(relative: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark() -> Iterator[SparkSession]:
     """The one SparkSession of the test run (skips without Java 17+)."""
     from spark_jobs.session import JavaNotFoundError, get_spark
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pyspark.sql import SparkSession
 
 from index.eia import EnhancedIndex
 from index.io import read_deliveries, write_messages, write_subscriptions, write_weights
@@ -69,7 +70,8 @@ def test_routing_keeps_every_partition_with_a_delivery(
 
 @pytest.mark.spark
 def test_batch_match_equals_single_process_eia(
-        spark: object, spatial: SpatialIndex, workload: Workload, reference: Deliveries) -> None:
+        spark: SparkSession, spatial: SpatialIndex, workload: Workload,
+        reference: Deliveries) -> None:
     got = batch_match(spark, spatial, workload.subscriptions, workload.messages,
                       workload.weights, dmax_m=DMAX_M, n_partitions=3)
     _assert_same(got, reference)
@@ -77,7 +79,7 @@ def test_batch_match_equals_single_process_eia(
 
 @pytest.mark.spark
 def test_output_is_replaced_atomically_and_never_duplicated(
-        spark: object, spatial: SpatialIndex, workload: Workload, reference: Deliveries,
+        spark: SparkSession, spatial: SpatialIndex, workload: Workload, reference: Deliveries,
         tmp_path: Path) -> None:
     out = tmp_path / "deliveries.parquet"
     args = (spark, spatial, workload.subscriptions, workload.messages, workload.weights, out)
@@ -102,12 +104,13 @@ def test_output_is_replaced_atomically_and_never_duplicated(
 
 @pytest.mark.spark
 def test_cli_batch_match_from_files(
-        spark: object, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
         andorra_capacity: int, workload: Workload, reference: Deliveries,
         tmp_path: Path) -> None:
-    kw = {"network": andorra, "weights": workload.weights}
-    write_subscriptions(workload.subscriptions, tmp_path / "subs.parquet", **kw)
-    write_messages(workload.messages, tmp_path / "msgs.parquet", **kw)
+    write_subscriptions(workload.subscriptions, tmp_path / "subs.parquet", network=andorra,
+                        weights=workload.weights)
+    write_messages(workload.messages, tmp_path / "msgs.parquet", network=andorra,
+                   weights=workload.weights)
     write_weights(workload.weights, tmp_path / "weights.parquet")
     bounds = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "andorra.bounds")
     out = tmp_path / "out.parquet"

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
 
 from index.io import read_weights
 from index.terms import TermWeights
@@ -24,7 +25,7 @@ def _assert_same(got: TermWeights, want: TermWeights) -> None:
 
 
 @pytest.mark.spark
-def test_idf_of_tweets_csv_equals_local(spark: object, tweets_csv: Path,
+def test_idf_of_tweets_csv_equals_local(spark: SparkSession, tweets_csv: Path,
                                         tmp_path: Path) -> None:
     want = TermWeights.from_idf(read_tweet_tokens(tweets_csv))
     out, got = write_idf(spark, str(tweets_csv), tmp_path / "weights.parquet")
@@ -33,7 +34,7 @@ def test_idf_of_tweets_csv_equals_local(spark: object, tweets_csv: Path,
 
 
 @pytest.mark.spark
-def test_idf_of_text_and_parquet_inputs(spark: object, tweets_csv: Path,
+def test_idf_of_text_and_parquet_inputs(spark: SparkSession, tweets_csv: Path,
                                         tmp_path: Path) -> None:
     # One document per line: tweets with their line breaks folded, plus blank lines.
     texts = pd.read_csv(tweets_csv, usecols=["text"], dtype={"text": "string"})["text"]
@@ -53,7 +54,7 @@ def test_idf_of_text_and_parquet_inputs(spark: object, tweets_csv: Path,
 
 
 @pytest.mark.spark
-def test_cli_idf_writes_weights(spark: object, tweets_csv: Path, tmp_path: Path) -> None:
+def test_cli_idf_writes_weights(spark: SparkSession, tweets_csv: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.parquet"
     assert cli_main(["spark", "idf", str(tweets_csv), "--out", str(out)]) == 0
     _assert_same(read_weights(out), TermWeights.from_idf(read_tweet_tokens(tweets_csv)))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 
 from index.spatial import SpatialIndex
 from roadnet.cell_bounds import CellBounds, compute_cell_bounds
@@ -44,7 +45,7 @@ def _assert_identical(got: CellBounds, want: CellBounds) -> None:
 
 @pytest.mark.spark
 def test_dijkstra_engine_table_equals_local_on_andorra(
-        spark: object, andorra: RoadNetwork, andorra_cells: Cells,
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells,
         andorra_bounds: CellBounds, andorra_capacity: int, tmp_path: Path) -> None:
     out = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "andorra.bounds",
                              capacity=andorra_capacity)
@@ -61,14 +62,14 @@ def test_dijkstra_engine_table_equals_local_on_andorra(
 @pytest.mark.spark
 @pytest.mark.slow
 def test_dijkstra_engine_table_equals_local_on_rome(
-        spark: object, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds) -> None:
+        spark: SparkSession, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds) -> None:
     _assert_identical(precompute_cell_bounds(spark, rome, rome_cells, partitions=5),
                       rome_bounds)
 
 
 @pytest.mark.spark
 def test_loader_rejects_other_network_cells_and_non_tables(
-        spark: object, andorra: RoadNetwork, andorra_cells: Cells, andorra_capacity: int,
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells, andorra_capacity: int,
         tmp_path: Path) -> None:
     out = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "t.bounds",
                              capacity=andorra_capacity, limit=3000.0)
@@ -96,7 +97,7 @@ def test_loader_rejects_other_network_cells_and_non_tables(
 
 @pytest.mark.spark
 def test_graphframes_engine_matches_dijkstra_engine(
-        spark: object, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds,
+        spark: SparkSession, rome: RoadNetwork, rome_cells: Cells, rome_bounds: CellBounds,
         andorra: RoadNetwork, andorra_cells: Cells, andorra_bounds: CellBounds) -> None:
     problem = graphframes_problem(spark)
     if problem is not None:
@@ -109,17 +110,17 @@ def test_graphframes_engine_matches_dijkstra_engine(
     np.testing.assert_allclose(got.D, andorra_bounds.D, rtol=1e-13, atol=0)
 
 
-def _emulated_pregel(spark: object, vertices: object, arcs: object, cols: PregelColumns,
-                     max_iter: int) -> object:
+def _emulated_pregel(vertices: DataFrame, arcs: DataFrame, cols: PregelColumns,
+                     max_iter: int) -> DataFrame:
     """GraphFrames' Pregel loop with plain DataFrame joins: triplets (``src``, ``edge``
     structs), messages to each arc's destination aggregated as ``_pregel_msg_``, vertex
     update (old columns and the message in scope), stop when no message is sent."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    v = vertices.select("*", cols.init_dist.alias("dist"),  # type: ignore[attr-defined]
+    v = vertices.select("*", cols.init_dist.alias("dist"),
                         cols.init_improved.alias("improved")).localCheckpoint()
     for _ in range(max_iter):
-        triplets = (arcs.alias("e")  # type: ignore[attr-defined]
+        triplets = (arcs.alias("e")
                     .join(v.alias("s"), F.col("e.src") == F.col("s.id"))
                     .select(F.struct("s.*").alias("src"), F.struct("e.*").alias("edge")))
         msgs = (triplets.select(F.col("edge.dst").alias("id"),
@@ -138,7 +139,7 @@ def _emulated_pregel(spark: object, vertices: object, arcs: object, cols: Pregel
 
 @pytest.mark.spark
 def test_graphframes_program_on_the_overlay_equals_local_overlay(
-        spark: object, andorra: RoadNetwork) -> None:
+        spark: SparkSession, andorra: RoadNetwork) -> None:
     # The graphframes engine's Pregel columns, run by an emulation of GraphFrames' Pregel
     # loop (no JVM package needed): the overlay logic and the Spark SQL expressions are
     # verified here, on the real Andorra overlay, against the local overlay search.
@@ -146,9 +147,8 @@ def test_graphframes_program_on_the_overlay_equals_local_overlay(
     arcs = overlay_arcs_frame(spark, andorra, cells, partitions=4).localCheckpoint()
     vertices = overlay_vertices_frame(spark, cells)
     n = cells.n_cells
-    result = _emulated_pregel(spark, vertices, arcs, pregel_columns(0, n), max_iter=60)
-    D, D_far = rows_from_pregel(cells, result.select("id", "dist").toArrow(),  # type: ignore[attr-defined]
-                                0, n)
+    result = _emulated_pregel(vertices, arcs, pregel_columns(0, n), max_iter=60)
+    D, D_far = rows_from_pregel(cells, result.select("id", "dist").toArrow(), 0, n)
     want = overlay_cell_bounds(andorra, cells)
     np.testing.assert_array_equal(D, want.D)
     np.testing.assert_array_equal(D_far, want.D_far)
@@ -157,11 +157,11 @@ def test_graphframes_program_on_the_overlay_equals_local_overlay(
 
 @pytest.mark.spark
 def test_graphframes_engine_without_jvm_package_stops_with_one_line(
-        spark: object, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
         andorra_capacity: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if graphframes_problem(spark) is None:
         pytest.skip("the GraphFrames JVM package is on the classpath")
-    coordinate = graphframes_package(spark.version)  # type: ignore[attr-defined]
+    coordinate = graphframes_package(spark.version)
     assert coordinate.startswith("io.graphframes:graphframes-spark4_2.13:0.12.")
     with pytest.raises(GraphFramesNotFoundError, match=f"--packages {coordinate}"):
         precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes")
@@ -175,7 +175,7 @@ def test_graphframes_engine_without_jvm_package_stops_with_one_line(
 
 @pytest.mark.spark
 def test_cli_precompute_bounds_rerun_replaces_output(
-        spark: object, andorra: RoadNetwork, andorra_cells: Cells,
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells,
         andorra_bounds: CellBounds, andorra_path: Path, andorra_capacity: int,
         tmp_path: Path) -> None:
     out = tmp_path / "cli.bounds"
