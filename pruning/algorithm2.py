@@ -56,13 +56,13 @@ def verify_candidates(  # pragma: no cover - compiled
             target_limits[n_t] = lim
             n_t += 1
     # The message is reached from u at its offset, or from v on a two-way edge (or when it
-    # stands on v).
+    # stands on v: offset = length > 0; on a zero-length edge it stands on u).
     seeds = np.empty(2, dtype=np.int64)
     seed_d = np.empty(2)
     seeds[0] = edge_u[m_edge]
     seed_d[0] = m_offset
     n_seeds = 1
-    if edge_twoway[m_edge] or m_offset == edge_length[m_edge]:
+    if edge_twoway[m_edge] or (m_offset == edge_length[m_edge] and m_offset > 0.0):
         seeds[1] = edge_v[m_edge]
         seed_d[1] = edge_length[m_edge] - m_offset
         n_seeds = 2

@@ -221,7 +221,7 @@ def _fill_chain_interiors(graph: ChainGraph, dist: FloatArray, *, leaving: bool)
             back = two | (pos == 0.0)
             val = np.minimum(end + (length - pos), np.where(back, start + pos, np.inf))
         else:
-            back = two | (pos == length)
+            back = two | ((pos == length) & (length > 0.0))
             val = np.minimum(start + pos, np.where(back, end + (length - pos), np.inf))
         inner = ~graph.junction[node]
         out[node[inner]] = val[inner]

@@ -312,14 +312,16 @@ def entry_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatA
     """Nodes a point can be reached from and the cost from there: (u, o), (v, length - o).
 
     The second pair costs ``inf`` where the edge cannot be travelled from v to u (unless
-    the point stands on v).
+    the point stands on v: offset = length > 0).
     """
     local = network.to_local(points)
     e = local.edge
     o = local.offset
     length = network.edge_length[e]
-    # A point standing on v (offset = length) is reached from v even on a one-way edge.
-    cost_v = np.where(network.edge_twoway[e] | (o == length), length - o, np.inf)
+    # A point standing on v (offset = length > 0) is reached from v even on a one-way
+    # edge. On a zero-length edge the point stands on u (offset 0 wins).
+    cost_v = np.where(network.edge_twoway[e] | ((o == length) & (length > 0.0)),
+                      length - o, np.inf)
     return (network.edge_u[e].astype(np.int64), o,
             network.edge_v[e].astype(np.int64), cost_v)
 

@@ -70,9 +70,11 @@ def reference_match(network: RoadNetwork, subs: Subscriptions, messages: Message
         chain: list[tuple[float, object]] = [(0.0, ("n", u)), *pts, (length, ("n", v))]
         for (o1, a), (o2, b) in itertools.pairwise(chain):
             add(a, b, o2 - o1)
-            # Two places at one offset are one place, even on a one-way edge (a point at
-            # offset 0 stands on u).
-            if two_way or o2 == o1:
+            # Places at one offset are one place, even on a one-way edge: a point at offset
+            # 0 stands on u, one at the full length on v. A zero-length edge keeps its two
+            # nodes apart (its points stand on u).
+            same_place = o2 == o1 and not (b == ("n", v) and length == 0.0)
+            if two_way or same_place:
                 add(b, a, o2 - o1)
     graph = nx.DiGraph()
     graph.add_weighted_edges_from((a, b, w) for (a, b), w in arcs.items())

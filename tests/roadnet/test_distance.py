@@ -51,7 +51,8 @@ def reference_distances(G: nx.DiGraph, net: RoadNetwork, p: EdgePoints, qs: Edge
 
     A route leaves p's edge at one of its ends (towards v always, towards u where the
     edge is two-way or p stands on u), follows shortest node paths, and enters q's edge at
-    one of its ends (from u always, from v where two-way or q stands on v); or it stays on
+    one of its ends (from u always, from v where two-way or q stands on v, i.e. at a
+    positive full length); or it stays on
     a shared edge.
     """
     e, o = int(p.edge[0]), float(p.offset[0])
@@ -71,7 +72,7 @@ def reference_distances(G: nx.DiGraph, net: RoadNetwork, p: EdgePoints, qs: Edge
     out = np.full(len(qs), INF)
     for i, (f, r) in enumerate(zip(qs.edge.tolist(), qs.offset.tolist(), strict=True)):
         best = dist.get(int(net.edge_u[f]), INF) + r
-        if two[f] or r == float(net.edge_length[f]):
+        if two[f] or (r == float(net.edge_length[f]) and r > 0.0):
             best = min(best, dist.get(int(net.edge_v[f]), INF) + float(net.edge_length[f]) - r)
         if f == e:
             if r >= o:
