@@ -41,6 +41,7 @@ __all__ = [
     "cell_graph",
     "compute_cell_bounds",
     "node_border_distances",
+    "reduce_border_distances",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -147,21 +148,34 @@ def border_distance_row(
     """
     search = search or NodeSearch(cell_graph(network, cells), reverse=False)
     border = cells.border_of(cell)
-    n_cells = cells.n_cells
     if border.size == 0:
+        return reduce_border_distances(cells, np.empty(0), cell, limit=limit)
+    res = search.run(border, np.zeros(border.size), limit=limit)
+    return reduce_border_distances(cells, res.dist[cells.border_nodes], cell, limit=limit)
+
+
+def reduce_border_distances(
+    cells: Cells, d: FloatArray, cell: int, *, limit: float = np.inf
+) -> tuple[FloatArray, FloatArray]:
+    """Row ``cell`` of (D, D_far) from distances at ``cells.border_nodes`` (metres).
+
+    ``d[k]`` is the distance from ``cell``'s border vertices to ``cells.border_nodes[k]``
+    (inf if unreached). Per cell: the least and the largest reached distance over its
+    border vertices. With a finite ``limit``, farther nodes count as unreached and D is
+    capped at the limit (still a lower bound). Shared by every engine that computes rows.
+    """
+    n_cells = cells.n_cells
+    if cells.border_of(cell).size == 0:
         row = np.full(n_cells, np.inf)
         row[cell] = 0.0
         return row, np.full(n_cells, np.nan)
-    res = search.run(border, np.zeros(border.size), limit=limit)
-    d = res.dist[cells.border_nodes]
-    counts = np.diff(cells.border_ptr)
-    has = counts > 0
+    d = np.where(d <= limit, d, np.inf)
+    has = np.diff(cells.border_ptr) > 0
     starts = cells.border_ptr[:-1][has]
     row = np.full(n_cells, np.inf)
     row[has] = np.minimum.reduceat(d, starts)
-    finite = np.where(np.isfinite(d), d, -np.inf)
     far = np.full(n_cells, np.nan)
-    far_vals = np.maximum.reduceat(finite, starts)
+    far_vals = np.maximum.reduceat(np.where(np.isfinite(d), d, -np.inf), starts)
     far[has] = np.where(np.isfinite(far_vals), far_vals, np.nan)
     if np.isfinite(limit):
         row = np.minimum(row, limit)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.cell_bounds import CellBounds
+from roadnet.cell_bounds import CellBounds, reduce_border_distances
 from roadnet.cells import Cells
 from roadnet.distance import NodeSearch
 from roadnet.network import RoadNetwork
@@ -159,33 +159,8 @@ def overlay_network(network: RoadNetwork, cells: Cells, shortcuts: Shortcuts
 
 def border_rows(cells: Cells, d: FloatArray, cell: int, *, limit: float = np.inf
                 ) -> tuple[FloatArray, FloatArray]:
-    """Row ``cell`` of (D, D_far) from distances at ``cells.border_nodes`` (metres).
-
-    ``d[k]`` is the distance from cell ``cell``'s border vertices to
-    ``cells.border_nodes[k]`` (inf if unreached). The reduction of
-    :func:`roadnet.cell_bounds.border_distance_row`: least and largest reached distance
-    over each cell's border vertices; with a finite ``limit`` nodes farther than it count
-    as unreached and D is capped at it.
-    """
-    n_cells = cells.n_cells
-    if cells.border_of(cell).size == 0:
-        row = np.full(n_cells, np.inf)
-        row[cell] = 0.0
-        return row, np.full(n_cells, np.nan)
-    d = np.where(d <= limit, d, np.inf)
-    counts = np.diff(cells.border_ptr)
-    has = counts > 0
-    starts = cells.border_ptr[:-1][has]
-    row = np.full(n_cells, np.inf)
-    row[has] = np.minimum.reduceat(d, starts)
-    finite = np.where(np.isfinite(d), d, -np.inf)
-    far = np.full(n_cells, np.nan)
-    far_vals = np.maximum.reduceat(finite, starts)
-    far[has] = np.where(np.isfinite(far_vals), far_vals, np.nan)
-    if np.isfinite(limit):
-        row = np.minimum(row, limit)
-    row[cell] = 0.0
-    return row, far
+    """Row ``cell`` of (D, D_far): :func:`roadnet.cell_bounds.reduce_border_distances`."""
+    return reduce_border_distances(cells, d, cell, limit=limit)
 
 
 def overlay_cell_bounds(
