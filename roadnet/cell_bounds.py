@@ -22,6 +22,7 @@ dN(s, m) >= din_out(s) + D[cs, cm] + din_in(m) for s, m in different cells.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,11 +70,13 @@ class CellBounds:
     def point_din_out(self, network: Topology, points: EdgePoints) -> FloatArray:
         """din of edge points: distance from each point to its cell's nearest border vertex."""
         a, ca, b, cb = exit_costs(network, points)
+        a, b = network.to_network_nodes(a), network.to_network_nodes(b)
         return np.minimum(ca + self.din_out[a], cb + self.din_out[b])
 
     def point_din_in(self, network: Topology, points: EdgePoints) -> FloatArray:
         """Distance from the nearest border vertex of each point's cell to the point."""
         a, ca, b, cb = entry_costs(network, points)
+        a, b = network.to_network_nodes(a), network.to_network_nodes(b)
         return np.minimum(self.din_in[a] + ca, self.din_in[b] + cb)
 
     def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
@@ -150,8 +153,10 @@ def border_distance_row(
     border = cells.border_of(cell)
     if border.size == 0:
         return reduce_border_distances(cells, np.empty(0), cell, limit=limit)
-    res = search.run(border, np.zeros(border.size), limit=limit)
-    return reduce_border_distances(cells, res.dist[cells.border_nodes], cell, limit=limit)
+    graph = search.network
+    res = search.run(graph.from_network_nodes(border), np.zeros(border.size), limit=limit)
+    d = res.dist[graph.from_network_nodes(cells.border_nodes)]
+    return reduce_border_distances(cells, d, cell, limit=limit)
 
 
 def reduce_border_distances(
@@ -189,7 +194,9 @@ def cell_graph(network: RoadNetwork, cells: Cells) -> ChainGraph:
     Searches between border vertices then only settle junctions, and no border vertex ever
     lies inside a chain.
     """
-    key = f"cell_graph:{id(cells)}"
+    # Keyed by the border set itself: equal borders give equal graphs, and object ids
+    # can be reused.
+    key = "cell_graph:" + hashlib.sha1(cells.node_is_border.tobytes()).hexdigest()
     if key not in network._cache:
         network._cache[key] = build_chain_graph(network, junctions=cells.node_is_border)
     return network._cache[key]  # type: ignore[no-any-return]
@@ -202,7 +209,7 @@ def node_border_distances(network: RoadNetwork, cells: Cells) -> tuple[FloatArra
     two junctions (no border vertex lies inside a chain).
     """
     graph = cell_graph(network, cells)
-    border = np.flatnonzero(cells.node_is_border)
+    border = graph.from_network_nodes(np.flatnonzero(cells.node_is_border))
     zeros = np.zeros(border.size)
     out = _fill_chain_interiors(
         graph, NodeSearch(graph, reverse=True).run(border, zeros).dist.copy(), leaving=True)
@@ -216,6 +223,7 @@ def node_border_distances(network: RoadNetwork, cells: Cells) -> tuple[FloatArra
 def _fill_chain_interiors(graph: ChainGraph, dist: FloatArray, *, leaving: bool) -> FloatArray:
     """Distances of interior chain nodes from those of the junctions at the chain's ends.
 
+    ``dist`` is indexed by junction number; the result by network node.
     ``leaving=True``: ``dist`` is node -> border; an interior node at position p leaves by
     the chain's end (cost length - p) or, on a two-way chain, by its start (cost p).
     ``leaving=False``: ``dist`` is border -> node, entered the opposite way.
@@ -229,7 +237,8 @@ def _fill_chain_interiors(graph: ChainGraph, dist: FloatArray, *, leaving: bool)
     start = dist[graph.edge_u[c]]
     end = dist[graph.edge_v[c]]
     two = graph.edge_twoway[c]
-    out = dist.copy()
+    out = np.full(net.n_nodes, np.inf)
+    out[graph.junction_node] = dist
     for node, pos in ((net.edge_u, pos_u), (net.edge_v, pos_v)):
         if leaving:
             back = two | (pos == 0.0)

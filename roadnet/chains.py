@@ -10,10 +10,11 @@ ever settles junctions: about four times fewer nodes on Rome.
 
 A :class:`ChainGraph` offers the attribute names the distance functions read from a
 :class:`~roadnet.network.RoadNetwork` (``edge_u``, ``edge_v``, ``edge_length``,
-``edge_twoway``, ``adjacency``, ``n_nodes``), with its chains as the "edges" and junction
-nodes keeping their network indices, plus :meth:`ChainGraph.to_local` to express edge
-points on chains. The raw network is its own trivial chain graph
-(:meth:`RoadNetwork.to_local` is the identity), so every distance function takes either.
+``edge_twoway``, ``adjacency``, ``n_nodes``), with its chains as the "edges" and its
+junctions, numbered 0..k-1, as the nodes, plus :meth:`ChainGraph.to_local` to express edge
+points on chains and ``to_network_nodes``/``from_network_nodes`` to translate nodes. The
+raw network is its own trivial chain graph (:meth:`RoadNetwork.to_local` is the identity),
+so every distance function takes either.
 Chain lengths are sums of edge lengths, so distances may differ from the raw graph's in
 the last bits of rounding.
 """
@@ -138,7 +139,7 @@ class ChainGraph:
     network
         The road network the chains cover.
     edge_u, edge_v
-        Junction node indices (network indices) at each chain's start and end.
+        Junction numbers at each chain's start and end.
     edge_length
         Chain lengths in metres.
     edge_twoway
@@ -148,6 +149,11 @@ class ChainGraph:
         it runs in the chain's direction (its u nearer the chain's start).
     junction
         Per network node: whether it is a junction (only junctions are ever settled).
+    junction_node
+        Network node of each junction: searches number junctions densely (0..k-1), which
+        keeps their arrays small and hot in cache (about 1.4x faster on Rome).
+    node_junction
+        Junction number of each network node, -1 inside chains.
     """
 
     network: RoadNetwork
@@ -159,12 +165,26 @@ class ChainGraph:
     edge_start: FloatArray
     edge_forward: npt.NDArray[np.bool_]
     junction: npt.NDArray[np.bool_]
+    junction_node: IntArray
+    node_junction: IntArray
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
-        """Number of network nodes (junctions keep their indices)."""
-        return self.network.n_nodes
+        """Number of junctions: the nodes of this graph."""
+        return int(self.junction_node.size)
+
+    def to_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
+        """Network node indices of junction numbers."""
+        return self.junction_node[np.asarray(nodes, dtype=np.int64)]
+
+    def from_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
+        """Junction numbers of network nodes (which must be junctions)."""
+        out = self.node_junction[np.asarray(nodes, dtype=np.int64)]
+        if (out < 0).any():
+            msg = "some nodes lie inside chains; force them to be junctions"
+            raise ValueError(msg)
+        return out
 
     @property
     def n_chains(self) -> int:
@@ -259,10 +279,15 @@ def build_chain_graph(
         _reverse_chains(flip, chain_ptr, seq, network.edge_u, network.edge_v,
                         network.edge_length, chain_u, chain_v, chain_len, edge_start,
                         edge_forward)
+    junction_node = np.flatnonzero(junction)
+    node_junction = np.full(n, -1, dtype=np.int64)
+    node_junction[junction_node] = np.arange(junction_node.size)
     return ChainGraph(
         network=network,
-        edge_u=chain_u.astype(np.int32), edge_v=chain_v.astype(np.int32),
+        edge_u=node_junction[chain_u].astype(np.int32),
+        edge_v=node_junction[chain_v].astype(np.int32),
         edge_length=chain_len, edge_twoway=chain_twoway,
         edge_chain=edge_chain.astype(np.int32), edge_start=edge_start,
-        edge_forward=edge_forward, junction=junction,
+        edge_forward=edge_forward, junction=junction, junction_node=junction_node,
+        node_junction=node_junction,
     )

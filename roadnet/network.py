@@ -46,7 +46,8 @@ class Topology(Protocol):
     """What the distance functions need of a graph: a RoadNetwork or a ChainGraph.
 
     ``edge_*`` describe its edges (for a chain graph, its chains); ``to_local`` expresses
-    network edge points on those edges.
+    network edge points on those edges, ``to_network_nodes``/``from_network_nodes``
+    translate between its nodes and the network's.
     """
 
     @property
@@ -67,6 +68,10 @@ class Topology(Protocol):
     def adjacency(self, *, reverse: bool = False) -> Adjacency: ...
 
     def to_local(self, points: Any) -> Any: ...
+
+    def to_network_nodes(self, nodes: npt.ArrayLike) -> IntArray: ...
+
+    def from_network_nodes(self, nodes: npt.ArrayLike) -> IntArray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +402,14 @@ class RoadNetwork:
     def to_local(self, points: Any) -> Any:
         """Edge points in this graph's own edges: the identity (see roadnet.chains)."""
         return points
+
+    def to_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
+        """Network node indices of this graph's nodes: the identity (see roadnet.chains)."""
+        return np.asarray(nodes, dtype=np.int64)
+
+    def from_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
+        """This graph's nodes of network node indices: the identity (see roadnet.chains)."""
+        return np.asarray(nodes, dtype=np.int64)
 
     def components(self) -> tuple[int, Int32Array]:
         """Weakly connected components: (count, label per node)."""
