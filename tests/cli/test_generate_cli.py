@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,22 +13,15 @@ import pytest
 
 from roadnet.network import RoadNetwork
 from roadpubsub.cli import main
-from roadpubsub.settings import shared_data_dir
 
 FILES = ("subscriptions.parquet", "messages.parquet", "weights.parquet")
 
 
-def shared_file(relative: str) -> Path:
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
-
 
 @pytest.fixture(scope="module")
-def cal() -> Path:
-    shared_file("text/airline_tweets.csv")
-    return shared_file("li_california/cal.cnode")
+def cal(shared: Callable[[str], Path]) -> Path:
+    shared("text/airline_tweets.csv")
+    return shared("li_california/cal.cnode")
 
 
 def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]:

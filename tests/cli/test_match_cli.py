@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +19,18 @@ from pruning.brute import match_brute
 from pruning.deliveries import Deliveries
 from roadnet.io import load_network
 from roadpubsub.cli import main
-from roadpubsub.settings import shared_data_dir
 
 DMAX = "30000"
 
 
-def shared_file(relative: str) -> Path:
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
-
 
 @pytest.fixture(scope="module")
-def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def workload(tmp_path_factory: pytest.TempPathFactory,
+             shared: Callable[[str], Path]) -> tuple[Path, Path]:
     """(network path, folder of a generated workload) with plenty of deliveries:
     a low tau and a long Dmax on the sparse California network."""
-    shared_file("text/airline_tweets.csv")
-    cal = shared_file("li_california/cal.cnode")
+    shared("text/airline_tweets.csv")
+    cal = shared("li_california/cal.cnode")
     out = tmp_path_factory.mktemp("cal")
     assert main(["generate", "--network", str(cal), "--out-dir", str(out), "--subscriptions",
                  "4000", "--messages", "60", "--seed", "1", "--tau", "0.3", "--quiet"]) == 0

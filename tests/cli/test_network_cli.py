@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +13,6 @@ import pytest
 
 from roadnet.io import load_network
 from roadpubsub.cli import main
-from roadpubsub.settings import shared_data_dir
-
-
-def shared_file(relative: str) -> Path:
-    path = shared_data_dir() / relative
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    return path
 
 
 def tiny_dimacs(tmp_path: Path) -> Path:
@@ -122,14 +115,16 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "not found" in capsys.readouterr().err
 
 
-def test_info_west_oakland(capsys: pytest.CaptureFixture[str]) -> None:
-    info = run_json(capsys, str(shared_file("osm/West-Oakland.osm.bz2")))
+def test_info_west_oakland(capsys: pytest.CaptureFixture[str],
+                           shared: Callable[[str], Path]) -> None:
+    info = run_json(capsys, str(shared("osm/West-Oakland.osm.bz2")))
     assert info["crs"] == "EPSG:32610"
     assert int(info["edges"]) > int(info["oneway_edges"]) > 0  # type: ignore[call-overload]
 
 
-def test_info_rome(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["network", "info", str(shared_file("dimacs/rome.gr.gz"))]) == 0
+def test_info_rome(capsys: pytest.CaptureFixture[str],
+                   shared: Callable[[str], Path]) -> None:
+    assert main(["network", "info", str(shared("dimacs/rome.gr.gz"))]) == 0
     out = capsys.readouterr().out
     assert "nodes            234,496" in out
     assert "edges            258,193" in out
