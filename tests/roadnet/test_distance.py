@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from roadnet.distance import (
     NodeSearch,
+    dead_ends,
+    dijkstra_kernel,
     distances_from_point,
     distances_to_point,
     network_distance,
@@ -310,3 +312,60 @@ def test_undirected_is_symmetric_and_searches_are_checked() -> None:
         distances_to_point(net, pts[0], pts, search=NodeSearch(net))
     with pytest.raises(ValueError, match="forward NodeSearch"):
         distances_from_point(net, pts[0], pts, search=NodeSearch(net, reverse=True))
+
+
+# ----------------------------------------------------------------------------- targets
+def test_dead_ends() -> None:
+    """A spur, a spur of parallel edges, a one-way cul-de-sac and a loop."""
+    # 0 - 1 - 2 - 0 is a triangle; 3 hangs off 1; 4 hangs off 2 by two parallel edges;
+    # 5 -> 0 is one way; 6 has a loop besides its edge to 0.
+    net = tiny([(0, 1, 10.0), (1, 2, 10.0), (2, 0, 10.0), (1, 3, 5.0), (2, 4, 5.0),
+                (2, 4, 7.0), (5, 0, 3.0), (6, 0, 4.0), (6, 6, 2.0)],
+               oneway=[False] * 6 + [True, False, False], directed=True)
+    index = net.node_index(np.arange(7))  # the network renumbers its nodes
+
+    def by_id(found: np.ndarray) -> list[int]:
+        return [int(net.node_ids[x]) if x >= 0 else -1 for x in found[index]]
+
+    # Node 5 only leaves to 0; nothing leaves 0 for 5, so on the reversed arcs 5 has none.
+    assert by_id(dead_ends(net.adjacency())) == [-1, -1, -1, 1, 2, 0, -1]
+    assert by_id(dead_ends(net.adjacency(reverse=True))) == [-1, -1, -1, 1, 2, -1, -1]
+
+
+@st.composite
+def target_searches(draw: st.DrawFn) -> tuple[RoadNetwork, list[int], list[int], list[float]]:
+    """A random small graph (spurs, one-way streets, parallel edges), seeds and targets."""
+    n = draw(st.integers(2, 12))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1),
+                                     st.sampled_from([0.0, 1.0, 2.5, 10.0, 40.0])),
+                          min_size=1, max_size=2 * n))
+    oneway = draw(st.lists(st.booleans(), min_size=len(edges), max_size=len(edges)))
+    net = tiny(edges, oneway=oneway, directed=draw(st.booleans()), n_nodes=n)
+    seeds = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2))
+    targets = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=6))
+    limits = draw(st.lists(st.sampled_from([0.0, 2.5, 11.0, 30.0, 1e9]),
+                           min_size=len(targets), max_size=len(targets)))
+    return net, seeds, targets, limits
+
+
+@given(case=target_searches(), reverse=st.booleans())
+@PROPERTY
+def test_target_search_with_dead_end_skipping_is_exact(case, reverse: bool) -> None:
+    """Every target within its limit gets exactly the distance of a full search."""
+    net, seeds, targets, limits = case
+    full = NodeSearch(net, reverse=reverse)
+    want = full.run(seeds, np.zeros(len(seeds))).dist.copy()
+    search = NodeSearch(net, reverse=reverse)
+    adj = search.adjacency
+    dist, target_ws, heap_d, heap_n, touched = search.workspace()
+    tg = np.asarray(targets, dtype=np.int64)
+    tl = np.asarray(limits)
+    dijkstra_kernel(adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
+                    np.zeros(len(seeds)), float(tl.max()), tg, tl, dist, target_ws, heap_d,
+                    heap_n, touched, dead_ends(adj))
+    for t, lim in zip(targets, limits, strict=True):
+        if want[t] <= lim:
+            assert dist[t] == want[t]
+        else:
+            assert dist[t] > lim
+    assert np.all(target_ws == -np.inf)  # the workspace is restored
