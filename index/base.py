@@ -122,6 +122,7 @@ class SubscriptionIndex:
         self.facts: PointFacts = self.spatial.facts(self.subs.points)
         self.active = np.ones(len(self.subs), dtype=bool)
         self._id_order = np.argsort(self.subs.ids, kind="stable")
+        self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
         self._build_structures()
@@ -191,7 +192,7 @@ class SubscriptionIndex:
         """Active slot of each id, -1 where it is not an active slot."""
         if self.subs.ids.size == 0:
             return np.full(ids.size, -1, dtype=np.int64)
-        sorted_ids = self.subs.ids[self._id_order]
+        sorted_ids = self._sorted_ids
         pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
         slot = np.where(sorted_ids[pos] == ids, self._id_order[pos], -1)
         return np.where((slot >= 0) & self.active[np.maximum(slot, 0)], slot, -1)
@@ -237,19 +238,35 @@ class SubscriptionIndex:
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """Give subscriptions new locations (keywords, alpha and tau stay)."""
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
-        current = self.subscriptions()
-        pos = np.searchsorted(current.ids, q)
-        pos = np.minimum(pos, max(current.ids.size - 1, 0))
-        known = current.ids.size > 0 and bool(np.all(current.ids[pos] == q))
-        if not known:
-            missing = q if current.ids.size == 0 else q[current.ids[pos] != q]
-            names = describe_rows(missing[:10].tolist(), total=missing.size)
-            msg = f"unknown subscription ids: {names}"
-            raise InvalidSubscriptionError(msg)
-        rows = current.take(pos)
+        rows = self._rows_of(q)
         moved = Subscriptions(rows.ids, points, rows.alpha, rows.tau, rows.kw_ptr, rows.kw_terms)
         self.unsubscribe(q)
         self.subscribe(moved)
+
+    def _rows_of(self, q: IntArray) -> Subscriptions:
+        """The live subscriptions with ids ``q``, in that order (slots or delta rows).
+
+        Costs O(len(q) log n), not a pass over every subscription.
+        """
+        slot = self._slot_of(q)
+        delta_ids = self.delta.ids
+        delta_row = np.zeros(q.size, dtype=np.int64)
+        in_delta = np.zeros(q.size, dtype=bool)
+        if delta_ids.size:
+            delta_order = np.argsort(delta_ids, kind="stable")
+            pos = np.minimum(np.searchsorted(delta_ids[delta_order], q), delta_ids.size - 1)
+            delta_row = delta_order[pos]
+            in_delta = (slot < 0) & (delta_ids[delta_row] == q)
+        missing = q[(slot < 0) & ~in_delta]
+        if missing.size:
+            names = describe_rows(missing[:10].tolist(), total=missing.size)
+            msg = f"unknown subscription ids: {names}"
+            raise InvalidSubscriptionError(msg)
+        main = slot >= 0
+        parts = concat_subscriptions([self.subs.take(slot[main]),
+                                      self.delta.take(delta_row[~main])])
+        where = np.concatenate([np.flatnonzero(main), np.flatnonzero(~main)])
+        return parts.take(np.argsort(where, kind="stable"))
 
     def subscriptions(self) -> Subscriptions:
         """All live subscriptions, sorted by id."""

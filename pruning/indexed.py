@@ -263,22 +263,31 @@ class IndexMatcher:
         self._out_capacity = 1 << 16
 
     def _scratch(self) -> tuple[npt.NDArray[np.generic], ...]:
+        """Scratch arrays of the compiled loop, reused while the index still fits them.
+
+        Updates between calls (a subscribe grows the delta by one row) must not cost a new
+        set of slot-sized arrays: the delta and vocabulary get headroom, and the stamps
+        keep counting up, so marks left by earlier calls never match a later message.
+        """
         index = self.index
         n_cells = index.spatial.cells.n_cells
         m = index.network.n_edges
         n_slots = len(index.subs)
         n_delta = len(index.delta)
-        most = n_slots + n_delta + 1
-        key = (id(index), index.version, len(index.weights))
-        if getattr(self, "_scratch_key", None) != key:
+        n_terms = len(index.weights)
+        cap = getattr(self, "_capacity", None)
+        if cap is None or cap[0] != n_slots or cap[1] < n_delta or cap[2] < n_terms:
+            delta_cap = 2 * n_delta + 256
+            terms_cap = n_terms + n_terms // 8 + 64
+            most = n_slots + delta_cap + 1
             self._stamp = 0
             self._scratch_arrays = (
                 np.empty(n_cells), np.empty(n_cells, dtype=np.int8), np.empty(n_cells),
                 np.empty(m), np.zeros(m, dtype=np.int64), np.zeros(n_slots + 1, dtype=np.int64),
                 np.empty(n_slots + 1, dtype=np.int32), np.empty(n_slots + 1),
-                np.zeros(len(index.weights), dtype=np.int64),
+                np.zeros(terms_cap, dtype=np.int64),
                 np.empty(1, dtype=np.int64),  # term slots, sized per batch below
-                np.empty(n_delta + 1, dtype=np.int64), np.empty(n_delta + 1),
+                np.empty(delta_cap + 1, dtype=np.int64), np.empty(delta_cap + 1),
                 np.empty(2 * most, dtype=np.int64), np.empty(2 * most),
             )
             # The verification queue of a chunk: any one message's candidates fit.
@@ -287,7 +296,7 @@ class IndexMatcher:
                 np.empty(most, dtype=np.int8), np.empty(most, dtype=np.int32),
                 *(np.empty(most) for _ in range(6)),
             )
-            self._scratch_key = key
+            self._capacity = (n_slots, delta_cap, terms_cap)
         return self._scratch_arrays
 
     def match(

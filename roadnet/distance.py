@@ -179,9 +179,9 @@ def dijkstra_kernel(  # pragma: no cover - compiled
         for a in range(indptr[x], indptr[x + 1]):
             y = indices[a]
             nd = d + weights[a]
-            if skip_dead_ends and dead_end_to[y] == x and target_ws[y] == -np.inf:
-                continue
             if nd < dist[y] and nd <= limit:
+                if skip_dead_ends and dead_end_to[y] == x and target_ws[y] == -np.inf:
+                    continue
                 if dist[y] == np.inf:
                     touched[n_touched] = y
                     n_touched += 1
@@ -251,14 +251,14 @@ class SearchResult:
     n_settled: int
 
 
-def dead_ends(adjacency: Adjacency) -> IntArray:
+def dead_ends(adjacency: Adjacency) -> npt.NDArray[np.int32]:
     """Per node, its only neighbour if every arc of the node leads to that one node, else -1.
 
     For :func:`dijkstra_kernel`'s ``dead_end_to`` (computed on the arcs the search uses).
     """
     indptr, indices = adjacency.indptr, adjacency.indices
     n = indptr.size - 1
-    out = np.full(n, -1, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int32)
     degree = np.diff(indptr)
     has_arcs = degree > 0
     first = np.zeros(n, dtype=np.int64)

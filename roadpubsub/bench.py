@@ -74,11 +74,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from index.base import SubscriptionIndex
     from index.model import Messages, Subscriptions
     from index.spatial import SpatialIndex
     from index.terms import TermWeights
     from index.workload import POIs
     from pruning.deliveries import Deliveries
+    from pruning.indexed import IndexMatcher
     from roadnet.network import RoadNetwork
 
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "run_throughput",
     "scaled",
     "subsample_keywords",
+    "update_latency",
 ]
 
 #: The methods compared, in plotting order.
@@ -645,6 +648,50 @@ def _warm_up(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
     return time.perf_counter() - t0
 
 
+def update_latency(index: SubscriptionIndex, matcher: IndexMatcher, subs: Subscriptions,
+                   msgs: Messages, *, n: int = 100) -> dict[str, float]:
+    """Median milliseconds of one-subscription updates on a built index (it is changed).
+
+    ``subscribe``, ``unsubscribe`` and ``move`` of one subscription each (``n`` times), and
+    ``subscribe_then_match``: one subscribe followed by matching one message with the same
+    matcher, as an operator's stream of single events does.
+    """
+    from index.model import Subscriptions
+    from roadnet.locations import EdgePoints
+
+    rng = np.random.default_rng(0)
+    k = min(n, len(subs) // 4, len(msgs))
+    if k < 1:
+        return {}
+    fresh = int(subs.ids.max()) + 1
+    rows = rng.choice(len(subs), size=4 * k, replace=False)
+    new = subs.take(rows[:2 * k])
+    new = Subscriptions(np.arange(fresh, fresh + 2 * k), new.points, new.alpha, new.tau,
+                        new.kw_ptr, new.kw_terms)
+    network = index.network
+    edges = rng.integers(0, network.n_edges, k)
+    moves = EdgePoints.of(edges, rng.random(k) * network.edge_length[edges])
+    def subscribe_then_match(i: int) -> None:
+        index.subscribe(new.take([k + i]))
+        matcher.match(msgs.take([i]))
+
+    ops: dict[str, Callable[[int], None]] = {
+        "subscribe": lambda i: index.subscribe(new.take([i])),
+        "unsubscribe": lambda i: index.unsubscribe(subs.ids[rows[2 * k + i]:][:1]),
+        "move": lambda i: index.move(subs.ids[rows[3 * k + i]:][:1], moves[i:i + 1]),
+        "subscribe_then_match": subscribe_then_match,
+    }
+    out = {}
+    for name, op in ops.items():
+        times = []
+        for i in range(k):
+            t0 = time.perf_counter()
+            op(i)
+            times.append(time.perf_counter() - t0)
+        out[name] = round(1000 * statistics.median(times), 3)
+    return out
+
+
 def _describe_network(network: RoadNetwork, path: Path) -> dict[str, Any]:
     return {"path": str(path), "name": network.name, "nodes": network.n_nodes,
             "edges": network.n_edges, "length_km": round(network.total_length_m / 1000, 2),
@@ -1008,6 +1055,7 @@ def run_throughput(
             }
             pairs[cls.kind] = _pairs_of(deliveries, brute_ids)
             rss[f"after_{cls.kind}_match"] = _maxrss_mib()
+            results[cls.kind]["update_ms"] = update_latency(index, matcher, subs, msgs)
             del index, matcher, deliveries, stats
         info["note"] = (f"warm-up {warm:.1f} s; " + ", ".join(
             f"{k} {v['messages_per_second']:,.0f} msg/s" for k, v in results.items()))

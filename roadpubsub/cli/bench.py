@@ -237,6 +237,13 @@ def _throughput_table(doc: dict[str, Any]) -> str:
         lines.append(f"  {name:<8}{r['messages']:>9,}{r['messages_per_second']:>12,.2f}"
                      f"{r['ms_per_message']:>10.3f}{r['candidates_per_message']:>11,.1f}"
                      f"{r['deliveries_per_message']:>11,.1f}")
+    updates = {name: r["update_ms"] for name, r in doc["methods"].items() if r.get("update_ms")}
+    if updates:
+        lines.append("")
+        lines.append("  one update, median ms:")
+        lines.extend(f"    {name.upper():<5}" + ", ".join(
+            f"{op.replace('_', ' ')} {ms:.2f}" for op, ms in ops.items())
+            for name, ops in updates.items())
     ratios = doc["ratios"]
     lines.append("")
     text = f"  EIA/BIA {ratios['eia_over_bia']:.2f}x"

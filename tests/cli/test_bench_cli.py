@@ -112,6 +112,9 @@ def test_throughput_suite(needs_helsinki: None, tmp_path: Path,
         assert doc["build"][kind]["bytes_per_subscription"] > 0
         assert doc["build"][kind]["traced_peak_mib"] > 0
         assert len(doc["methods"][kind]["seconds_all"]) == 2
+        assert set(doc["methods"][kind]["update_ms"]) == {
+            "subscribe", "unsubscribe", "move", "subscribe_then_match"}
+        assert all(ms > 0 for ms in doc["methods"][kind]["update_ms"].values())
     assert doc["methods"]["brute"]["messages"] == 8
     assert doc["ratios"]["eia_over_bia"] > 0 and doc["ratios"]["eia_over_brute"] > 0
     assert doc["memory"]["max_rss_mib"] > 0 and doc["machine"]["cpu_model"]

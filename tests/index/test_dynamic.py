@@ -53,6 +53,7 @@ def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
     live = rng.permutation(len(subs))[: len(subs) // 2]
     pending = np.setdiff1d(np.arange(len(subs)), live)
     index = architecture(spatial, subs.take(np.sort(live)), wl.weights, dmax_m=DMAX)
+    matcher = IndexMatcher(index)  # lives through the updates, reusing its scratch arrays
     for _ in range(steps):
         op = rng.integers(0, 3)
         current = index.subscriptions()
@@ -68,6 +69,10 @@ def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
             moved = rng.choice(current.ids, size=min(len(current), int(rng.integers(1, 100))),
                                replace=False)
             index.move(moved, _points(network, rng, moved.size))
+        step, _ = matcher.match(wl.messages)
+        want = match_brute(network, index.subscriptions(), wl.messages, wl.weights,
+                           dmax_m=DMAX)
+        assert step.pairs() == want.pairs()
     current = index.subscriptions()
     want = match_brute(network, current, wl.messages, wl.weights, dmax_m=DMAX)
     got, _ = IndexMatcher(index).match(wl.messages)
@@ -77,6 +82,33 @@ def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
     np.testing.assert_allclose(got.distance, want.distance, atol=1e-6)
     np.testing.assert_array_equal(got.distance, fresh.distance)
     np.testing.assert_array_equal(got.score, fresh.score)
+
+
+def test_move_keeps_everything_but_the_location(andorra_setup) -> None:
+    """Ids from the slots and from the delta, in any order, keep keywords, alpha, tau."""
+    network, spatial, wl = andorra_setup
+    subs = wl.subscriptions
+    index = EnhancedIndex(spatial, subs.take(np.arange(500)), wl.weights, dmax_m=DMAX)
+    index.subscribe(subs.take(np.arange(500, 700)))
+    rng = np.random.default_rng(4)
+    ids = rng.permutation(np.concatenate([subs.ids[rng.choice(500, 30, replace=False)],
+                                          subs.ids[500 + rng.choice(200, 30, replace=False)]]))
+    points = _points(network, rng, ids.size)
+    index.move(ids, points)
+    after = index.subscriptions()
+    assert len(after) == 700
+    row_after = {int(i): r for r, i in enumerate(after.ids)}
+    row_before = {int(i): r for r, i in enumerate(subs.ids)}
+    for k, sid in enumerate(ids.tolist()):
+        a, b = row_after[sid], row_before[sid]
+        assert after.points.edge[a] == points.edge[k]
+        assert after.points.offset[a] == points.offset[k]
+        assert after.alpha[a] == subs.alpha[b] and after.tau[a] == subs.tau[b]
+        np.testing.assert_array_equal(after.kw_terms[after.kw_ptr[a]:after.kw_ptr[a + 1]],
+                                      subs.kw_terms[subs.kw_ptr[b]:subs.kw_ptr[b + 1]])
+    with pytest.raises(InvalidSubscriptionError, match="unknown subscription ids: 123456789"):
+        index.move([int(ids[0]), 123456789], EdgePoints.of([0, 0], [0.0, 0.0]))
+    assert len(index) == 700
 
 
 def test_compaction_keeps_results(andorra_setup) -> None:
