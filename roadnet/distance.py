@@ -146,24 +146,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     while size > 0:
         d = heap_d[0]
         x = heap_n[0]
-        size -= 1
-        last_d = heap_d[size]
-        last_n = heap_n[size]
-        pos = 0
-        while True:
-            child = 2 * pos + 1
-            if child >= size:
-                break
-            if child + 1 < size and heap_d[child + 1] < heap_d[child]:
-                child += 1
-            if heap_d[child] >= last_d:
-                break
-            heap_d[pos] = heap_d[child]
-            heap_n[pos] = heap_n[child]
-            pos = child
-        if size > 0:
-            heap_d[pos] = last_d
-            heap_n[pos] = last_n
+        size = _heap_pop(heap_d, heap_n, size)
         if d > dist[x]:
             continue  # stale entry; every push strictly improves, so x pops once at dist[x]
         if n_targets > 0:
