@@ -988,12 +988,15 @@ def run_throughput(
     Writes ``throughput.json`` to ``out_dir`` (unless None) and returns its content: the
     machine, build times (cells, bounds, each architecture), peak RSS after each phase,
     traced build memory (``trace_memory``), index bytes per subscription, per-method
-    throughput (median of ``repeats``) and the ratios ``eia_over_bia``, ``eia_over_brute``.
+    throughput (median of ``repeats`` rounds in which the three methods take turns), the
+    latency of one-subscription updates (``update_ms``) and the ratios ``eia_over_bia``,
+    ``eia_over_brute``.
     """
     from index.bia import BasicIndex
     from index.eia import EnhancedIndex
     from index.workload import keyword_histogram
     from pruning.brute import BruteMatcher
+    from pruning.deliveries import Deliveries
     from pruning.indexed import IndexMatcher
 
     if config.n_subscriptions < 1 or config.n_messages < 1 or config.n_brute < 0 \
@@ -1001,7 +1004,7 @@ def run_throughput(
         msg = "need n_subscriptions >= 1, n_messages >= 1, n_brute >= 0 and repeats >= 1"
         raise ValueError(msg)
     t_start = time.perf_counter()
-    steps = Steps(7, quiet=quiet)
+    steps = Steps(8, quiet=quiet)
     rss: dict[str, float] = {}
     path, network, spatial, source, dmax, cells_info = _setup(
         config.network, config.keywords_from, config.tweets, config.cell_capacity,
@@ -1019,33 +1022,66 @@ def run_throughput(
     builds: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
     brute_ids = msgs.ids[:min(config.n_brute, len(msgs))]
-    pairs: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-    with steps.step("indexes", "building and timing EIA and BIA") as info:
+    subset = msgs.take(np.arange(brute_ids.size))
+    indexes: dict[str, SubscriptionIndex] = {}
+    matchers: dict[str, IndexMatcher] = {}
+    brute: BruteMatcher | None = None
+    with steps.step("indexes", "building EIA, BIA and the brute-force matcher") as info:
         warm = _warm_up(spatial, subs, msgs, weights, dmax)
         for cls in (EnhancedIndex, BasicIndex):
             t0 = time.perf_counter()
             index = cls(spatial, subs, weights, dmax_m=dmax)
             build = time.perf_counter() - t0
             rss[f"after_{cls.kind}_build"] = _maxrss_mib()
-            b: dict[str, Any] = {"seconds": round(build, 3),
-                                 "bytes_per_subscription":
-                                     round(index.nbytes_per_subscription(), 1)}
-            builds[cls.kind] = b
-            matcher = IndexMatcher(index)
-            matcher.match(msgs.take([0]))
-            times = []
-            with steps.bar(config.repeats * len(msgs), f"match ({cls.kind})",
-                           unit="msg") as bar:
-                for _ in range(config.repeats):
+            builds[cls.kind] = {"seconds": round(build, 3),
+                                "bytes_per_subscription":
+                                    round(index.nbytes_per_subscription(), 1)}
+            indexes[cls.kind] = index
+            matchers[cls.kind] = IndexMatcher(index)
+            matchers[cls.kind].match(msgs.take([0]))
+        if brute_ids.size:
+            t0 = time.perf_counter()
+            brute = BruteMatcher(network, subs, weights, dmax_m=dmax)
+            builds["brute"] = {"seconds": round(time.perf_counter() - t0, 3)}
+        info["note"] = (f"warm-up {warm:.1f} s; " + ", ".join(
+            f"{k} {v['seconds']:.1f} s" for k, v in builds.items()))
+
+    # The methods take turns, one pass each per round, so that a change in the host's
+    # speed during the run (this shared VM's memory-bound speed varies by hours) falls on
+    # all of them rather than on whichever ran last.
+    times: dict[str, list[float]] = {k: [] for k in (*matchers, "brute")}
+    last: dict[str, Any] = {}
+    brute_candidates = 0
+    with steps.step("timing", f"{config.repeats} rounds of EIA, BIA ({len(msgs):,} messages) "
+                              f"and brute force (the first {brute_ids.size})") as info:
+        total = config.repeats * (2 * len(msgs) + brute_ids.size)
+        with steps.bar(total, "match", unit="msg") as bar:
+            for _ in range(config.repeats):
+                for kind, matcher in matchers.items():
                     t0 = time.perf_counter()
-                    deliveries, stats = matcher.match(msgs, progress=bar.update)
-                    times.append(time.perf_counter() - t0)
-            med = statistics.median(times)
+                    last[kind] = matcher.match(msgs, progress=bar.update)
+                    times[kind].append(time.perf_counter() - t0)
+                if brute is not None:
+                    parts = []
+                    brute_candidates = 0
+                    t0 = time.perf_counter()
+                    for start in range(0, brute_ids.size, 5):
+                        part = subset.take(np.arange(start, min(brute_ids.size, start + 5)))
+                        parts.append(brute.match(part))
+                        assert brute.counters is not None
+                        brute_candidates += int(brute.counters.candidates.sum())
+                        bar.update(len(part))
+                    times["brute"].append(time.perf_counter() - t0)
+                    last["brute"] = Deliveries.concat(parts)
+        n = len(msgs)
+        pairs: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+        for kind in matchers:
+            deliveries, stats = last[kind]
+            med = statistics.median(times[kind])
             totals = stats.totals()
-            n = len(msgs)
-            results[cls.kind] = {
+            results[kind] = {
                 "messages": n, "seconds": round(med, 4),
-                "seconds_all": [round(t, 4) for t in times],
+                "seconds_all": [round(t, 4) for t in times[kind]],
                 "messages_per_second": round(n / med, 2),
                 "ms_per_message": round(1000 * med / n, 4),
                 "candidates_per_message": round(totals["candidates"] / n, 2),
@@ -1053,50 +1089,36 @@ def run_throughput(
                 "deliveries": len(deliveries),
                 "counters_per_message": {k: round(v / n, 2) for k, v in totals.items()},
             }
-            pairs[cls.kind] = _pairs_of(deliveries, brute_ids)
-            rss[f"after_{cls.kind}_match"] = _maxrss_mib()
-            results[cls.kind]["update_ms"] = update_latency(index, matcher, subs, msgs)
-            del index, matcher, deliveries, stats
-        info["note"] = (f"warm-up {warm:.1f} s; " + ", ".join(
-            f"{k} {v['messages_per_second']:,.0f} msg/s" for k, v in results.items()))
-
-    agree: bool | None = None
-    with steps.step("brute", f"brute force on the first {brute_ids.size} messages") as info:
-        if brute_ids.size:
-            t0 = time.perf_counter()
-            brute = BruteMatcher(network, subs, weights, dmax_m=dmax)
-            builds["brute"] = {"seconds": round(time.perf_counter() - t0, 3)}
-            subset = msgs.take(np.arange(brute_ids.size))
-            from pruning.deliveries import Deliveries
-
-            parts = []
-            candidates = 0
-            with steps.bar(brute_ids.size, "match (brute)", unit="msg") as bar:
-                t0 = time.perf_counter()
-                for start in range(0, brute_ids.size, 5):
-                    part = subset.take(np.arange(start, min(brute_ids.size, start + 5)))
-                    parts.append(brute.match(part))
-                    assert brute.counters is not None
-                    candidates += int(brute.counters.candidates.sum())
-                    bar.update(len(part))
-                seconds = time.perf_counter() - t0
-            found = Deliveries.concat(parts)
+            pairs[kind] = _pairs_of(deliveries, brute_ids)
+        agree: bool | None = None
+        if brute is not None:
+            found = last["brute"]
             k = brute_ids.size
+            med = statistics.median(times["brute"])
             results["brute"] = {
-                "messages": k, "seconds": round(seconds, 4), "seconds_all": [round(seconds, 4)],
-                "messages_per_second": round(k / seconds, 3),
-                "ms_per_message": round(1000 * seconds / k, 3),
-                "candidates_per_message": round(candidates / k, 2),
+                "messages": k, "seconds": round(med, 4),
+                "seconds_all": [round(t, 4) for t in times["brute"]],
+                "messages_per_second": round(k / med, 3),
+                "ms_per_message": round(1000 * med / k, 3),
+                "candidates_per_message": round(brute_candidates / k, 2),
                 "deliveries_per_message": round(len(found) / k, 2),
                 "deliveries": len(found),
             }
             ref = (found.message_id, found.subscription_id)
             agree = _same(ref, pairs["eia"]) and _same(ref, pairs["bia"])
-            info["note"] = (f"{k / seconds:,.2f} msg/s; "
-                            + ("EIA, BIA and brute agree" if agree else "MISMATCH"))
-        else:
-            info["note"] = "skipped"
-    rss["after_brute"] = _maxrss_mib()
+        info["note"] = ", ".join(f"{k} {v['messages_per_second']:,.1f} msg/s"
+                                 for k, v in results.items())
+        if agree is not None:
+            info["note"] += "; " + ("EIA, BIA and brute agree" if agree else "MISMATCH")
+    rss["after_timing"] = _maxrss_mib()
+
+    with steps.step("updates", "one-subscription updates on each index") as info:
+        for kind in matchers:
+            results[kind]["update_ms"] = update_latency(indexes[kind], matchers[kind], subs,
+                                                        msgs)
+        info["note"] = ", ".join(f"{k} move {results[k]['update_ms'].get('move', 0):.2f} ms"
+                                 for k in matchers)
+    del indexes, matchers, last
     # Traced builds come after every timing: one leaves the heap fragmented, and matching
     # (indexes and brute force alike) measured up to 30% slower after it (the arrays then
     # get fewer huge pages).
@@ -1141,9 +1163,10 @@ def run_throughput(
                    "bia_over_brute": ratio("bia", "brute")},
         "agree": agree,
         "memory": {"max_rss_mib": _maxrss_mib(), "max_rss_mib_after_phase": rss},
-        "timing_notes": ("messages_per_second: median of `repeats` timed runs of the matching "
-                         "call over all messages (eia/bia; kernels warmed up, index build "
-                         "excluded), one run over the first n_brute messages (brute)"),
+        "timing_notes": ("messages_per_second: median of `repeats` rounds; each round times "
+                         "one matching call over all messages for eia and for bia, then "
+                         "brute over the first n_brute messages, so the methods take turns; "
+                         "kernels warmed up, index build excluded"),
         "seconds": {**{k: round(v, 3) for k, v in steps.seconds.items()},
                     "total": round(time.perf_counter() - t_start, 3)},
         "files": {},

