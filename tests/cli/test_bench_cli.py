@@ -116,6 +116,7 @@ def test_throughput_suite(needs_helsinki: None, tmp_path: Path,
             "subscribe", "unsubscribe", "move", "subscribe_then_match"}
         assert all(ms > 0 for ms in doc["methods"][kind]["update_ms"].values())
     assert doc["methods"]["brute"]["messages"] == 8
+    assert len(doc["methods"]["brute"]["seconds_all"]) == 2  # one pass per round
     assert doc["ratios"]["eia_over_bia"] > 0 and doc["ratios"]["eia_over_brute"] > 0
     assert doc["memory"]["max_rss_mib"] > 0 and doc["machine"]["cpu_model"]
 
