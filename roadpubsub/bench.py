@@ -677,8 +677,8 @@ def update_latency(index: SubscriptionIndex, matcher: IndexMatcher, subs: Subscr
 
     ops: dict[str, Callable[[int], None]] = {
         "subscribe": lambda i: index.subscribe(new.take([i])),
-        "unsubscribe": lambda i: index.unsubscribe(subs.ids[rows[2 * k + i]:][:1]),
-        "move": lambda i: index.move(subs.ids[rows[3 * k + i]:][:1], moves[i:i + 1]),
+        "unsubscribe": lambda i: index.unsubscribe(subs.ids[rows[2 * k + i:2 * k + i + 1]]),
+        "move": lambda i: index.move(subs.ids[rows[3 * k + i:3 * k + i + 1]], moves[i:i + 1]),
         "subscribe_then_match": subscribe_then_match,
     }
     out = {}
