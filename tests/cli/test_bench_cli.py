@@ -119,6 +119,17 @@ def test_throughput_suite(needs_helsinki: None, tmp_path: Path,
     assert len(doc["methods"]["brute"]["seconds_all"]) == 2  # one pass per round
     assert doc["ratios"]["eia_over_bia"] > 0 and doc["ratios"]["eia_over_brute"] > 0
     assert doc["memory"]["max_rss_mib"] > 0 and doc["machine"]["cpu_model"]
+    assert doc["config"]["hilbert_order"] is True
+
+
+def test_throughput_suite_in_input_order(needs_helsinki: None, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--suite", "throughput", "--network", "helsinki",
+                 "--keywords-from", "pois", "--n-subscriptions", "3000", "--n-messages", "30",
+                 "--brute-messages", "5", "--repeats", "1", "--no-trace-memory",
+                 "--input-order", "--json", "--out-dir", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["hilbert_order"] is False and doc["agree"] is True
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

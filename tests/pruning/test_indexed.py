@@ -16,7 +16,8 @@ from index.eia import EnhancedIndex
 from index.spatial import SpatialIndex
 from index.workload import generate_workload
 from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
+from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher, spatial_order
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
@@ -58,3 +59,40 @@ def test_delta_rows_are_verified_with_the_main_ones(andorra, arch) -> None:
     got, stats = IndexMatcher(index, chunk=7).match(wl.messages)
     assert_same(got, want)
     assert stats.totals()["deliveries"] == len(want) > 0
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_hilbert_order_changes_nothing_but_the_order_of_work(andorra, arch) -> None:
+    """A batch is matched in Hilbert order, yet deliveries and row i of the statistics
+    belong to message i, exactly as when each message is matched alone."""
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=5)
+    dmax = 3000.0
+    spatial = SpatialIndex.build(andorra, capacity=80)
+    index = arch(spatial, wl.subscriptions, wl.weights, dmax_m=dmax)
+    facts = spatial.facts(wl.messages.points)
+    order = spatial_order(facts.x, facts.y)
+    assert not np.array_equal(order, np.arange(len(wl.messages)))  # the order does differ
+    got, stats = IndexMatcher(index, chunk=8).match(wl.messages)
+    plain, plain_stats = IndexMatcher(index, chunk=8, hilbert_order=False).match(wl.messages)
+    assert_same(got, plain)
+    np.testing.assert_array_equal(stats.values, plain_stats.values)
+    alone = IndexMatcher(index)
+    for i in range(len(wl.messages)):
+        one, one_stats = alone.match(wl.messages.take([i]))
+        np.testing.assert_array_equal(one_stats.values[0], stats.values[i])
+        rows = got.message_id == wl.messages.ids[i]
+        assert_same(one, Deliveries(got.message_id[rows], got.subscription_id[rows],
+                                    got.distance[rows], got.score[rows]))
+    assert_same(got, match_brute(andorra, wl.subscriptions, wl.messages, wl.weights,
+                                 dmax_m=dmax))
+
+
+def test_spatial_order_follows_the_curve() -> None:
+    """Points along a 2 x 2 grid come back in the curve's order; fewer than 2 as they are."""
+    x = np.array([10.0, 10.0, 0.0, 0.0])
+    y = np.array([0.0, 10.0, 10.0, 0.0])
+    order = spatial_order(x, y)
+    assert sorted(order.tolist()) == [0, 1, 2, 3]
+    steps = np.hypot(np.diff(x[order]), np.diff(y[order]))
+    np.testing.assert_allclose(steps, 10.0)  # each step moves to a neighbouring cell
+    np.testing.assert_array_equal(spatial_order(x[:1], y[:1]), [0])

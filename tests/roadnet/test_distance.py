@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from roadnet.distance import (
     NodeSearch,
+    _heap_pop,
+    _heap_push,
     dead_ends,
     dijkstra_kernel,
     distances_from_point,
@@ -369,3 +371,29 @@ def test_target_search_with_dead_end_skipping_is_exact(case, reverse: bool) -> N
         else:
             assert dist[t] > lim
     assert np.all(target_ws == -np.inf)  # the workspace is restored
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e4, allow_nan=False), min_size=1,
+                max_size=200),
+       st.lists(st.booleans(), min_size=1, max_size=400))
+def test_heap_pops_in_order(keys: list[float], pops: list[bool]) -> None:
+    """The 4-ary heap gives back every key, smallest first, under mixed pushes and pops."""
+    heap_d = np.empty(len(keys))
+    heap_n = np.empty(len(keys), dtype=np.int64)
+    size = 0
+    pending = list(range(len(keys)))
+    live: list[tuple[float, int]] = []
+    steps = iter(pops)
+    while pending or size:
+        pop = size > 0 and (not pending or next(steps, True))
+        if pop:
+            d, x = heap_d[0], int(heap_n[0])
+            size = _heap_pop(heap_d, heap_n, size)
+            assert d == min(live)[0]
+            live.remove((d, x))
+        else:
+            x = pending.pop()
+            size = _heap_push(heap_d, heap_n, size, keys[x], x)
+            live.append((keys[x], x))
+        assert size == len(live)
