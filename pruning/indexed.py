@@ -27,10 +27,10 @@ from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
-from roadnet.network import hilbert_key
+from roadnet.network import spatial_order
 from roadpubsub.settings import DEFAULTS
 
-__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "spatial_order"]
+__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
 
 #: Per-message statistics: the pruning counters, then verification figures.
 STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
@@ -226,13 +226,6 @@ def _match_batch(  # pragma: no cover - compiled
             out_msg[k] = i
         stats[i][_DELIVERIES] = n_out - before
     return end, n_out, stamp
-
-
-def spatial_order(x: FloatArray, y: FloatArray) -> IntArray:
-    """Indices that sort points (metres) along a Hilbert curve over their bounding square."""
-    if x.size < 2:
-        return np.arange(x.size, dtype=np.int64)
-    return np.argsort(hilbert_key(x, y), kind="stable").astype(np.int64)
 
 
 class IndexMatcher:

@@ -24,7 +24,7 @@ from pyproj import CRS, Transformer
 from roadnet.errors import NetworkFormatError, describe_rows
 from roadnet.files import atomic_paths
 
-__all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "utm_crs_for"]
+__all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "spatial_order", "utm_crs_for"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -489,6 +489,24 @@ def hilbert_key(x: FloatArray, y: FloatArray, *, order: int = 16) -> IntArray:
         xi, yi = np.where(~ry, yi, xi), np.where(~ry, xi, yi)
         s //= 2
     return key
+
+
+def spatial_order(x: FloatArray, y: FloatArray) -> IntArray:
+    """Indices that sort points along a Hilbert curve over their bounding square.
+
+    Parameters
+    ----------
+    x, y
+        Planar coordinates (metres), same length, finite.
+
+    Returns
+    -------
+    IntArray
+        A permutation of ``range(len(x))``; fewer than two points keep their order.
+    """
+    if x.size < 2:
+        return np.arange(x.size, dtype=np.int64)
+    return np.argsort(hilbert_key(x, y), kind="stable").astype(np.int64)
 
 
 def _lookup(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:

@@ -67,8 +67,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
                    metavar="METRES", help="largest snap distance for lon/lat locations "
                                           f"(default {DEFAULTS.snap_distance_m:g})")
-    p.add_argument("--batch", type=int, default=64, metavar="N",
-                   help="messages per matcher call (default 64)")
+    p.add_argument("--batch", type=int, default=256, metavar="N",
+                   help="messages per matcher call, taken in Hilbert order of their "
+                        "locations (default 256)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -85,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from pruning.deliveries import Deliveries
     from pruning.matchers import build_matcher
     from roadnet.io import load_network
+    from roadnet.locations import point_xy
+    from roadnet.network import spatial_order
 
     out = Path(args.out)
     if out.suffix.lower() not in _OUT_SUFFIXES:
@@ -110,10 +113,14 @@ def run(args: argparse.Namespace) -> int:
     t_build = time.perf_counter()
     parts: list[Deliveries] = []
     n = len(messages)
+    # Batches of neighbouring messages (Hilbert order of their locations) find the index
+    # and the road graph in cache; the deliveries are sorted by message id in the end.
+    xy = point_xy(network, messages.points)
+    order = spatial_order(xy[:, 0], xy[:, 1])
     with tqdm(total=n, unit="msg", desc=f"match ({args.index})", disable=args.quiet,
               file=sys.stderr) as bar:
         for start in range(0, n, args.batch):
-            rows = np.arange(start, min(n, start + args.batch))
+            rows = order[start:start + args.batch]
             parts.append(matcher.match(messages.take(rows)))
             bar.update(rows.size)
     deliveries = Deliveries.concat(parts)

@@ -17,7 +17,8 @@ from index.spatial import SpatialIndex
 from index.workload import generate_workload
 from pruning.brute import match_brute
 from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher, spatial_order
+from pruning.indexed import IndexMatcher
+from roadnet.network import spatial_order
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
