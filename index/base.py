@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 
-__all__ = ["SubscriptionIndex", "concat_subscriptions", "load_index"]
+__all__ = ["SubscriptionIndex", "concat_subscriptions", "index_file_info", "load_index"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -324,18 +325,62 @@ class SubscriptionIndex:
         return target
 
 
+def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(meta, arrays) of an index file: all arrays, or just ``keys``; one clear error."""
+    not_an_index = f"{path}: not a roadpubsub index file (or an unsupported version)"
+    try:
+        with np.load(Path(path), allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
+            arrays = {k: data[k] for k in names}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        msg = f"{not_an_index}: {exc}"
+        raise ValueError(msg) from exc
+    if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
+            or meta.get("kind") not in ("eia", "bia"):
+        raise ValueError(not_an_index)
+    return meta, arrays
+
+
+def index_file_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What an index file holds, read without building the index.
+
+    Returns
+    -------
+    dict
+        ``kind``, ``dmax_m`` (metres), ``subscriptions``, ``terms``, ``cells`` and
+        ``network`` (``name``, ``nodes``, ``edges``, ``directed``, ``crs``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        Not an index file written by :meth:`SubscriptionIndex.save`.
+    """
+    meta, arrays = _read_index_file(
+        path, ("subs.ids", "weights.values", "cells.bbox", "network.node_ids",
+               "network.edge_u"))
+    net = meta["network"]
+    return {"kind": meta["kind"], "dmax_m": meta["dmax_m"],
+            "subscriptions": int(arrays["subs.ids"].size),
+            "terms": int(arrays["weights.values"].size),
+            "cells": int(arrays["cells.bbox"].shape[0]),
+            "network": {"name": net["name"], "nodes": int(arrays["network.node_ids"].size),
+                        "edges": int(arrays["network.edge_u"].size),
+                        "directed": net["directed"], "crs": net["crs"]}}
+
+
 def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
     """Read an index written by :meth:`SubscriptionIndex.save` (either architecture)."""
     from index.bia import BasicIndex
     from index.eia import EnhancedIndex
 
     kinds: dict[str, type[SubscriptionIndex]] = {"eia": EnhancedIndex, "bia": BasicIndex}
-    with np.load(Path(path), allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        arrays = {k: data[k] for k in data.files if k != "meta"}
-    if meta.get("version") != _FORMAT_VERSION or meta.get("kind") not in kinds:
-        msg = f"{path}: not a roadpubsub index file (or an unsupported version)"
-        raise ValueError(msg)
+    meta, arrays = _read_index_file(path)
     net_meta = meta["network"]
     network = RoadNetwork(**{k[8:]: v for k, v in arrays.items() if k.startswith("network.")},
                           crs=net_meta["crs"], directed=net_meta["directed"],

@@ -20,7 +20,8 @@ from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher, MatchStats
 from roadnet.network import RoadNetwork
 
-__all__ = ["MATCHERS", "ArchitectureMatcher", "Matcher", "MatcherFactory", "build_matcher"]
+__all__ = ["MATCHERS", "ArchitectureMatcher", "LoadedIndexMatcher", "Matcher", "MatcherFactory",
+           "build_matcher"]
 
 
 class Matcher(Protocol):
@@ -38,7 +39,28 @@ class MatcherFactory(Protocol):
                  dmax_m: float) -> Matcher: ...
 
 
-class ArchitectureMatcher:
+class LoadedIndexMatcher:
+    """Prune-then-verify matching over an index that already exists (e.g. loaded from a file
+    written by :meth:`~index.base.SubscriptionIndex.save`).
+
+    Parameters
+    ----------
+    index
+        An :class:`~index.eia.EnhancedIndex` or :class:`~index.bia.BasicIndex`.
+    """
+
+    def __init__(self, index: SubscriptionIndex) -> None:
+        self.index = index
+        self._matcher = IndexMatcher(index)
+        self.stats: MatchStats | None = None
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id); statistics in ``stats``."""
+        deliveries, self.stats = self._matcher.match(messages)
+        return deliveries
+
+
+class ArchitectureMatcher(LoadedIndexMatcher):
     """Prune-then-verify matching over a freshly built BIA or EIA (see pruning.indexed).
 
     Parameters
@@ -55,14 +77,7 @@ class ArchitectureMatcher:
                  dmax_m: float, architecture: type[SubscriptionIndex],
                  spatial: SpatialIndex | None = None) -> None:
         self.spatial = spatial or SpatialIndex.build(network)
-        self.index = architecture(self.spatial, subs, weights, dmax_m=dmax_m)
-        self._matcher = IndexMatcher(self.index)
-        self.stats: MatchStats | None = None
-
-    def match(self, messages: Messages) -> Deliveries:
-        """Deliveries sorted by (message_id, subscription_id); statistics in ``stats``."""
-        deliveries, self.stats = self._matcher.match(messages)
-        return deliveries
+        super().__init__(architecture(self.spatial, subs, weights, dmax_m=dmax_m))
 
 
 def _eia(network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMAND_MODULES = ("demo", "network", "generate", "match", "bench", "spark")
+COMMAND_MODULES = ("demo", "network", "generate", "index", "match", "bench", "spark")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,9 @@ example:
       --weights work/cal/weights.parquet --dmax 5000 --index brute \\
       --out work/cal/deliveries.parquet
 
+With an index saved by 'roadpubsub index build', --index-file FILE replaces --network,
+--subscriptions, --weights, --dmax, --directed and --index.
+
 The output has one row per delivery: message_id, subscription_id, distance (network
 metres from the subscription to the message) and score (SIM). It is written atomically:
 a failed run leaves no file. Without --weights, keyword weights are the smoothed idf over
@@ -47,11 +50,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--network", required=True, metavar="PATH", help="road network file")
-    p.add_argument("--subscriptions", required=True, metavar="F",
-                   help="subscriptions (.parquet or .jsonl)")
+    p.add_argument("--network", metavar="PATH", help="road network file")
+    p.add_argument("--subscriptions", metavar="F", help="subscriptions (.parquet or .jsonl)")
+    p.add_argument("--index-file", metavar="FILE", default=None,
+                   help="an index saved by 'roadpubsub index build', instead of --network, "
+                        "--subscriptions, --weights/--corpus, --dmax, --directed and --index")
     p.add_argument("--messages", required=True, metavar="F", help="messages (.parquet or .jsonl)")
-    p.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m, metavar="METRES",
+    p.add_argument("--dmax", type=float, default=None, metavar="METRES",
                    help=f"largest network distance in metres (default {DEFAULTS.dmax_m:g})")
     p.add_argument("--weights", metavar="F", default=None,
                    help="keyword weights (term, weight); default: idf over --corpus")
@@ -60,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "'text' column or one document per line (default: shared tweets)")
     p.add_argument("--directed", action="store_true",
                    help="honour one-way roads (distance runs from subscription to message)")
-    p.add_argument("--index", choices=_index_choices(), default="brute",
+    p.add_argument("--index", choices=_index_choices(), default=None,
                    help="matching index (default brute)")
     p.add_argument("--out", required=True, metavar="F",
                    help="deliveries file: .parquet, .jsonl/.json or .csv")
@@ -79,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
     """Match and write the deliveries; returns the exit code."""
     from tqdm import tqdm
 
+    from index.base import load_index
     from index.io import read_messages, read_subscriptions, read_weights, write_deliveries
     from index.terms import TermWeights
     from index.text import read_text_corpus
     from index.workload import default_tweets_path
     from pruning.deliveries import Deliveries
-    from pruning.matchers import build_matcher
+    from pruning.matchers import LoadedIndexMatcher, Matcher, build_matcher
     from roadnet.io import load_network
     from roadnet.locations import point_xy
     from roadnet.network import spatial_order
@@ -93,23 +99,36 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in _OUT_SUFFIXES:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
         raise ValueError(msg)
-    if not (np.isfinite(args.dmax) and args.dmax > 0):
-        msg = f"--dmax must be a number of metres > 0, got {args.dmax}"
+    _check_sources(args)
+    dmax = DEFAULTS.dmax_m if args.dmax is None else args.dmax
+    if not (np.isfinite(dmax) and dmax > 0):
+        msg = f"--dmax must be a number of metres > 0, got {dmax}"
         raise ValueError(msg)
     if args.batch < 1:
         msg = "--batch must be >= 1"
         raise ValueError(msg)
     t0 = time.perf_counter()
-    network = load_network(args.network, directed=args.directed)
-    if args.weights:
-        weights = read_weights(args.weights)
+    matcher: Matcher
+    if args.index_file:
+        index = load_index(args.index_file)
+        network, weights, dmax = index.network, index.weights, index.dmax_m
+        index_name, n_subs = index.kind, len(index)
+        matcher = LoadedIndexMatcher(index)
+        messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
+        t_read = time.perf_counter()  # loading the file rebuilds the postings: no build step
     else:
-        corpus = Path(args.corpus) if args.corpus else default_tweets_path()
-        weights = TermWeights.from_idf(read_text_corpus(corpus))
-    subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
-    messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
-    t_read = time.perf_counter()
-    matcher = build_matcher(args.index, network, subs, weights, dmax_m=args.dmax)
+        network = load_network(args.network, directed=args.directed)
+        if args.weights:
+            weights = read_weights(args.weights)
+        else:
+            corpus = Path(args.corpus) if args.corpus else default_tweets_path()
+            weights = TermWeights.from_idf(read_text_corpus(corpus))
+        subs = read_subscriptions(args.subscriptions, network, weights,
+                                  max_snap_m=args.max_snap)
+        messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
+        index_name, n_subs = args.index or "brute", len(subs)
+        t_read = time.perf_counter()
+        matcher = build_matcher(index_name, network, subs, weights, dmax_m=dmax)
     t_build = time.perf_counter()
     parts: list[Deliveries] = []
     n = len(messages)
@@ -117,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     # and the road graph in cache; the deliveries are sorted by message id in the end.
     xy = point_xy(network, messages.points)
     order = spatial_order(xy[:, 0], xy[:, 1])
-    with tqdm(total=n, unit="msg", desc=f"match ({args.index})", disable=args.quiet,
+    with tqdm(total=n, unit="msg", desc=f"match ({index_name})", disable=args.quiet,
               file=sys.stderr) as bar:
         for start in range(0, n, args.batch):
             rows = order[start:start + args.batch]
@@ -130,11 +149,12 @@ def run(args: argparse.Namespace) -> int:
 
     match_s = t_match - t_build
     summary = {
-        "index": args.index,
-        "network": str(args.network),
-        "directed": bool(args.directed),
-        "dmax_m": args.dmax,
-        "subscriptions": len(subs),
+        "index": index_name,
+        "index_file": args.index_file,
+        "network": str(args.network) if args.network else network.name,
+        "directed": bool(network.directed),
+        "dmax_m": dmax,
+        "subscriptions": n_subs,
         "messages": n,
         "deliveries": len(deliveries),
         "out": str(out),
@@ -147,6 +167,25 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif not args.quiet:
         rate = f"{n / match_s:,.1f} messages/s" if match_s > 0 else "-"
-        print(f"{len(deliveries):,} deliveries of {n:,} messages to {len(subs):,} "
-              f"subscriptions (index {args.index}, Dmax {args.dmax:g} m, {rate}) -> {out}")
+        print(f"{len(deliveries):,} deliveries of {n:,} messages to {n_subs:,} "
+              f"subscriptions (index {index_name}, Dmax {dmax:g} m, {rate}) -> {out}")
     return 0
+
+
+def _check_sources(args: argparse.Namespace) -> None:
+    """Either an index file, or a network and subscriptions (with their options)."""
+    if args.index_file:
+        given = [flag for flag, value in (
+            ("--network", args.network), ("--subscriptions", args.subscriptions),
+            ("--weights", args.weights), ("--corpus", args.corpus), ("--dmax", args.dmax),
+            ("--index", args.index), ("--directed", args.directed or None)) if value is not None]
+        if given:
+            msg = (f"--index-file already holds the network, subscriptions, weights, Dmax and "
+                   f"architecture; drop {', '.join(given)}")
+            raise ValueError(msg)
+        return
+    missing = [flag for flag, value in (("--network", args.network),
+                                        ("--subscriptions", args.subscriptions)) if not value]
+    if missing:
+        msg = f"give {' and '.join(missing)}, or --index-file"
+        raise ValueError(msg)

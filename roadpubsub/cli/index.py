@@ -1,0 +1,158 @@
+"""``roadpubsub index``: build a subscription index once, save it, inspect it.
+
+An index file holds everything matching needs (network, cells, cell-pair bounds, keyword
+weights, subscriptions and the index itself), so ``roadpubsub match --index-file`` can
+match batch after batch of messages without reading the subscriptions or rebuilding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from roadpubsub.settings import DEFAULTS
+
+__all__ = ["register", "run_build", "run_info"]
+
+_EXAMPLE = """\
+example:
+  roadpubsub generate --network ../shared/data/dimacs/rome.gr.gz --out-dir work/rome \\
+      --subscriptions 1000000 --messages 1000
+  roadpubsub index build --network ../shared/data/dimacs/rome.gr.gz \\
+      --subscriptions work/rome/subscriptions.parquet --weights work/rome/weights.parquet \\
+      --dmax 5000 --kind eia --out work/rome/eia.npz
+  roadpubsub index info work/rome/eia.npz
+  roadpubsub match --index-file work/rome/eia.npz --messages work/rome/messages.parquet \\
+      --out work/rome/deliveries.parquet
+
+The file is written under a temporary name and renamed: a failed build leaves no file.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``index`` subcommand and its ``build`` and ``info`` actions."""
+    p = subparsers.add_parser(
+        "index",
+        help="build an EIA or BIA index file for repeated matching, or describe one",
+        description="Build a subscription index (EIA or BIA) once and save it to one file "
+                    "that 'roadpubsub match --index-file' loads.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    b = actions.add_parser("build", help="build an index from a subscriptions file and save it",
+                           epilog=_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--network", required=True, metavar="PATH", help="road network file")
+    b.add_argument("--subscriptions", required=True, metavar="F",
+                   help="subscriptions (.parquet or .jsonl)")
+    b.add_argument("--kind", choices=("eia", "bia"), default="eia",
+                   help="index architecture (default eia)")
+    b.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m, metavar="METRES",
+                   help=f"largest network distance in metres (default {DEFAULTS.dmax_m:g})")
+    b.add_argument("--weights", metavar="F", default=None,
+                   help="keyword weights (term, weight); default: idf over --corpus")
+    b.add_argument("--corpus", metavar="PATH", default=None,
+                   help="text corpus for idf weights when --weights is absent (default: "
+                        "shared tweets)")
+    b.add_argument("--directed", action="store_true", help="honour one-way roads")
+    b.add_argument("--cell-capacity", type=int, default=DEFAULTS.cell_capacity,
+                   metavar="EDGES",
+                   help=f"PMR split threshold (default {DEFAULTS.cell_capacity})")
+    b.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
+                   metavar="METRES", help="largest snap distance for lon/lat locations "
+                                          f"(default {DEFAULTS.snap_distance_m:g})")
+    b.add_argument("--out", required=True, metavar="FILE", help="index file to write (.npz)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    b.set_defaults(func=run_build)
+
+    i = actions.add_parser("info", help="describe an index file")
+    i.add_argument("path", metavar="FILE", help="index file written by 'index build'")
+    i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    i.set_defaults(func=run_info)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Build the index and save it; returns the exit code."""
+    from tqdm import tqdm
+
+    from index.bia import BasicIndex
+    from index.eia import EnhancedIndex
+    from index.io import read_subscriptions, read_weights
+    from index.spatial import SpatialIndex
+    from index.terms import TermWeights
+    from index.text import read_text_corpus
+    from index.workload import default_tweets_path
+    from roadnet.io import load_network
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".npz":
+        msg = f"--out {out}: an index file must end in .npz"
+        raise ValueError(msg)
+    if not (np.isfinite(args.dmax) and args.dmax > 0):
+        msg = f"--dmax must be a number of metres > 0, got {args.dmax}"
+        raise ValueError(msg)
+    if args.cell_capacity < 1:
+        msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
+        raise ValueError(msg)
+    t0 = time.perf_counter()
+    network = load_network(args.network, directed=args.directed)
+    if args.weights:
+        weights = read_weights(args.weights)
+    else:
+        corpus = Path(args.corpus) if args.corpus else default_tweets_path()
+        weights = TermWeights.from_idf(read_text_corpus(corpus))
+    subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
+    t_read = time.perf_counter()
+    from roadnet.cells import build_cells
+
+    cells = build_cells(network, capacity=args.cell_capacity)
+    with tqdm(total=cells.n_cells, unit="cell", desc="bounds", disable=args.quiet,
+              file=sys.stderr) as bar:
+        spatial = SpatialIndex.build(network, cells=cells, progress=bar.update)
+    t_spatial = time.perf_counter()
+    architecture = EnhancedIndex if args.kind == "eia" else BasicIndex
+    index = architecture(spatial, subs, weights, dmax_m=args.dmax)
+    t_index = time.perf_counter()
+    index.save(out)
+    t_save = time.perf_counter()
+    summary = {
+        "kind": args.kind, "network": str(args.network), "directed": bool(args.directed),
+        "dmax_m": args.dmax, "subscriptions": len(subs), "cells": cells.n_cells,
+        "bytes_per_subscription": round(index.nbytes_per_subscription(), 1),
+        "file": str(out), "file_bytes": out.stat().st_size,
+        "seconds": {"read": round(t_read - t0, 3), "cells_and_bounds": round(t_spatial - t_read, 3),
+                    "index": round(t_index - t_spatial, 3), "save": round(t_save - t_index, 3)},
+    }
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif not args.quiet:
+        print(f"{args.kind.upper()} index of {len(subs):,} subscriptions on {cells.n_cells} cells "
+              f"(Dmax {args.dmax:g} m) built in {t_index - t_read:.1f} s "
+              f"-> {out} ({out.stat().st_size / 2**20:,.1f} MiB)")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Print what an index file holds; returns the exit code."""
+    from index.base import index_file_info
+
+    info = {"file": str(args.path), **index_file_info(args.path)}
+    if args.json:
+        json.dump(info, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    net = info["network"]
+    print(f"{info['file']}: {info['kind'].upper()} index, {info['subscriptions']:,} "
+          f"subscriptions, {info['terms']:,} terms, Dmax {info['dmax_m']:g} m")
+    print(f"  network  {net['name'] or '-'}: {net['nodes']:,} nodes, {net['edges']:,} edges, "
+          f"{'directed' if net['directed'] else 'undirected'}, {net['crs']}")
+    print(f"  cells    {info['cells']} PMR cells with their cell-pair bounds")
+    return 0
