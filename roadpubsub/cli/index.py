@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roadpubsub.cli.sources import add_source_arguments, read_sources
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run_build", "run_info"]
@@ -48,25 +49,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     b = actions.add_parser("build", help="build an index from a subscriptions file and save it",
                            epilog=_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--network", required=True, metavar="PATH", help="road network file")
-    b.add_argument("--subscriptions", required=True, metavar="F",
-                   help="subscriptions (.parquet or .jsonl)")
+    add_source_arguments(b)
     b.add_argument("--kind", choices=("eia", "bia"), default="eia",
                    help="index architecture (default eia)")
-    b.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m, metavar="METRES",
-                   help=f"largest network distance in metres (default {DEFAULTS.dmax_m:g})")
-    b.add_argument("--weights", metavar="F", default=None,
-                   help="keyword weights (term, weight); default: idf over --corpus")
-    b.add_argument("--corpus", metavar="PATH", default=None,
-                   help="text corpus for idf weights when --weights is absent (default: "
-                        "shared tweets)")
-    b.add_argument("--directed", action="store_true", help="honour one-way roads")
     b.add_argument("--cell-capacity", type=int, default=DEFAULTS.cell_capacity,
                    metavar="EDGES",
                    help=f"PMR split threshold (default {DEFAULTS.cell_capacity})")
-    b.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
-                   metavar="METRES", help="largest snap distance for lon/lat locations "
-                                          f"(default {DEFAULTS.snap_distance_m:g})")
     b.add_argument("--out", required=True, metavar="FILE", help="index file to write (.npz)")
     b.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -84,12 +72,8 @@ def run_build(args: argparse.Namespace) -> int:
 
     from index.bia import BasicIndex
     from index.eia import EnhancedIndex
-    from index.io import read_subscriptions, read_weights
     from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from index.text import read_text_corpus
-    from index.workload import default_tweets_path
-    from roadnet.io import load_network
+    from roadnet.cells import build_cells
 
     out = Path(args.out)
     if out.suffix.lower() != ".npz":
@@ -102,16 +86,8 @@ def run_build(args: argparse.Namespace) -> int:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
         raise ValueError(msg)
     t0 = time.perf_counter()
-    network = load_network(args.network, directed=args.directed)
-    if args.weights:
-        weights = read_weights(args.weights)
-    else:
-        corpus = Path(args.corpus) if args.corpus else default_tweets_path()
-        weights = TermWeights.from_idf(read_text_corpus(corpus))
-    subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
+    network, weights, subs = read_sources(args)
     t_read = time.perf_counter()
-    from roadnet.cells import build_cells
-
     cells = build_cells(network, capacity=args.cell_capacity)
     with tqdm(total=cells.n_cells, unit="cell", desc="bounds", disable=args.quiet,
               file=sys.stderr) as bar:

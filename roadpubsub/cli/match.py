@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roadpubsub.cli.sources import add_source_arguments, read_sources
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run"]
@@ -50,28 +51,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--network", metavar="PATH", help="road network file")
-    p.add_argument("--subscriptions", metavar="F", help="subscriptions (.parquet or .jsonl)")
+    add_source_arguments(p, required=False, dmax_default=None)
     p.add_argument("--index-file", metavar="FILE", default=None,
                    help="an index saved by 'roadpubsub index build', instead of --network, "
                         "--subscriptions, --weights/--corpus, --dmax, --directed and --index")
     p.add_argument("--messages", required=True, metavar="F", help="messages (.parquet or .jsonl)")
-    p.add_argument("--dmax", type=float, default=None, metavar="METRES",
-                   help=f"largest network distance in metres (default {DEFAULTS.dmax_m:g})")
-    p.add_argument("--weights", metavar="F", default=None,
-                   help="keyword weights (term, weight); default: idf over --corpus")
-    p.add_argument("--corpus", metavar="PATH", default=None,
-                   help="text corpus for idf weights when --weights is absent: a CSV with a "
-                        "'text' column or one document per line (default: shared tweets)")
-    p.add_argument("--directed", action="store_true",
-                   help="honour one-way roads (distance runs from subscription to message)")
     p.add_argument("--index", choices=_index_choices(), default=None,
                    help="matching index (default brute)")
     p.add_argument("--out", required=True, metavar="F",
                    help="deliveries file: .parquet, .jsonl/.json or .csv")
-    p.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
-                   metavar="METRES", help="largest snap distance for lon/lat locations "
-                                          f"(default {DEFAULTS.snap_distance_m:g})")
     p.add_argument("--batch", type=int, default=256, metavar="N",
                    help="messages per matcher call, taken in Hilbert order of their "
                         "locations (default 256)")
@@ -85,13 +73,9 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from index.base import load_index
-    from index.io import read_messages, read_subscriptions, read_weights, write_deliveries
-    from index.terms import TermWeights
-    from index.text import read_text_corpus
-    from index.workload import default_tweets_path
+    from index.io import read_messages, write_deliveries
     from pruning.deliveries import Deliveries
     from pruning.matchers import LoadedIndexMatcher, Matcher, build_matcher
-    from roadnet.io import load_network
     from roadnet.locations import point_xy
     from roadnet.network import spatial_order
 
@@ -117,14 +101,7 @@ def run(args: argparse.Namespace) -> int:
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
         t_read = time.perf_counter()  # loading the file rebuilds the postings: no build step
     else:
-        network = load_network(args.network, directed=args.directed)
-        if args.weights:
-            weights = read_weights(args.weights)
-        else:
-            corpus = Path(args.corpus) if args.corpus else default_tweets_path()
-            weights = TermWeights.from_idf(read_text_corpus(corpus))
-        subs = read_subscriptions(args.subscriptions, network, weights,
-                                  max_snap_m=args.max_snap)
+        network, weights, subs = read_sources(args)
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
         index_name, n_subs = args.index or "brute", len(subs)
         t_read = time.perf_counter()

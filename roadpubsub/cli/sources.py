@@ -1,0 +1,80 @@
+"""Command-line options shared by commands that read a network and subscriptions.
+
+``roadpubsub match`` and ``roadpubsub index build`` take the same inputs: a network, a
+subscriptions file, keyword weights (a file, or idf over a corpus), one-way handling and
+the snap distance for lon/lat locations. They declare and load them here, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from roadpubsub.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from index.model import Subscriptions
+    from index.terms import TermWeights
+    from roadnet.network import RoadNetwork
+
+__all__ = ["add_source_arguments", "read_sources", "read_weights_option"]
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = True,
+                         dmax_default: float | None = DEFAULTS.dmax_m) -> None:
+    """Add --network, --subscriptions, --dmax, --weights, --corpus, --directed, --max-snap.
+
+    Parameters
+    ----------
+    parser
+        The command's parser.
+    required
+        Whether --network and --subscriptions must be given (a command may accept another
+        source instead and check the combination itself).
+    dmax_default
+        Default of --dmax in metres (None: the command resolves it).
+    """
+    parser.add_argument("--network", required=required, metavar="PATH",
+                        help="road network file")
+    parser.add_argument("--subscriptions", required=required, metavar="F",
+                        help="subscriptions (.parquet or .jsonl)")
+    parser.add_argument("--dmax", type=float, default=dmax_default, metavar="METRES",
+                        help="largest network distance in metres "
+                             f"(default {DEFAULTS.dmax_m:g})")
+    parser.add_argument("--weights", metavar="F", default=None,
+                        help="keyword weights (term, weight); default: idf over --corpus")
+    parser.add_argument("--corpus", metavar="PATH", default=None,
+                        help="text corpus for idf weights when --weights is absent: a CSV "
+                             "with a 'text' column or one document per line (default: "
+                             "shared tweets)")
+    parser.add_argument("--directed", action="store_true",
+                        help="honour one-way roads (distance runs from subscription to "
+                             "message)")
+    parser.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
+                        metavar="METRES", help="largest snap distance for lon/lat locations "
+                                               f"(default {DEFAULTS.snap_distance_m:g})")
+
+
+def read_weights_option(args: argparse.Namespace) -> TermWeights:
+    """The --weights file, or smoothed idf over --corpus (default: the shared tweets)."""
+    from index.io import read_weights
+    from index.terms import TermWeights
+    from index.text import read_text_corpus
+    from index.workload import default_tweets_path
+
+    if args.weights:
+        return read_weights(args.weights)
+    corpus = Path(args.corpus) if args.corpus else default_tweets_path()
+    return TermWeights.from_idf(read_text_corpus(corpus))
+
+
+def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Subscriptions]:
+    """Load the network, the weights and the subscriptions the options name."""
+    from index.io import read_subscriptions
+    from roadnet.io import load_network
+
+    network = load_network(args.network, directed=args.directed)
+    weights = read_weights_option(args)
+    subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
+    return network, weights, subs
