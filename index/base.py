@@ -20,7 +20,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -108,6 +108,30 @@ class SubscriptionIndex:
         self.version = 0
         self._rebuild(subscriptions)
 
+    @classmethod
+    def restore(cls, spatial: SpatialIndex, slots: Subscriptions, weights: TermWeights, *,
+                dmax_m: float, tolerance: float,
+                structures: dict[str, npt.NDArray[Any]]) -> Self:
+        """An index from saved parts, without building its postings.
+
+        ``slots`` are the subscriptions in slot order (as :meth:`save` writes them) and
+        ``structures`` the arrays of :meth:`structure_arrays` built on them with these
+        weights, Dmax and tolerance.
+        """
+        if not (np.isfinite(dmax_m) and dmax_m > 0):
+            msg = f"dmax_m must be a positive number of metres, got {dmax_m!r}"
+            raise ValueError(msg)
+        index = cls.__new__(cls)
+        index.spatial = spatial
+        index.weights = weights
+        index.dmax_m = float(dmax_m)
+        index.tolerance = float(tolerance)
+        index.version = 0
+        index._set_slots(slots)
+        index._restore_structures(structures)
+        index._set_delta(_empty_subscriptions())
+        return index
+
     # ------------------------------------------------------------------ building
     @property
     def network(self) -> RoadNetwork:
@@ -115,23 +139,43 @@ class SubscriptionIndex:
         return self.spatial.network
 
     def _rebuild(self, subscriptions: Subscriptions) -> None:
-        self._bump_version()
         cells = self.spatial.cells
         cell = cells.edge_cell[subscriptions.points.edge].astype(np.int64)
-        order = np.lexsort((subscriptions.points.edge, cell))
-        self.subs = subscriptions.take(order)
+        self._set_slots(subscriptions.take(np.lexsort((subscriptions.points.edge, cell))))
+        self._build_structures()
+        self._set_delta(_empty_subscriptions())
+
+    def _set_slots(self, subscriptions: Subscriptions) -> None:
+        """Make ``subscriptions`` (sorted by (cell, edge)) the slots, all active."""
+        self._bump_version()
+        self.subs = subscriptions
         self.facts: PointFacts = self.spatial.facts(self.subs.points)
         self.active = np.ones(len(self.subs), dtype=bool)
         self._id_order = np.argsort(self.subs.ids, kind="stable")
         self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
-        self._build_structures()
-        self._set_delta(_empty_subscriptions())
 
     def _build_structures(self) -> None:
         """Subclasses build ``self.layout`` and their cell/edge statistics here."""
         raise NotImplementedError
+
+    def _restore_structures(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Take the postings and statistics from :meth:`structure_arrays` of a saved index
+        of the same slots, instead of building them."""
+        self.layout = PostingLayout.from_arrays(arrays, prefix="layout.")
+        for name, value in arrays.items():
+            if not name.startswith("layout."):
+                setattr(self, name, value)
+        try:
+            have = self.structure_arrays()
+        except AttributeError as exc:
+            msg = f"the saved {self.kind} index lacks part of its structures ({exc})"
+            raise ValueError(msg) from exc
+        if set(have) != set(arrays):
+            msg = (f"the saved {self.kind} index does not hold the structures of this "
+                   f"version: {sorted(set(have) ^ set(arrays))}")
+            raise ValueError(msg)
 
     def _edge_statistics(self, tau_e: FloatArray) -> None:
         """Per-edge min/max alpha and min tau_e of the slots (paper Fig. 3(b) statistics)."""
@@ -302,8 +346,9 @@ class SubscriptionIndex:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the index, its network, cells, bounds and weights to one ``.npz`` file.
 
-        The delta is compacted first. The file is written under a temporary name and
-        renamed, so a failure leaves nothing behind.
+        The delta is compacted first. The postings and statistics are saved too, so
+        :func:`load_index` does not rebuild them. The file is written under a temporary name
+        and renamed, so a failure leaves nothing behind.
         """
         self.compact()
         target = Path(path)
@@ -317,6 +362,8 @@ class SubscriptionIndex:
                        "subs.tau": s.tau, "subs.kw_ptr": s.kw_ptr, "subs.kw_terms": s.kw_terms,
                        "weights.terms": np.asarray(self.weights.terms, dtype=str),
                        "weights.values": self.weights.weights.copy()})
+        # The slots above are saved in slot order, which the postings refer to.
+        arrays.update({f"structure.{k}": v for k, v in self.structure_arrays().items()})
         meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
                 "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
                 "network": {"crs": net.crs, "directed": net.directed, "name": net.name}}
@@ -393,5 +440,9 @@ def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
                          EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
                          arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
                          arrays["subs.kw_terms"])
-    return kinds[meta["kind"]](spatial, subs, weights, dmax_m=meta["dmax_m"],
-                               tolerance=meta["tolerance"])
+    cls = kinds[meta["kind"]]
+    structures = {k[10:]: v for k, v in arrays.items() if k.startswith("structure.")}
+    if not structures:  # written before the structures were saved: build them
+        return cls(spatial, subs, weights, dmax_m=meta["dmax_m"], tolerance=meta["tolerance"])
+    return cls.restore(spatial, subs, weights, dmax_m=meta["dmax_m"],
+                       tolerance=meta["tolerance"], structures=structures)

@@ -143,6 +143,48 @@ def test_save_and_load_give_identical_results(andorra_setup, architecture,
     np.testing.assert_array_equal(got.score, want.score)
 
 
+@pytest.mark.parametrize("architecture", [EnhancedIndex, BasicIndex])
+def test_load_restores_the_postings_without_building_them(
+        andorra_setup, architecture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, spatial, wl = andorra_setup
+    index = architecture(spatial, wl.subscriptions, wl.weights, dmax_m=DMAX)
+    path = index.save(tmp_path / "index.npz")
+    with monkeypatch.context() as m:
+        def no_build(self: object) -> None:
+            raise AssertionError("load_index rebuilt the postings")
+        m.setattr(architecture, "_build_structures", no_build)
+        loaded = load_index(path)
+    want_arrays = index.structure_arrays()
+    got_arrays = loaded.structure_arrays()
+    assert set(got_arrays) == set(want_arrays)
+    for name, value in want_arrays.items():
+        np.testing.assert_array_equal(got_arrays[name], value, err_msg=name)
+    # The restored index stays dynamic: the same updates give the same deliveries.
+    gone = wl.subscriptions.ids[::7]
+    for idx in (index, loaded):
+        idx.unsubscribe(gone)
+    a, _ = IndexMatcher(index).match(wl.messages)
+    b, _ = IndexMatcher(loaded).match(wl.messages)
+    assert a.pairs() == b.pairs() and len(a) > 0
+    np.testing.assert_array_equal(a.distance, b.distance)
+
+    # A file without the structures (as written before they were saved) is rebuilt...
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    old = tmp_path / "old.npz"
+    np.savez(old, **{k: v for k, v in arrays.items() if not k.startswith("structure.")})
+    rebuilt = load_index(old)
+    c, _ = IndexMatcher(rebuilt).match(wl.messages)
+    want, _ = IndexMatcher(architecture(spatial, wl.subscriptions, wl.weights,
+                                        dmax_m=DMAX)).match(wl.messages)
+    assert c.pairs() == want.pairs()
+    # ... and one missing a structure says so.
+    broken = tmp_path / "broken.npz"
+    np.savez(broken, **{k: v for k, v in arrays.items() if k != "structure.edge_min_alpha"})
+    with pytest.raises(ValueError, match="lacks part of its structures"):
+        load_index(broken)
+
+
 def test_bad_updates_name_the_ids(andorra_setup) -> None:
     _, spatial, wl = andorra_setup
     index = EnhancedIndex(spatial, wl.subscriptions.take(np.arange(10)), wl.weights,
