@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     b.add_argument("--cell-capacity", type=int, default=DEFAULTS.cell_capacity,
                    metavar="EDGES",
                    help=f"PMR split threshold (default {DEFAULTS.cell_capacity})")
+    b.add_argument("--bounds", metavar="DIR", default=None,
+                   help="cell-pair bound table from 'roadpubsub spark precompute-bounds' "
+                        "(same network and --cell-capacity); default: computed here")
     b.add_argument("--out", required=True, metavar="FILE", help="index file to write (.npz)")
     b.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -89,9 +92,16 @@ def run_build(args: argparse.Namespace) -> int:
     network, weights, subs = read_sources(args)
     t_read = time.perf_counter()
     cells = build_cells(network, capacity=args.cell_capacity)
-    with tqdm(total=cells.n_cells, unit="cell", desc="bounds", disable=args.quiet,
-              file=sys.stderr) as bar:
-        spatial = SpatialIndex.build(network, cells=cells, progress=bar.update)
+    if args.bounds:
+        # The table of the Spark job, checked against this network and these cells.
+        from spark_jobs.precompute_bounds import load_bounds_table
+
+        bounds = load_bounds_table(args.bounds, network, cells)
+        spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)
+    else:
+        with tqdm(total=cells.n_cells, unit="cell", desc="bounds", disable=args.quiet,
+                  file=sys.stderr) as bar:
+            spatial = SpatialIndex.build(network, cells=cells, progress=bar.update)
     t_spatial = time.perf_counter()
     architecture = EnhancedIndex if args.kind == "eia" else BasicIndex
     index = architecture(spatial, subs, weights, dmax_m=args.dmax)
@@ -101,6 +111,7 @@ def run_build(args: argparse.Namespace) -> int:
     summary = {
         "kind": args.kind, "network": str(args.network), "directed": bool(args.directed),
         "dmax_m": args.dmax, "subscriptions": len(subs), "cells": cells.n_cells,
+        "bounds": str(args.bounds) if args.bounds else "computed",
         "bytes_per_subscription": round(index.nbytes_per_subscription(), 1),
         "file": str(out), "file_bytes": out.stat().st_size,
         "seconds": {"read": round(t_read - t0, 3), "cells_and_bounds": round(t_spatial - t_read, 3),

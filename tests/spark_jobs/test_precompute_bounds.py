@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from index.base import load_index
+from index.io import write_subscriptions, write_weights
 from index.spatial import SpatialIndex
+from index.workload import generate_workload
+from pruning.brute import match_brute
+from pruning.indexed import IndexMatcher
 from roadnet.cell_bounds import CellBounds, compute_cell_bounds
 from roadnet.cells import Cells, build_cells
 from roadnet.network import RoadNetwork
@@ -195,3 +200,37 @@ def test_job_scripts_print_help_with_an_example(job: str) -> None:
     out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     assert "example:" in out and "--master" in out
+
+
+@pytest.mark.spark
+def test_index_build_takes_the_spark_table(
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells, andorra_path: Path,
+        andorra_bounds: CellBounds, andorra_capacity: int, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``roadpubsub index build --bounds`` uses the job's table instead of computing one,
+    and refuses a table of other cells with one line."""
+    wl = generate_workload(andorra, n_subscriptions=2000, n_messages=30, seed=4)
+    write_subscriptions(wl.subscriptions, tmp_path / "subs.parquet", network=andorra,
+                        weights=wl.weights)
+    write_weights(wl.weights, tmp_path / "weights.parquet")
+    table = write_bounds_table(spark, andorra, andorra_cells, tmp_path / "andorra.bounds")
+    argv = ["index", "build", "--network", str(andorra_path),
+            "--subscriptions", str(tmp_path / "subs.parquet"),
+            "--weights", str(tmp_path / "weights.parquet"), "--dmax", "2000",
+            "--bounds", str(table), "--quiet"]
+    out = tmp_path / "eia.npz"
+    assert cli_main([*argv, "--cell-capacity", str(andorra_capacity), "--out", str(out),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bounds"] == str(table)
+    index = load_index(out)
+    _assert_identical(index.spatial.bounds, andorra_bounds)
+    got, _ = IndexMatcher(index).match(wl.messages)
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=2000.0)
+    assert got.pairs() == want.pairs() and len(want) > 0
+    np.testing.assert_allclose(got.distance, want.distance, rtol=0, atol=1e-6)
+
+    other = tmp_path / "other.npz"
+    assert cli_main([*argv, "--cell-capacity", str(2 * andorra_capacity),
+                     "--out", str(other)]) == 2
+    assert "computed for other cells" in capsys.readouterr().err
+    assert not other.exists()
