@@ -98,6 +98,11 @@ class SubscriptionIndex:
         dmax_m: float,
         tolerance: float = DEFAULTS.score_tolerance,
     ) -> None:
+        self._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
+        self._rebuild(subscriptions)
+
+    def _set_parameters(self, spatial: SpatialIndex, weights: TermWeights, *, dmax_m: float,
+                        tolerance: float) -> None:
         if not (np.isfinite(dmax_m) and dmax_m > 0):
             msg = f"dmax_m must be a positive number of metres, got {dmax_m!r}"
             raise ValueError(msg)
@@ -106,7 +111,6 @@ class SubscriptionIndex:
         self.dmax_m = float(dmax_m)
         self.tolerance = float(tolerance)
         self.version = 0
-        self._rebuild(subscriptions)
 
     @classmethod
     def restore(cls, spatial: SpatialIndex, slots: Subscriptions, weights: TermWeights, *,
@@ -118,15 +122,8 @@ class SubscriptionIndex:
         ``structures`` the arrays of :meth:`structure_arrays` built on them with these
         weights, Dmax and tolerance.
         """
-        if not (np.isfinite(dmax_m) and dmax_m > 0):
-            msg = f"dmax_m must be a positive number of metres, got {dmax_m!r}"
-            raise ValueError(msg)
         index = cls.__new__(cls)
-        index.spatial = spatial
-        index.weights = weights
-        index.dmax_m = float(dmax_m)
-        index.tolerance = float(tolerance)
-        index.version = 0
+        index._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
         index._set_slots(slots)
         index._restore_structures(structures)
         index._set_delta(_empty_subscriptions())
