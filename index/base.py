@@ -316,7 +316,13 @@ class SubscriptionIndex:
         return live.take(np.argsort(live.ids, kind="stable"))
 
     def compact(self) -> None:
-        """Fold the delta and removals into fresh slots and postings (cells/bounds reused)."""
+        """Fold the delta and removals into fresh slots and postings (cells/bounds reused).
+
+        Nothing happens when there is nothing to fold (no delta, no removed slot), so
+        :meth:`save` does not rebuild a fresh index.
+        """
+        if len(self.delta) == 0 and bool(self.active.all()):
+            return
         self._rebuild(concat_subscriptions([self.subs.take(np.flatnonzero(self.active)),
                                             self.delta]))
 

@@ -13,9 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from roadpubsub.cli.sources import add_source_arguments, read_sources
+from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run_build", "run_info"]
@@ -82,9 +80,7 @@ def run_build(args: argparse.Namespace) -> int:
     if out.suffix.lower() != ".npz":
         msg = f"--out {out}: an index file must end in .npz"
         raise ValueError(msg)
-    if not (np.isfinite(args.dmax) and args.dmax > 0):
-        msg = f"--dmax must be a number of metres > 0, got {args.dmax}"
-        raise ValueError(msg)
+    check_dmax(args.dmax)
     if args.cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
         raise ValueError(msg)

@@ -8,9 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from roadpubsub.cli.sources import add_source_arguments, read_sources
+from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run"]
@@ -84,10 +82,7 @@ def run(args: argparse.Namespace) -> int:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
         raise ValueError(msg)
     _check_sources(args)
-    dmax = DEFAULTS.dmax_m if args.dmax is None else args.dmax
-    if not (np.isfinite(dmax) and dmax > 0):
-        msg = f"--dmax must be a number of metres > 0, got {dmax}"
-        raise ValueError(msg)
+    dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
     if args.batch < 1:
         msg = "--batch must be >= 1"
         raise ValueError(msg)

@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from roadpubsub.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from index.terms import TermWeights
     from roadnet.network import RoadNetwork
 
-__all__ = ["add_source_arguments", "read_sources", "read_weights_option"]
+__all__ = ["add_source_arguments", "check_dmax", "read_sources", "read_weights_option"]
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = True,
@@ -54,6 +56,14 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
                         metavar="METRES", help="largest snap distance for lon/lat locations "
                                                f"(default {DEFAULTS.snap_distance_m:g})")
+
+
+def check_dmax(dmax: float) -> float:
+    """The --dmax value (metres), or one clear error when it is not a finite number > 0."""
+    if not (np.isfinite(dmax) and dmax > 0):
+        msg = f"--dmax must be a number of metres > 0, got {dmax}"
+        raise ValueError(msg)
+    return float(dmax)
 
 
 def read_weights_option(args: argparse.Namespace) -> TermWeights:
