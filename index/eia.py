@@ -9,14 +9,14 @@ Fig. 3(b) (min/max alpha, min tau).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
 from index.limits import effective_tau, location_aware_prefixes
-from index.postings import build_posting_layout
+from index.postings import build_posting_layout, edge_groups_by_value
 
 __all__ = ["EnhancedIndex"]
 
@@ -36,12 +36,19 @@ class EnhancedIndex(SubscriptionIndex):
         self.layout = build_posting_layout(
             post_slot=slot, post_term_slot=term_slot, post_value=value,
             slot_cell=self.facts.cell, slot_edge=self.subs.points.edge,
-            n_term_slots=len(self.weights) + 1,
+            n_term_slots=len(self.weights) + 1, edges_by_value=True,
         )
         # DNlimit(ci) = max over s in ci of DNlimit(s) (Lemma 2); -inf for empty cells.
         self.cell_dn_limit = np.full(self.spatial.cells.n_cells, -np.inf)
         np.maximum.at(self.cell_dn_limit, self.facts.cell, lap.dn_limit)
         self._edge_statistics(effective_tau(self.subs.tau, tolerance=self.tolerance))
+
+    def _restore_structures(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        super()._restore_structures(arrays)
+        # Files saved before the edge groups were ordered by DNUB hold them in edge order,
+        # where the early stop of Algorithm 1 would lose candidates: rebuild those.
+        if not edge_groups_by_value(self.layout):
+            self._build_structures()
 
     def structure_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Postings, DNlimit per cell and the edge statistics."""

@@ -6,7 +6,9 @@ Postings are grouped three levels deep, as in the paper's Figs. 2(e) and 3(b):
   ``term_ptr`` into the groups;
 * by cell within a term (a group = a sub inverted list IL(ci|t));
 * by edge within a group (an edge group), each holding its postings sorted by value,
-  descending, for early termination.
+  descending, for early termination. The enhanced architecture also orders a group's edge
+  groups by their largest value, descending, so that a scan stops at the first edge group
+  below the bound (:func:`edge_groups_by_value` checks that order).
 
 Each level keeps the largest posting value below it (DNUB for the enhanced architecture,
 normalised keyword weight for the basic one).
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PostingLayout", "build_posting_layout"]
+__all__ = ["PostingLayout", "build_posting_layout", "edge_groups_by_value"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -79,6 +81,7 @@ def build_posting_layout(
     slot_cell: npt.NDArray[np.int32],
     slot_edge: npt.NDArray[np.int32],
     n_term_slots: int,
+    edges_by_value: bool = False,
 ) -> PostingLayout:
     """Group postings by (term slot, cell, edge), values descending within an edge group.
 
@@ -90,10 +93,22 @@ def build_posting_layout(
         Cell and edge of each subscription slot.
     n_term_slots
         Number of term slots (vocabulary size + 1 for the wildcard).
+    edges_by_value
+        Order the edge groups of a group by their largest value, descending (ties by edge),
+        instead of by edge. A scan that needs a value of at least some bound can then stop
+        at the first edge group below it.
     """
     cell = slot_cell[post_slot].astype(np.int64)
     edge = slot_edge[post_slot].astype(np.int64)
     order = np.lexsort((-post_value, edge, cell, post_term_slot))
+    if edges_by_value and order.size:
+        # Each posting takes its edge group's largest value (the first in this order), so
+        # one more stable sort on it moves whole edge groups, postings still descending.
+        key = np.stack([post_term_slot[order], cell[order], edge[order]])
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+        group_max = post_value[order][first][np.cumsum(first) - 1]
+        order = order[np.lexsort((-group_max, key[1], key[0]))]
     ts = post_term_slot[order]
     cell = cell[order]
     edge = edge[order]
@@ -124,3 +139,19 @@ def build_posting_layout(
         post_slot=slot,
         post_value=value,
     )
+
+
+def edge_groups_by_value(layout: PostingLayout) -> bool:
+    """Whether every group's edge groups come in descending order of their largest value.
+
+    That is the order ``build_posting_layout(..., edges_by_value=True)`` gives, and the one
+    :func:`pruning.algorithm1.eia_candidates` relies on to stop scanning a group early.
+    """
+    value = layout.eg_value
+    if value.size < 2:
+        return True
+    rises = value[1:] > value[:-1]
+    # Pairs that straddle two groups may rise: the next group starts over.
+    straddles = layout.grp_start[1:-1] - 1
+    rises[straddles[(straddles >= 0) & (straddles < rises.size)]] = False
+    return not bool(rises.any())

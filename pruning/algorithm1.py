@@ -105,7 +105,9 @@ def eia_candidates(  # pragma: no cover - compiled
     """EIA pruning for one message; returns the number of candidates in ``cand_out``.
 
     ``cand_dnub[s]`` receives the largest DNUB(s|t) over the shared prefix keywords t that
-    passed (Lemma 6), which bounds the verification search.
+    passed (Lemma 6), which bounds the verification search. The edge groups of each
+    IL(ci|t) must come DNUB-descending (``build_posting_layout(..., edges_by_value=True)``):
+    the scan of a list stops at the first one below dNmin(ci, m).
     """
     n_cells = cell_bbox.shape[0]
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
@@ -133,7 +135,13 @@ def eia_candidates(  # pragma: no cover - compiled
                 continue  # Lemma 7 for this keyword
             cell_state[c] = 4
             same = c == m_cell
+            lbc = cell_lb[c]
             for eg in range(grp_start[g], grp_start[g + 1]):
+                if not _keep(lbc, eg_value[eg], slack_abs, slack_rel):
+                    # Edge groups are DNUB-descending (EnhancedIndex) and an edge's bound
+                    # is at least its cell's, so no later edge group of IL(c|t) can pass.
+                    counters[3] += grp_start[g + 1] - eg
+                    break
                 e = eg_edge[eg]
                 lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
                                         edge_bbox, edge_din_out)

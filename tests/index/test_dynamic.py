@@ -14,6 +14,7 @@ from index.base import concat_subscriptions, load_index
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.model import InvalidSubscriptionError, Subscriptions
+from index.postings import build_posting_layout, edge_groups_by_value
 from index.spatial import SpatialIndex
 from index.workload import Workload, generate_workload
 from pruning.brute import match_brute
@@ -183,6 +184,38 @@ def test_load_restores_the_postings_without_building_them(
     np.savez(broken, **{k: v for k, v in arrays.items() if k != "structure.edge_min_alpha"})
     with pytest.raises(ValueError, match="lacks part of its structures"):
         load_index(broken)
+
+
+def test_eia_file_with_edge_groups_in_edge_order_is_rebuilt(
+        andorra_setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Files saved before the edge groups were ordered by DNUB keep them in edge order;
+    # Algorithm 1 stops a group at its first edge group below the cell's bound, which in
+    # that order would lose deliveries. Loading must notice and rebuild the postings.
+    _, spatial, wl = andorra_setup
+    fresh = EnhancedIndex(spatial, wl.subscriptions, wl.weights, dmax_m=DMAX)
+    want, _ = IndexMatcher(fresh).match(wl.messages)
+    path = fresh.save(tmp_path / "index.npz")
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    by_edge = build_posting_layout(
+        post_slot=fresh.layout.post_slot, post_term_slot=np.repeat(
+            np.repeat(np.arange(fresh.layout.term_ptr.size - 1), np.diff(fresh.layout.term_ptr)),
+            np.diff(fresh.layout.eg_start[fresh.layout.grp_start])),
+        post_value=fresh.layout.post_value, slot_cell=fresh.facts.cell,
+        slot_edge=fresh.subs.points.edge, n_term_slots=fresh.layout.term_ptr.size - 1)
+    assert not edge_groups_by_value(by_edge)  # the old order really differs here
+    arrays.update({f"structure.layout.{k}": v for k, v in by_edge.to_arrays().items()})
+    old = tmp_path / "old_order.npz"
+    np.savez(old, **arrays)
+    loaded = load_index(old)
+    assert edge_groups_by_value(loaded.layout)
+    got, _ = IndexMatcher(loaded).match(wl.messages)
+    assert got.pairs() == want.pairs() and len(got) > 0
+    np.testing.assert_array_equal(got.distance, want.distance)
+    # Without the check, the edge-ordered postings would lose deliveries.
+    monkeypatch.setattr("index.eia.edge_groups_by_value", lambda layout: True)
+    unchecked, _ = IndexMatcher(load_index(old)).match(wl.messages)
+    assert unchecked.pairs() < want.pairs()
 
 
 def test_bad_updates_name_the_ids(andorra_setup) -> None:
