@@ -16,12 +16,17 @@ def postings(draw: st.DrawFn) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     # Few distinct values, so that ties between postings and edge groups are common.
     values = rng.choice(np.array([0.0, 150.0, 150.0, 900.5, 2500.0, 4000.0]), n)
+    cells = rng.integers(0, 3, n_slots)
+    edges = rng.integers(0, 6, n_slots)
+    if draw(st.booleans()):
+        # Ids too large to pack (term slot, cell, edge) into one int64 sort key.
+        cells, edges = 2**31 - 1 - cells, 2**31 - 1 - edges
     return {
         "post_slot": rng.integers(0, n_slots, n),
         "post_term_slot": rng.integers(0, 4, n),
         "post_value": values,
-        "slot_cell": rng.integers(0, 3, n_slots).astype(np.int32),
-        "slot_edge": rng.integers(0, 6, n_slots).astype(np.int32),
+        "slot_cell": cells.astype(np.int32),
+        "slot_edge": edges.astype(np.int32),
     }
 
 
@@ -38,7 +43,10 @@ def _rows(layout: PostingLayout) -> list[tuple[int, int, int, int, float]]:
 
 
 def _check_levels(layout: PostingLayout) -> None:
-    """Each level's value is the largest below it; postings descend within an edge group."""
+    """Each level's value is the largest below it; postings descend within an edge group;
+    a term's groups come by cell."""
+    for k in range(layout.term_ptr.size - 1):
+        assert np.all(np.diff(layout.grp_cell[layout.term_ptr[k]:layout.term_ptr[k + 1]]) > 0)
     for g in range(layout.grp_cell.size):
         egs = range(layout.grp_start[g], layout.grp_start[g + 1])
         assert len(egs) > 0
