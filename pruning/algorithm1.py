@@ -138,8 +138,9 @@ def eia_candidates(  # pragma: no cover - compiled
             lbc = cell_lb[c]
             for eg in range(grp_start[g], grp_start[g + 1]):
                 if not _keep(lbc, eg_value[eg], slack_abs, slack_rel):
-                    # Edge groups are DNUB-descending (EnhancedIndex) and an edge's bound
-                    # is at least its cell's, so no later edge group of IL(c|t) can pass.
+                    # dNmin(c, m) bounds dN for every subscription in c, so a posting
+                    # whose DNUB is below it fails Lemma 6 on any edge; the edge groups are
+                    # DNUB-descending, so no later one of IL(c|t) can pass either.
                     counters[3] += grp_start[g + 1] - eg
                     break
                 e = eg_edge[eg]
