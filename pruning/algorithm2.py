@@ -5,7 +5,10 @@ measures distances *to* the message). Each candidate brings the largest distance
 it could still be delivered (its DNUB, or Dmax); the expansion stops as soon as every node
 a candidate leaves by is settled, or every unsettled one is farther than its candidate's
 limit. A candidate's distance is then exact whenever it is within its limit; beyond it the
-candidate cannot be delivered and gets ``inf``. Candidates are scored with the kernels of
+candidate cannot be delivered and gets ``inf``. The expansion keeps its frontier in
+buckets of ``bucket_width_m`` metres rather than a heap (Dial's algorithm, exact: see
+:func:`~roadnet.distance.bucket_dijkstra_kernel`); the reference matcher keeps the heap, so
+the two check each other. Candidates are scored with the kernels of
 :mod:`pruning.similarity`, from the exact TSIM the matcher computed while setting limits.
 """
 
@@ -16,7 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from pruning.similarity import delivered_kernel, sim_kernel
-from roadnet.distance import dijkstra_kernel, distance_to_target_kernel, reset_kernel
+from roadnet.distance import (
+    bucket_dijkstra_kernel,
+    dijkstra_kernel,
+    distance_to_target_kernel,
+    reset_kernel,
+)
 
 __all__ = ["score_candidates", "verify_candidates"]
 
@@ -31,6 +39,7 @@ def verify_candidates(  # pragma: no cover - compiled
     m_edge: int, m_offset: float,
     cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
     n_cand: int, target_nodes: IntArray, target_limits: FloatArray, out_dist: FloatArray,
+    buckets: tuple, bucket_width: float,
 ) -> int:
     """Distances from the first ``n_cand`` candidates to the message; returns nodes settled.
 
@@ -38,9 +47,14 @@ def verify_candidates(  # pragma: no cover - compiled
     dead_end_to) of the reversed arcs (:func:`~roadnet.distance.dead_ends`); ``ws`` = a
     :class:`~roadnet.distance.NodeSearch` workspace, restored on return.
     ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
+    ``buckets`` = (bucket heads, entry links) of
+    :func:`~roadnet.distance.bucket_dijkstra_kernel`, which runs the search with buckets
+    of ``bucket_width`` metres; where it cannot (too few buckets or entries), the heap
+    kernel does, with the same distances.
     """
     indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway, dead_end_to = net
     dist, target_ws, heap_d, heap_n, touched = ws
+    bucket_head, entry_next = buckets
     if n_cand == 0:
         return 0
     n_t = 0
@@ -67,10 +81,16 @@ def verify_candidates(  # pragma: no cover - compiled
         seeds[1] = edge_v[m_edge]
         seed_d[1] = edge_length[m_edge] - m_offset
         n_seeds = 2
-    n_touched, n_settled = dijkstra_kernel(
+    n_touched, n_settled, ok = bucket_dijkstra_kernel(
         indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
         target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n, touched,
-        dead_end_to)
+        dead_end_to, bucket_head, entry_next, bucket_width)
+    if not ok:
+        reset_kernel(dist, touched, n_touched)
+        n_touched, n_settled = dijkstra_kernel(
+            indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
+            target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n,
+            touched, dead_end_to)
     for i in range(n_cand):
         d = distance_to_target_kernel(dist, cand_edge[i], cand_offset[i], edge_u, edge_v,
                                       edge_length, edge_twoway, m_edge, m_offset)

@@ -96,9 +96,9 @@ def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int, order: IntArray,
     msg: tuple, bounds: tuple, edges: tuple, lay: tuple,
     eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,
-    net: tuple, ws: tuple, scratch: tuple, queue: tuple, weights: FloatArray,
+    net: tuple, ws: tuple, buckets: tuple, scratch: tuple, queue: tuple, weights: FloatArray,
     dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
-    out: tuple, n_out: int, stats: IntArray,
+    out: tuple, n_out: int, stats: IntArray, bucket_width: float,
 ) -> tuple[int, int, int]:
     """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
@@ -215,7 +215,7 @@ def _match_batch(  # pragma: no cover - compiled
         n = q_ptr[p - start + 1] - a
         stats[i][_SETTLED] = verify_candidates(
             net, ws, m_chain[i], m_chain_offset[i], q_edge[a:], q_off[a:], q_lim[a:], n,
-            t_nodes, t_limits, q_dist[a:])
+            t_nodes, t_limits, q_dist[a:], buckets, bucket_width)
         before = n_out
         n_out = score_candidates(q_dist[a:], q_alpha[a:], q_tau[a:], q_tsim[a:], n, dmax,
                                  tolerance, out_row, out_dist, out_score, n_out)
@@ -242,6 +242,8 @@ class IndexMatcher:
     hilbert_order
         Match a batch in Hilbert order of the messages' locations (faster; the result is
         the same). False keeps the input order.
+    bucket_width_m
+        Bucket width of the verification search, metres (> 0; the result is the same).
     """
 
     def __init__(
@@ -252,6 +254,7 @@ class IndexMatcher:
         slack_rel: float = DEFAULTS.bound_slack_rel,
         chunk: int = 256,
         hilbert_order: bool = True,
+        bucket_width_m: float = DEFAULTS.bucket_width_m,
     ) -> None:
         if not isinstance(index, EnhancedIndex | BasicIndex):
             msg = f"IndexMatcher needs an EnhancedIndex or a BasicIndex, got {type(index)}"
@@ -261,7 +264,17 @@ class IndexMatcher:
         self.slack_rel = float(slack_rel)
         self.chunk = int(chunk)
         self.hilbert_order = bool(hilbert_order)
+        if not (np.isfinite(bucket_width_m) and bucket_width_m > 0):
+            msg = f"bucket_width_m must be a positive number of metres, got {bucket_width_m!r}"
+            raise ValueError(msg)
+        self.bucket_width_m = float(bucket_width_m)
         self._search = NodeSearch(index.spatial.graph, reverse=True)
+        # Verification limits never exceed Dmax (fixed per index): buckets up to there (at
+        # most 4M, 32 MiB: a search needing more falls back to the heap, as one needing more
+        # entries than the heap holds does).
+        n_buckets = min(int(index.dmax_m / self.bucket_width_m) + 3, 1 << 22)
+        self._buckets = (np.empty(n_buckets, dtype=np.int64),
+                         np.empty(self._search.workspace()[2].size, dtype=np.int64))
         self._dead_end_to = dead_ends(self._search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
@@ -362,10 +375,9 @@ class IndexMatcher:
             stop = min(i + self.chunk, n)
             nxt, n_out, self._stamp = _match_batch(
                 is_eia, i, stop, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                delta, net_arrays, ws, tuple(scratch), queue, index.weights.weights,
-                index.dmax_m,
-                index.tolerance, self.slack_abs, self.slack_rel, self._stamp, out, n_out,
-                stats)
+                delta, net_arrays, ws, self._buckets, tuple(scratch), queue,
+                index.weights.weights, index.dmax_m, index.tolerance, self.slack_abs,
+                self.slack_rel, self._stamp, out, n_out, stats, self.bucket_width_m)
             if progress is not None and nxt > i:
                 progress(nxt - i)
             if nxt == i:  # output buffers full: grow and resume

@@ -1,4 +1,5 @@
-"""The compiled matcher's batching: chunks, output-buffer growth and the delta buffer.
+"""The compiled matcher's batching: chunks, output-buffer growth, the delta buffer, and the
+bucket queue of its verification search.
 
 :class:`~pruning.indexed.IndexMatcher` prunes a whole chunk of messages before verifying
 any of them and resumes where its buffers ran out; none of that may change a delivery or a
@@ -60,6 +61,31 @@ def test_delta_rows_are_verified_with_the_main_ones(andorra, arch) -> None:
     got, stats = IndexMatcher(index, chunk=7).match(wl.messages)
     assert_same(got, want)
     assert stats.totals()["deliveries"] == len(want) > 0
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_bucket_width_and_heap_fallback_change_no_delivery(andorra, arch) -> None:
+    """Verification runs on a bucket queue; any width, and the heap search it falls back
+    to when its buckets run short, give the reference matcher's deliveries."""
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=4,
+                           alpha_spread=0.4, tau_spread=0.3)
+    dmax = 3000.0
+    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
+                 dmax_m=dmax)
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    assert len(want) > 30
+    base, base_stats = IndexMatcher(index).match(wl.messages)
+    assert_same(base, want)
+    for width in (0.25, 3.0, 250.0, 1e4):
+        got, stats = IndexMatcher(index, bucket_width_m=width).match(wl.messages)
+        assert_same(got, want)
+        assert stats.totals()["candidates"] == base_stats.totals()["candidates"]
+    heap_only = IndexMatcher(index)
+    heap_only._buckets = (np.empty(1, dtype=np.int64), heap_only._buckets[1])  # too few
+    got, _ = heap_only.match(wl.messages)
+    assert_same(got, want)
+    with pytest.raises(ValueError, match="bucket_width_m must be a positive"):
+        IndexMatcher(index, bucket_width_m=0.0)
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])

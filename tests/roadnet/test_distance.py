@@ -14,11 +14,13 @@ from roadnet.distance import (
     NodeSearch,
     _heap_pop,
     _heap_push,
+    bucket_dijkstra_kernel,
     dead_ends,
     dijkstra_kernel,
     distances_from_point,
     distances_to_point,
     network_distance,
+    reset_kernel,
 )
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
@@ -371,6 +373,88 @@ def test_target_search_with_dead_end_skipping_is_exact(case, reverse: bool) -> N
         else:
             assert dist[t] > lim
     assert np.all(target_ws == -np.inf)  # the workspace is restored
+
+
+@given(case=target_searches(), reverse=st.booleans(),
+       width=st.sampled_from([0.3, 1.0, 2.5, 7.0, 1000.0]))
+@PROPERTY
+def test_bucket_search_gives_the_heap_search_distances(case, reverse: bool,
+                                                       width: float) -> None:
+    """The bucket queue (widths below, at and far above the edge lengths, where buckets
+    hold many nodes and label correction rescans them) settles every target within its
+    limit at exactly the full search's distance, and restores the workspace."""
+    net, seeds, targets, limits = case
+    want = NodeSearch(net, reverse=reverse).run(seeds, np.zeros(len(seeds))).dist.copy()
+    search = NodeSearch(net, reverse=reverse)
+    adj = search.adjacency
+    dist, target_ws, heap_d, heap_n, touched = search.workspace()
+    tg = np.asarray(targets, dtype=np.int64)
+    tl = np.asarray(limits)
+    # Every path here is under 1 km (at most 11 edges of 40 m): searching to 1 km, not to
+    # the 1e9 m limits, keeps the bucket count small without changing any answer.
+    limit = min(float(tl.max()), 1000.0)
+    heads = np.empty(int(limit / width) + 3, dtype=np.int64)
+    links = np.empty(heap_d.size, dtype=np.int64)
+    n_touched, n_scanned, ok = bucket_dijkstra_kernel(
+        adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
+        np.zeros(len(seeds)), limit, tg, tl, dist, target_ws, heap_d, heap_n, touched,
+        dead_ends(adj), heads, links, width)
+    assert ok and n_scanned >= 1
+    for t, lim in zip(targets, limits, strict=True):
+        if want[t] <= lim:
+            assert dist[t] == want[t]
+        else:
+            assert dist[t] > lim
+    assert np.all(target_ws == -np.inf)
+    reached = np.flatnonzero(np.isfinite(dist))
+    assert sorted(reached.tolist()) == sorted(touched[:n_touched].tolist())
+    assert np.all(dist[reached] >= want[reached])  # tentative distances never undershoot
+
+
+@pytest.mark.parametrize("width", [0.5, 3.0, 7.0, 50.0])
+def test_bucket_search_stops_only_past_a_targets_bucket(width: float) -> None:
+    """Node 2 is first reached at 10 m straight from the seed, then at 2 m through node 1;
+    with limit 3 m the search must not stop before the bucket that holds 2 m is done."""
+    net = tiny([(0, 2, 10.0), (0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0)], directed=True,
+               oneway=[True] * 4, n_nodes=4)
+    index = net.node_index(np.arange(4))
+    search = NodeSearch(net)
+    adj = search.adjacency
+    dist, target_ws, heap_d, heap_n, touched = search.workspace()
+    heads = np.empty(int(12.0 / width) + 3, dtype=np.int64)
+    links = np.empty(heap_d.size, dtype=np.int64)
+    bucket_dijkstra_kernel(adj.indptr, adj.indices, adj.weights, index[:1], np.zeros(1), 12.0,
+                           index[2:3], np.array([3.0]), dist, target_ws, heap_d, heap_n,
+                           touched, np.empty(0, dtype=np.int32), heads, links, width)
+    assert dist[index[2]] == 2.0
+
+
+def test_bucket_search_says_when_it_cannot_run() -> None:
+    """Too few buckets for the limit, or too few entries: ok is False, nothing is left
+    marked, and the touched nodes are listed for the caller's reset."""
+    net = tiny([(0, 1, 10.0), (1, 2, 10.0), (2, 3, 10.0), (3, 0, 10.0)], n_nodes=4)
+    search = NodeSearch(net)
+    adj = search.adjacency
+    dist, target_ws, heap_d, heap_n, touched = search.workspace()
+    seeds, zero = np.array([0]), np.zeros(1)
+    tg, tl = np.array([2]), np.array([25.0])
+    links = np.empty(heap_d.size, dtype=np.int64)
+    no_dead_ends = np.empty(0, dtype=np.int32)
+    # 25 m in buckets of 10 m needs 3 buckets (and one spare): 3 heads are too few.
+    result = bucket_dijkstra_kernel(adj.indptr, adj.indices, adj.weights, seeds, zero, 25.0,
+                                    tg, tl, dist, target_ws, heap_d, heap_n, touched,
+                                    no_dead_ends, np.empty(3, dtype=np.int64), links, 10.0)
+    assert result == (0, 0, False)
+    assert np.all(dist == np.inf) and np.all(target_ws == -np.inf)
+    # Two entries cannot hold the seed and both of its neighbours.
+    n_touched, _, ok = bucket_dijkstra_kernel(
+        adj.indptr, adj.indices, adj.weights, seeds, zero, 25.0, tg, tl, dist, target_ws,
+        heap_d[:2], heap_n[:2], touched, no_dead_ends, np.empty(5, dtype=np.int64),
+        links[:2], 10.0)
+    assert not ok and np.all(target_ws == -np.inf)
+    assert set(np.flatnonzero(np.isfinite(dist)).tolist()) == set(touched[:n_touched].tolist())
+    reset_kernel(dist, touched, n_touched)
+    assert np.all(dist == np.inf)
 
 
 @settings(max_examples=60, deadline=None)
