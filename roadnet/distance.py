@@ -1,4 +1,4 @@
-"""Exact network distances between edge points: one Dijkstra kernel for the whole project.
+"""Exact network distances between edge points: Dijkstra kernels for the whole project.
 
 An edge point p = (edge e, offset o metres from e's first node u) is left towards v at cost
 ``length - o`` and, where e may be travelled from v to u, towards u at cost ``o`` (its *exit*
@@ -6,9 +6,13 @@ costs); it is reached from u at cost ``o`` and, on a two-way edge, from v at cos
 ``length - o`` (its *entry* costs). A point-to-point distance is the best of a node path
 between an exit and an entry, or the direct run along a shared edge.
 
-Every matcher, the cell-bound precompute and the Spark jobs call :class:`NodeSearch`, so the
-same floating-point sums give the same distances everywhere: a node's settled distance is the
-minimum over its settled predecessors and does not depend on where a search stops.
+The reference matcher, the cell-bound precompute and the Spark jobs call :class:`NodeSearch`
+(:func:`dijkstra_kernel`, a 4-ary heap); the verification of the indexed matchers runs
+:func:`bucket_dijkstra_kernel`, the same search with a bucket queue. Both give the same
+floating-point sums everywhere: a node's final distance is the minimum over its final
+predecessors and depends neither on the order they are scanned in nor on where a search
+stops. The two kernels also check each other, since the indexed matchers are tested
+against the reference.
 """
 
 from __future__ import annotations
