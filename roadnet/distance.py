@@ -96,6 +96,26 @@ def _heap_pop(heap_d: FloatArray, heap_n: IntArray, size: int) -> int:  # pragma
     return size
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mark_targets(target_nodes: IntArray, target_limits: FloatArray, target_ws: FloatArray
+                  ) -> tuple[FloatArray, IntArray, int]:  # pragma: no cover - compiled
+    """Give each target node its largest limit in ``target_ws``; return the stop test's
+    heap of (-limit, node), one entry per node, as (keys, nodes, size)."""
+    n_targets = target_nodes.size
+    for i in range(n_targets):
+        t = target_nodes[i]
+        if target_limits[i] > target_ws[t]:
+            target_ws[t] = target_limits[i]
+    lim_key = np.empty(n_targets)
+    lim_node = np.empty(n_targets, dtype=np.int64)
+    n_lim = 0
+    for i in range(n_targets):
+        t = target_nodes[i]
+        if target_limits[i] == target_ws[t]:
+            n_lim = _heap_push(lim_key, lim_node, n_lim, -target_limits[i], t)
+    return lim_key, lim_node, n_lim
+
+
 @numba.njit(cache=True, nogil=True)
 def dijkstra_kernel(  # pragma: no cover - compiled
     indptr: IntArray,
@@ -134,17 +154,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     n_touched = 0
     size = 0
     n_targets = target_nodes.size
-    for i in range(n_targets):
-        t = target_nodes[i]
-        if target_limits[i] > target_ws[t]:
-            target_ws[t] = target_limits[i]
-    lim_key = np.empty(n_targets)
-    lim_node = np.empty(n_targets, dtype=np.int64)
-    n_lim = 0
-    for i in range(n_targets):
-        t = target_nodes[i]
-        if target_limits[i] == target_ws[t]:
-            n_lim = _heap_push(lim_key, lim_node, n_lim, -target_limits[i], t)
+    lim_key, lim_node, n_lim = _mark_targets(target_nodes, target_limits, target_ws)
     for i in range(seed_nodes.size):
         s = seed_nodes[i]
         d0 = seed_dist[i]
@@ -236,17 +246,7 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
     for b in range(n_buckets):
         bucket_head[b] = -1
     n_targets = target_nodes.size
-    for i in range(n_targets):
-        t = target_nodes[i]
-        if target_limits[i] > target_ws[t]:
-            target_ws[t] = target_limits[i]
-    lim_key = np.empty(n_targets)
-    lim_node = np.empty(n_targets, dtype=np.int64)
-    n_lim = 0
-    for i in range(n_targets):
-        t = target_nodes[i]
-        if target_limits[i] == target_ws[t]:
-            n_lim = _heap_push(lim_key, lim_node, n_lim, -target_limits[i], t)
+    lim_key, lim_node, n_lim = _mark_targets(target_nodes, target_limits, target_ws)
     capacity = entry_d.size
     n_entries = 0
     live = 0
