@@ -102,8 +102,8 @@ class SpatialIndex:
         return PointFacts(
             x=np.ascontiguousarray(xy[:, 0]), y=np.ascontiguousarray(xy[:, 1]),
             cell=self.cells.edge_cell[points.edge],
-            din_out=self.bounds.point_din_out(self.graph, points),
-            din_in=self.bounds.point_din_in(self.graph, points),
+            din_out=self.bounds.point_din_out(self.graph, points, local=local),
+            din_in=self.bounds.point_din_in(self.graph, points, local=local),
             chain=local.edge, chain_offset=local.offset,
         )
 

@@ -67,15 +67,23 @@ class CellBounds:
         """Number of cells."""
         return int(self.D.shape[0])
 
-    def point_din_out(self, network: Topology, points: EdgePoints) -> FloatArray:
-        """din of edge points: distance from each point to its cell's nearest border vertex."""
-        a, ca, b, cb = exit_costs(network, points)
+    def point_din_out(self, network: Topology, points: EdgePoints, *,
+                      local: EdgePoints | None = None) -> FloatArray:
+        """din of edge points: distance from each point to its cell's nearest border vertex.
+
+        ``local`` may pass ``network.to_local(points)`` when the caller has it already.
+        """
+        a, ca, b, cb = exit_costs(network, points, local=local)
         a, b = network.to_network_nodes(a), network.to_network_nodes(b)
         return np.minimum(ca + self.din_out[a], cb + self.din_out[b])
 
-    def point_din_in(self, network: Topology, points: EdgePoints) -> FloatArray:
-        """Distance from the nearest border vertex of each point's cell to the point."""
-        a, ca, b, cb = entry_costs(network, points)
+    def point_din_in(self, network: Topology, points: EdgePoints, *,
+                     local: EdgePoints | None = None) -> FloatArray:
+        """Distance from the nearest border vertex of each point's cell to the point.
+
+        ``local`` as in :meth:`point_din_out`.
+        """
+        a, ca, b, cb = entry_costs(network, points, local=local)
         a, b = network.to_network_nodes(a), network.to_network_nodes(b)
         return np.minimum(self.din_in[a] + ca, self.din_in[b] + cb)
 

@@ -475,40 +475,64 @@ class NodeSearch:
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)
 
 
-def exit_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatArray,
-                                                               IntArray, FloatArray]:
+@numba.njit(cache=True, nogil=True)
+def _end_costs_kernel(  # pragma: no cover - compiled
+    edge: npt.NDArray[np.int32], offset: FloatArray, edge_u: npt.NDArray[np.int32],
+    edge_v: npt.NDArray[np.int32], edge_length: FloatArray,
+    edge_twoway: npt.NDArray[np.bool_], leaving: bool,
+) -> tuple[IntArray, FloatArray, IntArray, FloatArray]:
+    n = edge.size
+    first = np.empty(n, dtype=np.int64)
+    first_cost = np.empty(n)
+    second = np.empty(n, dtype=np.int64)
+    second_cost = np.empty(n)
+    for i in range(n):
+        e = edge[i]
+        o = offset[i]
+        length = edge_length[e]
+        if leaving:
+            # By v at length - o; by u at o where the edge runs v -> u or the point
+            # stands on u (offset 0: there even on a one-way edge).
+            first[i], first_cost[i] = edge_v[e], length - o
+            second[i] = edge_u[e]
+            second_cost[i] = o if edge_twoway[e] or o == 0.0 else np.inf
+        else:
+            # From u at o; from v at length - o where the edge runs v -> u or the point
+            # stands on v (offset = length > 0; on a zero-length edge it stands on u).
+            first[i], first_cost[i] = edge_u[e], o
+            second[i] = edge_v[e]
+            second_cost[i] = (length - o if edge_twoway[e] or (o == length and length > 0.0)
+                              else np.inf)
+    return first, first_cost, second, second_cost
+
+
+def exit_costs(network: Topology, points: EdgePoints, *, local: EdgePoints | None = None
+               ) -> tuple[IntArray, FloatArray, IntArray, FloatArray]:
     """Nodes a point can leave by and the cost to get there: (v, length - o), (u, o).
 
     The second pair costs ``inf`` where the edge cannot be travelled from v to u (unless
-    the point stands on u).
+    the point stands on u). ``local`` may pass ``network.to_local(points)`` when the
+    caller has it already.
     """
-    local = network.to_local(points)
-    e = local.edge
-    o = local.offset
-    length = network.edge_length[e]
-    # A point standing on u (offset 0) is there even on a one-way edge.
-    cost_u = np.where(network.edge_twoway[e] | (o == 0.0), o, np.inf)
-    return (network.edge_v[e].astype(np.int64), length - o,
-            network.edge_u[e].astype(np.int64), cost_u)
+    loc = network.to_local(points) if local is None else local
+    return _end_costs_kernel(  # type: ignore[no-any-return]
+        np.ascontiguousarray(loc.edge, dtype=np.int32),
+        np.ascontiguousarray(loc.offset, dtype=np.float64), network.edge_u, network.edge_v,
+        network.edge_length, network.edge_twoway, True)
 
 
-def entry_costs(network: Topology, points: EdgePoints) -> tuple[IntArray, FloatArray,
-                                                                IntArray, FloatArray]:
+def entry_costs(network: Topology, points: EdgePoints, *, local: EdgePoints | None = None
+                ) -> tuple[IntArray, FloatArray, IntArray, FloatArray]:
     """Nodes a point can be reached from and the cost from there: (u, o), (v, length - o).
 
     The second pair costs ``inf`` where the edge cannot be travelled from v to u (unless
-    the point stands on v: offset = length > 0).
+    the point stands on v: offset = length > 0). ``local`` as in :func:`exit_costs`.
     """
-    local = network.to_local(points)
-    e = local.edge
-    o = local.offset
-    length = network.edge_length[e]
-    # A point standing on v (offset = length > 0) is reached from v even on a one-way
-    # edge. On a zero-length edge the point stands on u (offset 0 wins).
-    cost_v = np.where(network.edge_twoway[e] | ((o == length) & (length > 0.0)),
-                      length - o, np.inf)
-    return (network.edge_u[e].astype(np.int64), o,
-            network.edge_v[e].astype(np.int64), cost_v)
+    loc = network.to_local(points) if local is None else local
+    return _end_costs_kernel(  # type: ignore[no-any-return]
+        np.ascontiguousarray(loc.edge, dtype=np.int32),
+        np.ascontiguousarray(loc.offset, dtype=np.float64), network.edge_u, network.edge_v,
+        network.edge_length, network.edge_twoway, False)
 
 
 def _shared_edge_run(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
@@ -286,36 +287,45 @@ def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
     return np.where(use_back, back, fwd), use_back
 
 
+@numba.njit(cache=True, nogil=True)
+def _point_xy_kernel(  # pragma: no cover - compiled
+    edge: npt.NDArray[np.int32], offset: FloatArray, edge_length: FloatArray,
+    geom_length: FloatArray, geom_ptr: IntArray, geom_xy: FloatArray,
+    vertex_along: FloatArray, out: FloatArray,
+) -> None:
+    for i in range(edge.size):
+        e = edge[i]
+        length = edge_length[e]
+        frac = offset[i] / length if length > 0 else 0.0
+        along = frac * geom_length[e]
+        # Binary search for the polyline segment holding ``along``.
+        left = geom_ptr[e]
+        right = geom_ptr[e + 1] - 1
+        while right - left > 1:
+            mid = (left + right) // 2
+            if vertex_along[mid] <= along:
+                left = mid
+            else:
+                right = mid
+        seg = vertex_along[right] - vertex_along[left]
+        t = (along - vertex_along[left]) / seg if seg > 0 else 0.0
+        t = min(max(t, 0.0), 1.0)
+        for k in range(2):
+            a = geom_xy[left, k]
+            out[i, k] = a + t * (geom_xy[right, k] - a)
+
+
 def point_xy(network: RoadNetwork, points: EdgePoints) -> FloatArray:
     """Projected coordinates (metres in ``network.crs``) of edge points, shape (k, 2)."""
+    out = np.empty((len(points), 2))
     if len(points) == 0:
-        return np.empty((0, 2))
+        return out
     idx = _segment_index(network, DEFAULTS.locate_piece_m)
-    e = points.edge.astype(np.int64)
-    glen = network.geom_length[e]
-    length = network.edge_length[e]
-    frac = np.divide(points.offset, length, out=np.zeros_like(points.offset), where=length > 0)
-    along = frac * glen
-    lo = network.geom_ptr[e]
-    hi = network.geom_ptr[e + 1] - 1
-    # Find the polyline segment containing ``along`` with a vectorised binary search over
-    # each edge's vertex range.
-    left = lo.copy()
-    right = hi.copy()
-    while True:
-        active = right - left > 1
-        if not active.any():
-            break
-        mid = (left + right) // 2
-        go_right = idx.vertex_along[mid] <= along
-        left = np.where(active & go_right, mid, left)
-        right = np.where(active & ~go_right, mid, right)
-    a = network.geom_xy[left]
-    b = network.geom_xy[right]
-    seg = idx.vertex_along[right] - idx.vertex_along[left]
-    t = np.divide(along - idx.vertex_along[left], seg, out=np.zeros_like(seg), where=seg > 0)
-    t = np.clip(t, 0.0, 1.0)
-    return np.asarray(a + t[:, None] * (b - a))
+    _point_xy_kernel(np.ascontiguousarray(points.edge, dtype=np.int32),
+                     np.ascontiguousarray(points.offset, dtype=np.float64),
+                     network.edge_length, network.geom_length, network.geom_ptr,
+                     network.geom_xy, idx.vertex_along, out)
+    return out
 
 
 def _labels(names: npt.NDArray[np.generic], mask: npt.NDArray[np.bool_]) -> str:
