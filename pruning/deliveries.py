@@ -21,6 +21,12 @@ def sort_order(message_id: npt.NDArray[np.int64], subscription_id: npt.NDArray[n
     """
     if message_id.size < 2:
         return np.arange(message_id.size, dtype=np.int64)
+    if not (np.can_cast(message_id.dtype, np.int64) and np.can_cast(subscription_id.dtype,
+                                                                    np.int64)):
+        return np.lexsort((subscription_id, message_id)).astype(np.int64, copy=False)
+    # The key is computed in int64 whatever the ids' own integer type.
+    message_id = message_id.astype(np.int64, copy=False)
+    subscription_id = subscription_id.astype(np.int64, copy=False)
     m_lo, m_hi = int(message_id.min()), int(message_id.max())
     s_lo, s_hi = int(subscription_id.min()), int(subscription_id.max())
     span = s_hi - s_lo + 1

@@ -247,7 +247,7 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
         bucket_head[b] = -1
     n_targets = target_nodes.size
     lim_key, lim_node, n_lim = _mark_targets(target_nodes, target_limits, target_ws)
-    capacity = entry_d.size
+    capacity = min(entry_d.size, entry_n.size, entry_next.size)
     n_entries = 0
     live = 0
     for i in range(seed_nodes.size):
@@ -255,6 +255,10 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
         d0 = seed_dist[i]
         if d0 > limit or d0 >= dist[s]:
             continue
+        if n_entries == capacity:
+            for t in target_nodes:
+                target_ws[t] = -np.inf
+            return n_touched, 0, False
         if dist[s] == np.inf:
             touched[n_touched] = s
             n_touched += 1
