@@ -7,12 +7,12 @@ overrides it); tests that need a missing file are skipped with the path in the r
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import networkx as nx
 import numpy as np
 import pytest
+from split_graph import split_graph
 
 from index.model import Messages, Subscriptions
 from index.terms import TermWeights
@@ -44,30 +44,7 @@ def reference_match(network: RoadNetwork, subs: Subscriptions, messages: Message
     for j in range(len(messages)):
         on_edge.setdefault(int(messages.points.edge[j]), []).append(
             (float(messages.points.offset[j]), ("m", j)))
-    arcs: dict[tuple[object, object], float] = {}
-
-    def add(a: object, b: object, w: float) -> None:
-        if a != b and w < arcs.get((a, b), np.inf):
-            arcs[(a, b)] = w
-
-    for e in range(network.n_edges):
-        u, v = int(network.edge_u[e]), int(network.edge_v[e])
-        if node_mask is not None and not (node_mask[u] and node_mask[v]):
-            continue
-        length = float(network.edge_length[e])
-        two_way = not (network.directed and bool(network.edge_oneway[e]))
-        pts = sorted(on_edge.get(e, []), key=lambda p: p[0])
-        chain: list[tuple[float, object]] = [(0.0, ("n", u)), *pts, (length, ("n", v))]
-        for (o1, a), (o2, b) in itertools.pairwise(chain):
-            add(a, b, o2 - o1)
-            # Places at one offset are one place, even on a one-way edge: a point at offset
-            # 0 stands on u, one at the full length on v. A zero-length edge keeps its two
-            # nodes apart (its points stand on u).
-            same_place = o2 == o1 and not (b == ("n", v) and length == 0.0)
-            if two_way or same_place:
-                add(b, a, o2 - o1)
-    graph = nx.DiGraph()
-    graph.add_weighted_edges_from((a, b, w) for (a, b), w in arcs.items())
+    graph = split_graph(network, on_edge, node_mask=node_mask)
     reverse = graph.reverse(copy=False)
     w_of = dict(zip(weights.terms, weights.weights.tolist(), strict=True))
     sub_kw = [{weights.terms[t] for t in subs.keywords(i)} for i in range(n_sub)]

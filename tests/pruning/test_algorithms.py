@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from split_graph import split_graph
 from test_exactness import assert_same, random_points, tiny_network
 
 from index.base import SubscriptionIndex, load_index
@@ -67,27 +67,7 @@ def split_graph_distances(net: RoadNetwork, target: EdgePoints, sources: EdgePoi
         on_edge.setdefault(int(sources.edge[i]), []).append(
             (float(sources.offset[i]), ("s", i)))
     on_edge.setdefault(int(target.edge[0]), []).append((float(target.offset[0]), ("m",)))
-    arcs: dict[tuple[object, object], float] = {}
-
-    def add(a: object, b: object, w: float) -> None:
-        if a != b and w < arcs.get((a, b), INF):
-            arcs[(a, b)] = w
-
-    for e in range(net.n_edges):
-        u, v = int(net.edge_u[e]), int(net.edge_v[e])
-        length = float(net.edge_length[e])
-        two_way = bool(net.edge_twoway[e])
-        chain: list[tuple[float, object]] = [
-            (0.0, ("n", u)), *sorted(on_edge.get(e, []), key=lambda p: p[0]),
-            (length, ("n", v))]
-        for (o1, a), (o2, b) in itertools.pairwise(chain):
-            add(a, b, o2 - o1)
-            # A point at offset 0 stands on u, one at the full (positive) length on v.
-            same_place = o2 == o1 and not (b == ("n", v) and length == 0.0)
-            if two_way or same_place:
-                add(b, a, o2 - o1)
-    g = nx.DiGraph()
-    g.add_weighted_edges_from((a, b, w) for (a, b), w in arcs.items())
+    g = split_graph(net, on_edge)
     dist = nx.single_source_dijkstra_path_length(g.reverse(copy=False), ("m",))
     return np.array([dist.get(("s", i), INF) for i in range(len(sources))])
 
