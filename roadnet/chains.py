@@ -15,8 +15,9 @@ junctions, numbered 0..k-1, as the nodes, plus :meth:`ChainGraph.to_local` to ex
 points on chains and ``to_network_nodes``/``from_network_nodes`` to translate nodes. The
 raw network is its own trivial chain graph (:meth:`RoadNetwork.to_local` is the identity),
 so every distance function takes either.
-Chain lengths are sums of edge lengths, so distances may differ from the raw graph's in
-the last bits of rounding.
+Chain lengths are sums of edge lengths; since lengths and offsets lie on the grid of
+:mod:`roadnet.lengths`, those sums are exact, and a distance on the chain graph equals the
+raw graph's bit for bit.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pyproj import CRS, Transformer
 from scipy.spatial import cKDTree
 
 from roadnet.errors import InvalidLocationError, describe_rows
+from roadnet.lengths import on_length_grid
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 
@@ -32,7 +33,11 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class EdgePoints:
-    """Points on edges: ``edge`` (int32 edge indices) and ``offset`` (metres from edge_u)."""
+    """Points on edges: ``edge`` (int32 edge indices) and ``offset`` (metres from edge_u).
+
+    Offsets are stored on the grid of :data:`~roadnet.lengths.LENGTH_GRID_M`, like edge
+    lengths, so that a distance through a point is an exact sum whatever the order.
+    """
 
     edge: npt.NDArray[np.int32]
     offset: FloatArray
@@ -41,6 +46,10 @@ class EdgePoints:
         if self.edge.shape != self.offset.shape:
             msg = "edge and offset must have one shape"
             raise ValueError(msg)
+        snapped = on_length_grid(self.offset)
+        if snapped.dtype != self.offset.dtype or not np.array_equal(
+                snapped, self.offset, equal_nan=True):
+            object.__setattr__(self, "offset", snapped)
 
     def __len__(self) -> int:
         return int(self.edge.size)

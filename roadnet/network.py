@@ -23,6 +23,7 @@ from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
 from roadnet.files import atomic_paths
+from roadnet.lengths import LONGEST_EXACT_M, on_length_grid
 
 __all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "spatial_order", "utm_crs_for"]
 
@@ -104,7 +105,8 @@ class RoadNetwork:
     edge_u, edge_v
         Internal node indices of each edge's first and second node, int32, shape (m,).
     edge_length
-        Edge lengths in metres (>= 0), shape (m,).
+        Edge lengths in metres (>= 0), shape (m,), on the grid of
+        :data:`~roadnet.lengths.LENGTH_GRID_M` so that path lengths are exact sums.
     edge_oneway
         True where the road may only be travelled from ``edge_u`` to ``edge_v``.
     geom_ptr, geom_xy
@@ -134,6 +136,14 @@ class RoadNetwork:
     name: str = ""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        # Every constructor (from_arrays, load, with_direction, the Spark payloads) ends
+        # here: lengths go on the grid that makes distances order-independent.
+        snapped = on_length_grid(self.edge_length)
+        if snapped.dtype != self.edge_length.dtype or not np.array_equal(
+                snapped, self.edge_length, equal_nan=True):
+            object.__setattr__(self, "edge_length", snapped)
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_arrays(
@@ -161,7 +171,9 @@ class RoadNetwork:
         edge_u_ids, edge_v_ids
             Original ids of each edge's end nodes.
         edge_length
-            Lengths in metres, finite and >= 0.
+            Lengths in metres, finite, >= 0 and below
+            :data:`~roadnet.lengths.LONGEST_EXACT_M`; stored on the grid of
+            :data:`~roadnet.lengths.LENGTH_GRID_M` (a change of at most 7.5 nm).
         edge_oneway
             One-way flags (travel from u to v only); all False when omitted.
         geom_ptr, geom_lonlat
@@ -206,10 +218,11 @@ class RoadNetwork:
         if not (u_ids.shape == v_ids.shape == length.shape):
             msg = "edge_u_ids, edge_v_ids and edge_length must have one length"
             raise NetworkFormatError(msg)
-        bad_len = ~np.isfinite(length) | (length < 0)
+        bad_len = ~(np.isfinite(length) & (length >= 0) & (length < LONGEST_EXACT_M))
         if bad_len.any():
             rows = np.flatnonzero(bad_len)
-            msg = f"edges with invalid length (row: u-v): {_edge_labels(rows, u_ids, v_ids)}"
+            msg = (f"edges with invalid length (finite, 0 <= length < {LONGEST_EXACT_M:.0f} m;"
+                   f" row: u-v): {_edge_labels(rows, u_ids, v_ids)}")
             raise NetworkFormatError(msg)
         u = _lookup(sorted_ids, order, u_ids)
         v = _lookup(sorted_ids, order, v_ids)

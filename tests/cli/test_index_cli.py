@@ -55,8 +55,8 @@ def test_build_once_then_match_from_the_file(workload: tuple[Path, Path],  # noq
     assert summary["deliveries"] == len(want) > 20
     np.testing.assert_array_equal(got.message_id, want.message_id)
     np.testing.assert_array_equal(got.subscription_id, want.subscription_id)
-    np.testing.assert_allclose(got.distance, want.distance, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(got.score, want.score, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(got.distance, want.distance)
+    np.testing.assert_array_equal(got.score, want.score)
 
 
 def test_index_file_and_sources_exclude_each_other(workload: tuple[Path, Path],  # noqa: F811

@@ -33,7 +33,7 @@ def test_overlay_matches_local_table_on_andorra(andorra: RoadNetwork, andorra_ce
         a, b = getattr(got, name), getattr(andorra_bounds, name)
         assert np.array_equal(np.isnan(a), np.isnan(b)), name
         assert np.array_equal(np.isinf(a), np.isinf(b)), name
-        np.testing.assert_allclose(a, b, rtol=1e-13, atol=0, err_msg=name)
+        np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 @pytest.mark.parametrize("limit", [1500.0])
@@ -42,7 +42,7 @@ def test_overlay_with_limit_matches_local(andorra: RoadNetwork, andorra_cells: C
     got = overlay_cell_bounds(andorra, andorra_cells, limit=limit)
     want = compute_cell_bounds(andorra, andorra_cells, limit=limit)
     assert got.D.max() <= limit
-    np.testing.assert_allclose(got.D, want.D, rtol=1e-13, atol=0)
+    np.testing.assert_array_equal(got.D, want.D)
     assert np.array_equal(np.isnan(got.D_far), np.isnan(want.D_far))
 
 

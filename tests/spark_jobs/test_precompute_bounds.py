@@ -112,7 +112,7 @@ def test_graphframes_engine_matches_dijkstra_engine(
                                              batch_cells=16), rome_bounds)
     got = precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes")
     assert np.array_equal(np.isnan(got.D_far), np.isnan(andorra_bounds.D_far))
-    np.testing.assert_allclose(got.D, andorra_bounds.D, rtol=1e-13, atol=0)
+    np.testing.assert_array_equal(got.D, andorra_bounds.D)
 
 
 def _emulated_pregel(vertices: DataFrame, arcs: DataFrame, cols: PregelColumns,
@@ -157,7 +157,7 @@ def test_graphframes_program_on_the_overlay_equals_local_overlay(
     want = overlay_cell_bounds(andorra, cells)
     np.testing.assert_array_equal(D, want.D)
     np.testing.assert_array_equal(D_far, want.D_far)
-    np.testing.assert_allclose(D, compute_cell_bounds(andorra, cells).D, rtol=1e-13, atol=0)
+    np.testing.assert_array_equal(D, compute_cell_bounds(andorra, cells).D)
 
 
 @pytest.mark.spark
@@ -227,7 +227,7 @@ def test_index_build_takes_the_spark_table(
     got, _ = IndexMatcher(index).match(wl.messages)
     want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=2000.0)
     assert got.pairs() == want.pairs() and len(want) > 0
-    np.testing.assert_allclose(got.distance, want.distance, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got.distance, want.distance)
 
     other = tmp_path / "other.npz"
     assert cli_main([*argv, "--cell-capacity", str(2 * andorra_capacity),

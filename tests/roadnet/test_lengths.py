@@ -1,0 +1,79 @@
+"""Lengths and offsets on the binary grid: sums are exact in any order and grouping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roadnet.errors import NetworkFormatError
+from roadnet.lengths import LENGTH_GRID_M, LONGEST_EXACT_M, on_length_grid
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+
+metres = st.floats(min_value=0.0, max_value=50_000.0, allow_nan=False)
+
+
+def test_snap_is_nearest_grid_value_and_idempotent() -> None:
+    raw = np.array([0.0, 0.1, 12.345678901234, 4999.999999999, 1e-9, 2.0 ** -27])
+    snapped = on_length_grid(raw)
+    steps = snapped / LENGTH_GRID_M
+    np.testing.assert_array_equal(steps, np.round(steps))
+    assert np.abs(snapped - raw).max() <= LENGTH_GRID_M / 2
+    np.testing.assert_array_equal(on_length_grid(snapped), snapped)
+    assert on_length_grid(np.array([np.inf]))[0] == np.inf
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(metres, min_size=2, max_size=60), seed=st.integers(0, 2**32 - 1))
+def test_sums_of_grid_lengths_do_not_depend_on_order_or_grouping(values, seed) -> None:
+    # The property the matchers rely on: Dijkstra edge by edge, the chain graph chain by
+    # chain and the reference's split edges all add the same lengths differently.
+    x = on_length_grid(np.array(values))
+    rng = np.random.default_rng(seed)
+    left_to_right = 0.0
+    for v in x:
+        left_to_right += v
+    shuffled = 0.0
+    for v in x[rng.permutation(x.size)]:
+        shuffled += v
+    cut = int(rng.integers(1, x.size))
+    grouped = math.fsum(x[:cut]) + float(np.sum(x[cut:]))
+    assert left_to_right == shuffled == grouped == math.fsum(x)
+
+
+def test_raw_floats_do_depend_on_order() -> None:
+    """Why the grid exists: the same three raw lengths add up differently."""
+    a, b, c = 0.1, 0.2, 0.3
+    assert (a + b) + c != a + (b + c)
+    ga, gb, gc = on_length_grid([a, b, c])
+    assert (ga + gb) + gc == ga + (gb + gc)
+
+
+def _net(lengths: list[float]) -> RoadNetwork:
+    n = len(lengths) + 1
+    return RoadNetwork.from_arrays(
+        node_ids=np.arange(n), node_lon=np.linspace(12.0, 12.01, n),
+        node_lat=np.full(n, 41.0), edge_u_ids=np.arange(n - 1), edge_v_ids=np.arange(1, n),
+        edge_length=lengths)
+
+
+def test_networks_and_edge_points_store_grid_values() -> None:
+    net = _net([100.1, 33.333333333, 0.0])
+    np.testing.assert_array_equal(on_length_grid(net.edge_length), net.edge_length)
+    assert abs(net.edge_length[0] - 100.1) <= LENGTH_GRID_M / 2
+    # Every constructor path ends on the grid, also a direct one with raw floats.
+    again = RoadNetwork(**{**net._fields(), "edge_length": np.array([0.1, 0.2, 0.3])})
+    np.testing.assert_array_equal(again.edge_length, on_length_grid([0.1, 0.2, 0.3]))
+    pts = EdgePoints.of([0, 1], [50.05, 1 / 3])
+    np.testing.assert_array_equal(pts.offset, on_length_grid([50.05, 1 / 3]))
+    np.testing.assert_array_equal(pts[np.array([1])].offset, on_length_grid([1 / 3]))
+
+
+def test_lengths_beyond_the_exact_range_are_refused_by_row() -> None:
+    with pytest.raises(NetworkFormatError, match=r"invalid length .*row: u-v.*1: 1-2"):
+        _net([10.0, LONGEST_EXACT_M, 5.0])
+
