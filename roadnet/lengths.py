@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LENGTH_GRID_M", "LONGEST_EXACT_M", "on_length_grid"]
+__all__ = ["LENGTH_GRID_M", "LONGEST_EXACT_M", "on_length_grid", "snap_unless_on_grid"]
 
 #: The grid step of stored lengths and offsets, metres (a power of two).
 LENGTH_GRID_M = 2.0 ** -26
@@ -45,4 +45,19 @@ def on_length_grid(metres: npt.ArrayLike) -> npt.NDArray[np.float64]:
         :data:`LONGEST_EXACT_M`.
     """
     values = np.asarray(metres, dtype=np.float64)
-    return np.round(values * _SCALE) / _SCALE
+    return np.rint(values * _SCALE) / _SCALE
+
+
+def snap_unless_on_grid(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``values`` itself when it is float64 and already on the grid, else its snapped copy.
+
+    For the constructors that keep every stored length on the grid: arrays that are
+    already there (loaded files, slices of snapped arrays) are kept without a copy.
+    """
+    snapped = on_length_grid(values)
+    if values.dtype != np.float64:
+        return snapped
+    # Small arrays (one point per update) compare fastest as bytes; NaN stays NaN either way.
+    same = (snapped.tobytes() == values.tobytes() if values.size <= 64
+            else not np.any(snapped != values))
+    return values if same else snapped

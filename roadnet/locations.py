@@ -15,7 +15,7 @@ from pyproj import CRS, Transformer
 from scipy.spatial import cKDTree
 
 from roadnet.errors import InvalidLocationError, describe_rows
-from roadnet.lengths import on_length_grid
+from roadnet.lengths import snap_unless_on_grid
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 
@@ -46,10 +46,7 @@ class EdgePoints:
         if self.edge.shape != self.offset.shape:
             msg = "edge and offset must have one shape"
             raise ValueError(msg)
-        snapped = on_length_grid(self.offset)
-        if snapped.dtype != self.offset.dtype or not np.array_equal(
-                snapped, self.offset, equal_nan=True):
-            object.__setattr__(self, "offset", snapped)
+        object.__setattr__(self, "offset", snap_unless_on_grid(self.offset))
 
     def __len__(self) -> int:
         return int(self.edge.size)

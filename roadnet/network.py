@@ -23,7 +23,7 @@ from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
 from roadnet.files import atomic_paths
-from roadnet.lengths import LONGEST_EXACT_M, on_length_grid
+from roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
 
 __all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "spatial_order", "utm_crs_for"]
 
@@ -139,10 +139,7 @@ class RoadNetwork:
     def __post_init__(self) -> None:
         # Every constructor (from_arrays, load, with_direction, the Spark payloads) ends
         # here: lengths go on the grid that makes distances order-independent.
-        snapped = on_length_grid(self.edge_length)
-        if snapped.dtype != self.edge_length.dtype or not np.array_equal(
-                snapped, self.edge_length, equal_nan=True):
-            object.__setattr__(self, "edge_length", snapped)
+        object.__setattr__(self, "edge_length", snap_unless_on_grid(self.edge_length))
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roadnet.errors import NetworkFormatError
-from roadnet.lengths import LENGTH_GRID_M, LONGEST_EXACT_M, on_length_grid
+from roadnet.lengths import LENGTH_GRID_M, LONGEST_EXACT_M, on_length_grid, snap_unless_on_grid
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
@@ -25,6 +25,20 @@ def test_snap_is_nearest_grid_value_and_idempotent() -> None:
     assert np.abs(snapped - raw).max() <= LENGTH_GRID_M / 2
     np.testing.assert_array_equal(on_length_grid(snapped), snapped)
     assert on_length_grid(np.array([np.inf]))[0] == np.inf
+
+
+@pytest.mark.parametrize("size", [1, 64, 65, 10_000])
+def test_arrays_already_on_the_grid_are_kept_without_a_copy(size) -> None:
+    rng = np.random.default_rng(size)
+    on = on_length_grid(rng.uniform(0, 1000, size))
+    assert snap_unless_on_grid(on) is on
+    off = on.copy()
+    off[-1] += LENGTH_GRID_M / 3  # one value between grid points
+    fixed = snap_unless_on_grid(off)
+    assert fixed is not off
+    np.testing.assert_array_equal(fixed, on)
+    as_int = np.arange(size)
+    assert snap_unless_on_grid(as_int).dtype == np.float64
 
 
 @settings(max_examples=300, deadline=None)
