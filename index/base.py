@@ -32,6 +32,7 @@ from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from roadnet.errors import describe_rows
 from roadnet.files import atomic_paths
+from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
@@ -103,12 +104,9 @@ class SubscriptionIndex:
 
     def _set_parameters(self, spatial: SpatialIndex, weights: TermWeights, *, dmax_m: float,
                         tolerance: float) -> None:
-        if not (np.isfinite(dmax_m) and dmax_m > 0):
-            msg = f"dmax_m must be a positive number of metres, got {dmax_m!r}"
-            raise ValueError(msg)
+        self.dmax_m = check_dmax(dmax_m)
         self.spatial = spatial
         self.weights = weights
-        self.dmax_m = float(dmax_m)
         self.tolerance = float(tolerance)
         self.version = 0
 

@@ -24,6 +24,7 @@ from index.terms import TermWeights
 from pruning.deliveries import Deliveries
 from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
 from roadnet.distance import NodeSearch, entry_costs, point_distances_to_target
+from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
@@ -84,13 +85,10 @@ class BruteMatcher:
 
     def __init__(self, network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
                  dmax_m: float) -> None:
-        if not (np.isfinite(dmax_m) and dmax_m > 0):
-            msg = f"dmax_m must be a finite number of metres > 0, got {dmax_m!r}"
-            raise ValueError(msg)
+        self.dmax_m = check_dmax(dmax_m)
         self.network = network
         self.subs = subs
         self.weights = weights
-        self.dmax_m = float(dmax_m)
         # Subscription rows grouped by edge.
         edge = subs.points.edge.astype(np.int64)
         self._sub_rows: IntArray = np.argsort(edge, kind="stable").astype(np.int64)

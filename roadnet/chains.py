@@ -16,8 +16,9 @@ points on chains and ``to_network_nodes``/``from_network_nodes`` to translate no
 raw network is its own trivial chain graph (:meth:`RoadNetwork.to_local` is the identity),
 so every distance function takes either.
 Chain lengths are sums of edge lengths; since lengths and offsets lie on the grid of
-:mod:`roadnet.lengths`, those sums are exact, and a distance on the chain graph equals the
-raw graph's bit for bit.
+:mod:`roadnet.lengths` and a chain ends before it reaches
+:data:`~roadnet.lengths.LONGEST_EXACT_M` (134,000 km), those sums are exact, and every
+distance up to that length on the chain graph equals the raw graph's bit for bit.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.lengths import LONGEST_EXACT_M
 from roadnet.locations import EdgePoints
 from roadnet.network import Adjacency, RoadNetwork
 
@@ -42,7 +44,7 @@ IntArray = npt.NDArray[np.int64]
 def _walk_chains(  # pragma: no cover - compiled
     n_nodes: int, edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32],
     edge_length: FloatArray, junction: npt.NDArray[np.bool_], inc_ptr: IntArray,
-    inc_edge: IntArray,
+    inc_edge: IntArray, longest: float,
 ) -> tuple[IntArray, IntArray, FloatArray, IntArray, FloatArray, npt.NDArray[np.bool_],
            IntArray, IntArray, IntArray]:
     m = edge_u.size
@@ -93,6 +95,11 @@ def _walk_chains(  # pragma: no cover - compiled
                             nxt = inc_edge[j]
                             break
                     if nxt < 0:
+                        break
+                    if pos + edge_length[nxt] >= longest:
+                        # Positions along a chain must stay exact sums (roadnet.lengths):
+                        # a chain ends before it grows that long.
+                        junction[node] = True
                         break
                     e = nxt
                 chain_u[c] = start
@@ -270,7 +277,7 @@ def build_chain_graph(
     junction = junction.copy()
     (edge_chain, chain_u, chain_len, chain_v, edge_start, edge_forward, first, seq,
      chain_ptr) = _walk_chains(n, network.edge_u, network.edge_v, network.edge_length,
-                               junction, inc_ptr, inc_edge)
+                               junction, inc_ptr, inc_edge, LONGEST_EXACT_M)
     # Chain twoway-ness: all its edges are two-way (chains never mix, see above).
     chain_twoway = np.ones(chain_len.size, dtype=bool)
     if network.directed:

@@ -9,9 +9,15 @@ matcher and not by another.
 Every edge length and every offset along an edge is therefore stored as an integer
 multiple of :data:`LENGTH_GRID_M` = 2**-26 m (about 15 nanometres). A float64 holds every
 such multiple below 2**27 m (:data:`LONGEST_EXACT_M`, about 134,000 km) exactly, and the
-sum of two of them is again one, so below that bound every sum of lengths and offsets,
-in any order and any grouping, is exact: all matchers get bit-identical distances. The
-snap moves a length by at most 2**-27 m (7.5 nanometres), far below any survey's
+sum or difference of two of them is again one *as long as the result stays below that
+bound*. So the project keeps every value that a delivered distance is summed from below
+it: edge lengths (:meth:`~roadnet.network.RoadNetwork.from_arrays`), chain lengths
+(:func:`~roadnet.chains.build_chain_graph` ends a chain before it gets that long) and
+Dmax (:func:`check_dmax`). A delivered distance is at most Dmax and its partial sums are
+no larger (lengths are >= 0), so every one of them is exact, in any order and grouping:
+all matchers get bit-identical distances. A sum beyond the bound may round, but then it
+exceeds Dmax and the rounding is monotone, so it still exceeds Dmax.
+The snap moves a length by at most 2**-27 m (7.5 nanometres), far below any survey's
 precision.
 """
 
@@ -20,7 +26,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LENGTH_GRID_M", "LONGEST_EXACT_M", "on_length_grid", "snap_unless_on_grid"]
+__all__ = [
+    "LENGTH_GRID_M",
+    "LONGEST_EXACT_M",
+    "check_dmax",
+    "on_length_grid",
+    "snap_unless_on_grid",
+]
 
 #: The grid step of stored lengths and offsets, metres (a power of two).
 LENGTH_GRID_M = 2.0 ** -26
@@ -36,7 +48,9 @@ def on_length_grid(metres: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
     Scaling by a power of two and rounding to an integer are exact in float64, so the
     result is the grid value nearest to each input; grid values come back unchanged,
-    non-finite values pass through. The input is not modified.
+    non-finite values pass through, and so do values of :data:`LONGEST_EXACT_M` or more
+    (already multiples of the grid step there; scaling them could overflow). The input is
+    not modified.
 
     Parameters
     ----------
@@ -45,7 +59,11 @@ def on_length_grid(metres: npt.ArrayLike) -> npt.NDArray[np.float64]:
         :data:`LONGEST_EXACT_M`.
     """
     values = np.asarray(metres, dtype=np.float64)
-    return np.rint(values * _SCALE) / _SCALE
+    snapped = np.rint(values * _SCALE) / _SCALE
+    big = ~(np.abs(values) < LONGEST_EXACT_M)
+    if big.any():
+        snapped = np.where(big, values, snapped)
+    return snapped
 
 
 def snap_unless_on_grid(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -61,3 +79,17 @@ def snap_unless_on_grid(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float
     same = (snapped.tobytes() == values.tobytes() if values.size <= 64
             else not np.any(snapped != values))
     return values if same else snapped
+
+
+def check_dmax(dmax_m: float, *, name: str = "dmax_m") -> float:
+    """Dmax in metres as a float, or one ValueError naming ``name`` and the value.
+
+    Dmax must be finite, > 0 and below :data:`LONGEST_EXACT_M`, so that every distance a
+    matcher delivers is an exact sum (see the module docstring).
+    """
+    value = float(dmax_m)
+    if not (np.isfinite(value) and 0 < value < LONGEST_EXACT_M):
+        msg = (f"{name} must be a number of metres > 0 and below {LONGEST_EXACT_M:.0f},"
+               f" got {dmax_m!r}")
+        raise ValueError(msg)
+    return value

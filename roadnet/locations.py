@@ -59,8 +59,8 @@ class EdgePoints:
     @classmethod
     def of(cls, edge: npt.ArrayLike, offset: npt.ArrayLike) -> EdgePoints:
         """Build from array-likes (copies, with the canonical dtypes)."""
-        return cls(np.atleast_1d(np.asarray(edge, dtype=np.int32)),
-                   np.atleast_1d(np.asarray(offset, dtype=np.float64)))
+        return cls(np.atleast_1d(np.array(edge, dtype=np.int32)),
+                   np.atleast_1d(np.array(offset, dtype=np.float64)))
 
 
 def _pieces(network: RoadNetwork, piece_m: float) -> tuple[FloatArray, IntArray, float]:

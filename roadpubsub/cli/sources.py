@@ -11,8 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from roadnet import lengths
 from roadpubsub.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -59,11 +58,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
 
 
 def check_dmax(dmax: float) -> float:
-    """The --dmax value (metres), or one clear error when it is not a finite number > 0."""
-    if not (np.isfinite(dmax) and dmax > 0):
-        msg = f"--dmax must be a number of metres > 0, got {dmax}"
-        raise ValueError(msg)
-    return float(dmax)
+    """The --dmax value (metres), or one clear error when it is out of range."""
+    return lengths.check_dmax(dmax, name="--dmax")
 
 
 def read_weights_option(args: argparse.Namespace) -> TermWeights:

@@ -126,7 +126,7 @@ def test_workload_files_instead_of_generated(tmp_path: Path,
     (["--network", "/nonexistent/roads.osm.pbf"], "network file not found"),
     (["--subscriptions", "subs.parquet"], "--subscriptions and --messages go together"),
     (["--n-messages", "0"], "at least 1 message"),
-    (["--dmax", "-5"], "--dmax must be a positive number"),
+    (["--dmax", "-5"], "--dmax must be a number of metres > 0"),
 ])
 def test_errors_are_one_line(argv: list[str], needle: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:

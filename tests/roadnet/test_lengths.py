@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roadnet.errors import NetworkFormatError
-from roadnet.lengths import LENGTH_GRID_M, LONGEST_EXACT_M, on_length_grid, snap_unless_on_grid
+from roadnet.chains import build_chain_graph
+from roadnet.distance import distances_to_point
+from roadnet.lengths import (
+    LENGTH_GRID_M,
+    LONGEST_EXACT_M,
+    check_dmax,
+    on_length_grid,
+    snap_unless_on_grid,
+)
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
@@ -25,6 +33,9 @@ def test_snap_is_nearest_grid_value_and_idempotent() -> None:
     assert np.abs(snapped - raw).max() <= LENGTH_GRID_M / 2
     np.testing.assert_array_equal(on_length_grid(snapped), snapped)
     assert on_length_grid(np.array([np.inf]))[0] == np.inf
+    # Beyond the exact range values pass through (scaling 1e300 would overflow to inf).
+    np.testing.assert_array_equal(on_length_grid([LONGEST_EXACT_M + 0.5, 1e300, -1e300]),
+                                  [LONGEST_EXACT_M + 0.5, 1e300, -1e300])
 
 
 @pytest.mark.parametrize("size", [1, 64, 65, 10_000])
@@ -91,3 +102,43 @@ def test_lengths_beyond_the_exact_range_are_refused_by_row() -> None:
     with pytest.raises(NetworkFormatError, match=r"invalid length .*row: u-v.*1: 1-2"):
         _net([10.0, LONGEST_EXACT_M, 5.0])
 
+
+
+def test_constructors_copy_so_callers_cannot_move_values_off_the_grid() -> None:
+    offsets = np.array([0.5, 1.0])
+    pts = EdgePoints.of([0, 1], offsets)
+    offsets[0] = 0.1
+    assert pts.offset[0] == 0.5
+    lengths = np.array([100.0, 50.0])
+    net = _net(list(lengths))
+    lengths[0] = 0.1
+    assert net.edge_length[0] == 100.0
+
+
+def test_direct_construction_checks_lengths_too() -> None:
+    net = _net([10.0, 20.0])
+    with pytest.raises(NetworkFormatError, match="invalid length"):
+        RoadNetwork(**{**net._fields(), "edge_length": np.array([10.0, -1.0])})
+
+
+def test_dmax_must_stay_in_the_exact_range() -> None:
+    assert check_dmax(5000) == 5000.0
+    for bad in (0.0, -1.0, np.inf, np.nan, LONGEST_EXACT_M):
+        with pytest.raises(ValueError, match="--dmax must be a number of metres"):
+            check_dmax(bad, name="--dmax")
+
+
+def test_chains_end_before_positions_along_them_could_round() -> None:
+    """Two 100,000 km edges through a degree-2 node would make one 200,000 km chain, where
+    a float64 step is 2**-25 m; the chain is cut so every position stays exact."""
+    net = _net([1e8, 1e8, 3.0])
+    graph = build_chain_graph(net)
+    assert graph.edge_length.max() < LONGEST_EXACT_M
+    np.testing.assert_array_equal(np.sort(graph.edge_length), [1e8, 1e8 + 3.0])
+    # Half a metre apart, far along the second edge: exact on both graphs.
+    target = EdgePoints.of([1], [5e7 + 0.5])
+    pts = EdgePoints.of([1, 1], [5e7 + 2.0 ** -26, 5e7 + 2.0 ** -25])
+    want = distances_to_point(net, target, pts, limit=1.0)
+    got = distances_to_point(graph, target, pts, limit=1.0)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, [0.5 - 2.0 ** -26, 0.5 - 2.0 ** -25])
