@@ -385,7 +385,9 @@ def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None 
     except FileNotFoundError:
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        msg = f"{not_an_index}: {exc}"
+        # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
+        detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
+        msg = f"{not_an_index}: {detail}"
         raise ValueError(msg) from exc
     if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
             or meta.get("kind") not in ("eia", "bia"):

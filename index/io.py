@@ -307,6 +307,9 @@ def _read_locations(
                 problems.append(str(exc).replace(": ", ": ids ", 1))
         else:
             edge[rows], offset[rows] = pts.edge, pts.offset
+            if has_ll:
+                _check_uv_against_lonlat(network, pts, lon[rows], lat[rows], labels[rows],
+                                         problems, max_snap_m=max_snap_m)
     if use_ll.any():
         rows = np.flatnonzero(use_ll)
         bad = (np.abs(lon[rows]) > 180) | (np.abs(lat[rows]) > 90)
@@ -321,6 +324,38 @@ def _read_locations(
         else:
             edge[rows], offset[rows] = pts.edge, pts.offset
     return EdgePoints(edge, offset)
+
+
+def _check_uv_against_lonlat(
+    network: RoadNetwork,
+    points: EdgePoints,
+    lon: npt.NDArray[np.float64],
+    lat: npt.NDArray[np.float64],
+    labels: npt.NDArray[Any],
+    problems: list[str],
+    *,
+    max_snap_m: float,
+) -> None:
+    """Rows whose u/v/offset place lies farther than ``max_snap_m`` from their own lon/lat.
+
+    Node ids alone cannot tell networks apart (small ids exist in many files), but a row
+    read with another network's file lands far from its coordinates: say so rather than
+    match it quietly. Rows without lon/lat, or with inf ``max_snap_m``, are not checked.
+    """
+    given = np.isfinite(lon) & np.isfinite(lat) & (np.abs(lon) <= 180) & (np.abs(lat) <= 90)
+    if not np.isfinite(max_snap_m) or not given.any():
+        return
+    to_metric = Transformer.from_crs(CRS.from_epsg(4326), CRS.from_user_input(network.crs),
+                                     always_xy=True)
+    x, y = to_metric.transform(lon[given], lat[given])
+    xy = point_xy(network, points[np.flatnonzero(given)])
+    gap = np.hypot(xy[:, 0] - x, xy[:, 1] - y)
+    far = gap > max_snap_m
+    if far.any():
+        problems.append(
+            f"u/v/offset more than {max_snap_m:g} m from the row's own lon/lat (a file "
+            f"written for another network? largest gap {gap[far].max():,.0f} m): ids "
+            f"{_names(labels[given], far)}")
 
 
 # ---------------------------------------------------------------------------- keywords

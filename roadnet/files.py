@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_paths"]
+__all__ = ["atomic_paths", "check_output_path"]
 
 PathLike = str | os.PathLike[str]
 
@@ -46,6 +46,40 @@ def atomic_paths(*targets: PathLike) -> Iterator[list[Path]]:
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
+
+
+def check_output_path(path: PathLike, *, folder: bool = False, what: str = "output") -> Path:
+    """``path`` as a Path, or one OSError saying why nothing could be written there.
+
+    Meant for the start of a long job, so that a bad output path fails in a second rather
+    than after the work. The target may exist (it is replaced) but must be a file, or a
+    folder when ``folder`` is true; missing parent folders are fine (they are created) as
+    long as the nearest existing one is a writable folder.
+
+    Parameters
+    ----------
+    path
+        The file (or folder) to be written.
+    folder
+        Whether ``path`` is a folder to write files into.
+    what
+        How messages name the path (e.g. ``"--out"``).
+    """
+    target = Path(path)
+    if target.exists() and target.is_dir() != folder:
+        kind = "a file" if folder else "a folder"
+        msg = f"{what} {target}: is {kind}; expected {'a folder' if folder else 'a file'}"
+        raise (NotADirectoryError if folder else IsADirectoryError)(msg)
+    parent = target if folder else target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        msg = f"{what} {target}: {parent} is a file, so no folder can be made under it"
+        raise NotADirectoryError(msg)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        msg = f"{what} {target}: folder {parent} is not writable"
+        raise PermissionError(msg)
+    return target
 
 
 def _umask() -> int:

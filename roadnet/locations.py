@@ -130,7 +130,12 @@ def locate_xy(
     InvalidLocationError
         For points farther than ``max_snap_m`` from every road, or not finite; the message
         names them by ``labels`` (row numbers by default).
+    ValueError
+        When ``max_snap_m`` is negative or NaN.
     """
+    if not max_snap_m >= 0:  # also refuses NaN, which would switch the check off
+        msg = f"the largest snap distance must be >= 0 metres (inf: any), got {max_snap_m!r}"
+        raise ValueError(msg)
     px = np.atleast_1d(np.asarray(x, dtype=np.float64))
     py = np.atleast_1d(np.asarray(y, dtype=np.float64))
     names = np.arange(px.size) if labels is None else np.asarray(labels)

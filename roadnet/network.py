@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -453,13 +454,30 @@ class RoadNetwork:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RoadNetwork:
-        """Read a network written by :meth:`save`."""
-        with np.load(Path(path), allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            if meta.get("version") != _FORMAT_VERSION:
-                msg = f"{path}: unsupported network file version {meta.get('version')!r}"
-                raise NetworkFormatError(msg)
-            arrays = {k: data[k] for k in data.files if k != "meta"}
+        """Read a network written by :meth:`save`.
+
+        Raises
+        ------
+        FileNotFoundError
+            No such file.
+        NetworkFormatError
+            Not a network file written by :meth:`save`, or another version's.
+        """
+        try:
+            with np.load(Path(path), allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                arrays = {k: data[k] for k in data.files if k != "meta"}
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
+            detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
+            msg = f"{path}: not a network file written by roadpubsub: {detail}"
+            raise NetworkFormatError(msg) from exc
+        if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION:
+            version = meta.get("version") if isinstance(meta, dict) else None
+            msg = f"{path}: unsupported network file version {version!r}"
+            raise NetworkFormatError(msg)
         return cls(**arrays, crs=meta["crs"], directed=bool(meta["directed"]),
                    name=str(meta["name"]))
 

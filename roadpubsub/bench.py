@@ -199,8 +199,11 @@ class BenchConfig:
         if min(self.sub_keywords) < 1 or min(self.msg_keywords) < 1:
             msg = "keyword counts must be >= 1"
             raise ValueError(msg)
-        if not all(0 <= a <= 1 for a in self.alphas) or not all(0 < t <= 1 for t in self.taus):
-            msg = "alphas must lie in [0, 1] and taus in (0, 1]"
+        bad_alphas = [a for a in self.alphas if not 0 <= a <= 1]
+        bad_taus = [t for t in self.taus if not 0 < t <= 1]
+        if bad_alphas or bad_taus:
+            msg = "; ".join([f"alphas must lie in [0, 1], got {bad_alphas}"] * bool(bad_alphas)
+                            + [f"taus must lie in (0, 1], got {bad_taus}"] * bool(bad_taus))
             raise ValueError(msg)
         if self.dmax_m is not None:
             check_dmax(self.dmax_m, name="dmax")

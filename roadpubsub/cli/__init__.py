@@ -47,11 +47,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("roadpubsub: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError) as exc:
         hint = getattr(exc, "hint", "")
-        print(f"roadpubsub {args.command}: error: {exc}" + (f" (hint: {hint})" if hint else ""),
-              file=sys.stderr)
+        print(f"roadpubsub {args.command}: error: {_describe(exc)}"
+              + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
         return 2
+
+
+def _describe(exc: BaseException) -> str:
+    """The error's message; an operating-system error as "reason: path" without errno."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        paths = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
+        return f"{exc.strerror}: {paths}"
+    return str(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

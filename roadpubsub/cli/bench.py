@@ -9,6 +9,7 @@ import argparse
 import sys
 from typing import Any
 
+from roadnet.files import check_output_path
 from roadpubsub.bench import SCALES, SWEEPS
 
 __all__ = ["register", "run"]
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < (0 if name == "brute_messages" else 1):
             msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
             raise ValueError(msg)
+    check_output_path(args.out_dir, folder=True, what="--out-dir")
     quiet = args.quiet
     doc: dict[str, Any]
     if args.suite == "throughput":

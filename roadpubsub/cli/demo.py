@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from roadnet.files import check_output_path
 from roadpubsub.demo import (
     DEFAULT_BRUTE_MESSAGES,
     DEFAULT_MESSAGES,
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from roadpubsub.demo import dumps_json, format_summary, run_demo
 
+    check_output_path(args.out_dir, folder=True, what="--out-dir")
     result = run_demo(
         network_path=args.network,
         subscriptions=args.subscriptions,

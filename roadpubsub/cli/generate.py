@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from roadnet.files import check_output_path
+from roadpubsub.cli.sources import snap_metres
 from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run"]
@@ -61,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--pois", metavar="PATH", default=None,
                    help="POI file (X.poi_on_edges.txt or an OSM file); default: found from "
                         "--network")
-    p.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
+    p.add_argument("--max-snap", type=snap_metres, default=DEFAULTS.snap_distance_m,
                    metavar="METRES", help="drop OSM POIs farther than this from every road "
                                           f"(default {DEFAULTS.snap_distance_m:g})")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.subscriptions < 0 or args.messages < 0:
         msg = "--subscriptions and --messages must be >= 0"
         raise ValueError(msg)
+    check_output_path(args.out_dir, folder=True, what="--out-dir")
     network = load_network(args.network)
     t_net = time.perf_counter()
     pois = None

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from roadnet.files import check_output_path
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
 from roadpubsub.settings import DEFAULTS
 
@@ -80,6 +81,7 @@ def run_build(args: argparse.Namespace) -> int:
     if out.suffix.lower() != ".npz":
         msg = f"--out {out}: an index file must end in .npz"
         raise ValueError(msg)
+    check_output_path(out, what="--out")
     check_dmax(args.dmax)
     if args.cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"

@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from roadnet.files import check_output_path
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
 from roadpubsub.settings import DEFAULTS
 
@@ -20,7 +22,7 @@ example:
   roadpubsub generate --network ../shared/data/li_california/cal.cnode --out-dir work/cal
   roadpubsub match --network ../shared/data/li_california/cal.cnode \\
       --subscriptions work/cal/subscriptions.parquet --messages work/cal/messages.parquet \\
-      --weights work/cal/weights.parquet --dmax 5000 --index brute \\
+      --weights work/cal/weights.parquet --dmax 5000 --index eia \\
       --out work/cal/deliveries.parquet
 
 With an index saved by 'roadpubsub index build', --index-file FILE replaces --network,
@@ -55,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "--subscriptions, --weights/--corpus, --dmax, --directed and --index")
     p.add_argument("--messages", required=True, metavar="F", help="messages (.parquet or .jsonl)")
     p.add_argument("--index", choices=_index_choices(), default=None,
-                   help="matching index (default brute)")
+                   help="matching index: eia (default, the fastest), bia, or brute (the "
+                        "reference: no index, every subscription within Dmax scored)")
     p.add_argument("--out", required=True, metavar="F",
                    help="deliveries file: .parquet, .jsonl/.json or .csv")
     p.add_argument("--batch", type=int, default=256, metavar="N",
@@ -81,12 +84,15 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in _OUT_SUFFIXES:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
         raise ValueError(msg)
+    check_output_path(out, what="--out")
     _check_sources(args)
     dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
     if args.batch < 1:
         msg = "--batch must be >= 1"
         raise ValueError(msg)
     t0 = time.perf_counter()
+    say = _status(args.quiet)
+    say("reading the inputs")
     matcher: Matcher
     if args.index_file:
         index = load_index(args.index_file)
@@ -98,10 +104,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         network, weights, subs = read_sources(args)
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
-        index_name, n_subs = args.index or "brute", len(subs)
+        index_name, n_subs = args.index or "eia", len(subs)
         t_read = time.perf_counter()
+        say(f"read {n_subs:,} subscriptions and {len(messages):,} messages in "
+            f"{t_read - t0:.1f} s; building the {index_name} index")
         matcher = build_matcher(index_name, network, subs, weights, dmax_m=dmax)
     t_build = time.perf_counter()
+    say(f"ready in {t_build - t0:.1f} s (read {t_read - t0:.1f} s, build "
+        f"{t_build - t_read:.1f} s)")
     parts: list[Deliveries] = []
     n = len(messages)
     # Batches of neighbouring messages (Hilbert order of their locations) find the index
@@ -140,8 +150,17 @@ def run(args: argparse.Namespace) -> int:
     elif not args.quiet:
         rate = f"{n / match_s:,.1f} messages/s" if match_s > 0 else "-"
         print(f"{len(deliveries):,} deliveries of {n:,} messages to {n_subs:,} "
-              f"subscriptions (index {index_name}, Dmax {dmax:g} m, {rate}) -> {out}")
+              f"subscriptions (index {index_name}, Dmax {dmax:g} m, {rate}; "
+              f"{t_write - t0:.1f} s in all) -> {out}")
     return 0
+
+
+def _status(quiet: bool) -> Callable[[str], None]:
+    """A function printing progress lines on stderr (nothing when ``quiet``)."""
+    def say(text: str) -> None:
+        if not quiet:
+            print(f"match: {text}", file=sys.stderr, flush=True)
+    return say
 
 
 def _check_sources(args: argparse.Namespace) -> None:

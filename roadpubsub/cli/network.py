@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from roadnet.files import check_output_path
+
 __all__ = ["network_summary", "register"]
 
 _INFO_EPILOG = """\
@@ -103,6 +105,8 @@ def _strong_components(network: Any) -> int:
 def _run_info(args: argparse.Namespace) -> int:
     from roadnet.io import load_network
 
+    if args.save:
+        check_output_path(args.save, what="--save")
     start = time.perf_counter()
     network = load_network(args.path, directed=args.directed)
     load_seconds = time.perf_counter() - start

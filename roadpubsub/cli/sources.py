@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from index.terms import TermWeights
     from roadnet.network import RoadNetwork
 
-__all__ = ["add_source_arguments", "check_dmax", "read_sources", "read_weights_option"]
+__all__ = [
+    "add_source_arguments",
+    "check_dmax",
+    "read_sources",
+    "read_weights_option",
+    "snap_metres",
+]
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = True,
@@ -52,9 +58,21 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument("--directed", action="store_true",
                         help="honour one-way roads (distance runs from subscription to "
                              "message)")
-    parser.add_argument("--max-snap", type=float, default=DEFAULTS.snap_distance_m,
+    parser.add_argument("--max-snap", type=snap_metres, default=DEFAULTS.snap_distance_m,
                         metavar="METRES", help="largest snap distance for lon/lat locations "
                                                f"(default {DEFAULTS.snap_distance_m:g})")
+
+
+def snap_metres(text: str) -> float:
+    """The --max-snap value: metres >= 0, or inf for any distance (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:  # NaN would switch the snap check off silently
+        msg = f"must be a number of metres >= 0 (inf: any distance), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def check_dmax(dmax: float) -> float:

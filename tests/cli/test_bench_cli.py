@@ -136,6 +136,8 @@ def test_throughput_suite_in_input_order(needs_helsinki: None, tmp_path: Path,
     (["--sweeps", "beta"], "unknown sweeps"),
     (["--n-messages", "0"], "--n-messages must be >= 1"),
     (["--network", "/nonexistent/rome.gr.gz", "--quiet"], "network file not found"),
+    (["--alphas", "0.5,1.5", "--taus", "0,0.7"],
+     "alphas must lie in [0, 1], got [1.5]; taus must lie in (0, 1], got [0.0]"),
 ])
 def test_errors(argv: list[str], needle: str, tmp_path: Path,
                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -127,11 +127,12 @@ def test_workload_files_instead_of_generated(tmp_path: Path,
     (["--subscriptions", "subs.parquet"], "--subscriptions and --messages go together"),
     (["--n-messages", "0"], "at least 1 message"),
     (["--dmax", "-5"], "--dmax must be a number of metres > 0"),
+    (["--out-dir", "/dev/null"], "--out-dir /dev/null: is a file; expected a folder"),
 ])
 def test_errors_are_one_line(argv: list[str], needle: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     helsinki()
-    assert main(["demo", *argv, "--quiet", "--out-dir", str(tmp_path)]) == 2
+    assert main(["demo", "--quiet", "--out-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("roadpubsub demo: error:") and needle in err[0]
 

@@ -126,6 +126,64 @@ def test_bad_arguments(workload: tuple[Path, Path], tmp_path: Path, extra: list[
     assert not out.exists()
 
 
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_unusable_output_path_fails_before_any_work(workload: tuple[Path, Path],
+                                                    tmp_path: Path, where: str,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    cal, wl = workload
+    if where == "a folder":
+        out = tmp_path / "d.parquet"
+        out.mkdir()
+        words = "is a folder; expected a file"
+    else:
+        (tmp_path / "plain").write_text("x")
+        out = tmp_path / "plain" / "sub" / "d.parquet"
+        words = "is a file, so no folder can be made under it"
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the inputs were read before the output path was checked")
+
+    monkeypatch.setattr("roadpubsub.cli.sources.read_sources", never)
+    monkeypatch.setattr("roadpubsub.cli.match.read_sources", never)
+    assert main(match_argv(cal, wl, out, "--quiet")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
+
+
+def test_operating_system_errors_are_one_line(workload: tuple[Path, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder where a file is read: the OS error, as one line without its errno."""
+    cal, wl = workload
+    folder = tmp_path / "subs.jsonl"
+    folder.mkdir()
+    argv = match_argv(cal, wl, tmp_path / "d.parquet", "--quiet")
+    argv[argv.index("--messages") + 1] = str(folder)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("roadpubsub match: error: ") and str(folder) in err
+    assert "Errno" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "abc"])
+def test_max_snap_must_be_a_distance(workload: tuple[Path, Path], tmp_path: Path, value: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    cal, wl = workload
+    with pytest.raises(SystemExit) as exit_info:
+        main(match_argv(cal, wl, tmp_path / "d.parquet", "--quiet", "--max-snap", value))
+    assert exit_info.value.code == 2
+    assert "--max-snap: must be a number of metres >= 0" in capsys.readouterr().err
+
+
+def test_default_index_is_eia(workload: tuple[Path, Path], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    cal, wl = workload
+    argv = match_argv(cal, wl, tmp_path / "d.parquet", "--quiet", "--json")
+    del argv[argv.index("--index"):argv.index("--index") + 2]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["index"] == "eia"
+
+
 def test_bad_output_suffix(workload: tuple[Path, Path], tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
     cal, wl = workload

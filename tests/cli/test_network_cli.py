@@ -110,6 +110,24 @@ def test_errors_are_one_line_with_status_2(tmp_path: Path, capsys: pytest.Captur
     assert err.count("\n") == 1
 
 
+def test_npz_files_that_are_not_networks(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    text = tmp_path / "notes.npz"
+    text.write_text("not a zip file")
+    assert main(["network", "info", str(text)]) == 2
+    err = capsys.readouterr().err
+    assert f"{text}: not a network file written by roadpubsub: not an .npz array archive" in err
+    assert err.count("\n") == 1 and "allow_pickle" not in err
+
+
+def test_save_path_is_checked_before_loading(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "taken.npz").mkdir()
+    assert main(["network", "info", str(tmp_path / "nowhere.gr"), "--save",
+                 str(tmp_path / "taken.npz")]) == 2
+    assert "--save" in capsys.readouterr().err  # not "not found": the load never started
+
+
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["network", "info", str(tmp_path / "nowhere.gr")]) == 2
     assert "not found" in capsys.readouterr().err

@@ -109,6 +109,21 @@ def test_rows_without_uv_fall_back_to_lonlat(tmp_path: Path, tiny: RoadNetwork) 
     assert abs(subs.points.offset[1] - 50.0) < 1.0
 
 
+def test_uv_far_from_the_rows_own_lonlat_is_refused(tmp_path: Path,
+                                                     tiny: RoadNetwork) -> None:
+    """A file written for another network: its node ids may exist here too, but then the
+    u/v/offset place lies far from the row's lon/lat."""
+    cols = msg_columns()
+    cols.update({k: v for k, v in lonlat_columns(msg_columns()).items() if k in ("lon", "lat")})
+    cols["lat"] = pa.array([41.0, 41.0001, 41.02])  # id 3: about 2 km north of its edge
+    path = write(tmp_path, cols)
+    with pytest.raises(InvalidMessageError, match=r"u/v/offset more than 250 m from the "
+                                                  r"row's own lon/lat.*ids 3$"):
+        read_messages(path, tiny, weights(), max_snap_m=250.0)
+    # Rows within the snap distance pass, and an infinite snap distance checks nothing.
+    assert len(read_messages(path, tiny, weights(), max_snap_m=np.inf)) == 3
+
+
 def test_unknown_terms(tmp_path: Path, tiny: RoadNetwork) -> None:
     w = TermWeights({"a": 1.0, "b": 2.0})
     subs = read_subscriptions(write(tmp_path, sub_columns()), tiny, w)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roadnet.errors import NetworkFormatError
 from roadnet.chains import build_chain_graph
 from roadnet.distance import distances_to_point
+from roadnet.errors import NetworkFormatError
 from roadnet.lengths import (
     LENGTH_GRID_M,
     LONGEST_EXACT_M,
