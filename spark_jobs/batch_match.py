@@ -466,7 +466,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bounds", default=None,
                         help="bound table directory from precompute-bounds "
                              "(default: computed on Spark now)")
-    parser.add_argument("--capacity", type=int, default=DEFAULTS.cell_capacity,
+    parser.add_argument("--cell-capacity", "--capacity", dest="capacity", type=int,
+                        default=DEFAULTS.cell_capacity,
                         help="PMR cell capacity; must match --bounds (default: %(default)s)")
     parser.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m,
                         help="Dmax in metres (default: %(default)s)")

@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--network", default=str(default_net),
                         help="network file (default: %(default)s)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default: %(default)s)")
-    parser.add_argument("--capacity", type=int, default=DEFAULTS.cell_capacity,
+    parser.add_argument("--cell-capacity", "--capacity", dest="capacity", type=int,
+                        default=DEFAULTS.cell_capacity,
                         help="cell capacity (default: %(default)s)")
     parser.add_argument("--subscriptions", type=int, default=200_000)
     parser.add_argument("--messages", type=int, default=500)

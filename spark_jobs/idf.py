@@ -80,9 +80,7 @@ def read_corpus(spark: SparkSession, path: str, *, fmt: str = "auto",
     if fmt not in FORMATS:
         msg = f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}"
         raise ValueError(msg)
-    if "://" not in path and not any(ch in path for ch in "*?[") and not Path(path).exists():
-        msg = f"corpus not found: {path}"
-        raise FileNotFoundError(msg)
+    _check_local_corpus(path)
     kind = _detect_format(path, fmt)
     if kind == "text":
         return spark.read.text(path).withColumnRenamed("value", "text")
@@ -192,9 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_local_corpus(path: str) -> None:
+    """FileNotFoundError for a local corpus path (no URL, no glob) that does not exist."""
+    if "://" not in path and not any(ch in path for ch in "*?[") and not Path(path).exists():
+        msg = f"corpus not found: {path}"
+        raise FileNotFoundError(msg)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
     t0 = time.perf_counter()
+    _check_local_corpus(args.corpus)  # before Spark starts, which takes seconds
     spark = session_from_args(args, app_name="roadpubsub idf")
     out, weights = write_idf(spark, args.corpus, args.out, fmt=args.fmt, column=args.column)
     log(f"wrote {len(weights)} term weights to {out} in {time.perf_counter() - t0:.1f} s")

@@ -705,7 +705,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default="dijkstra",
                         help="dijkstra: one border Dijkstra per cell in the tasks (default); "
                              "graphframes: Pregel over the border overlay")
-    parser.add_argument("--capacity", type=int, default=DEFAULTS.cell_capacity,
+    parser.add_argument("--cell-capacity", "--capacity", dest="capacity", type=int,
+                        default=DEFAULTS.cell_capacity,
                         help="PMR cell capacity in edges (default: %(default)s)")
     parser.add_argument("--max-depth", type=int, default=DEFAULTS.cell_max_depth,
                         help="deepest quadtree level (default: %(default)s)")
@@ -738,7 +739,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.capacity < 1 or (args.partitions is not None and args.partitions < 1) \
             or args.batch_cells < 1 or not args.limit > 0:
-        msg = "--capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
+        msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise ValueError(msg)
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
