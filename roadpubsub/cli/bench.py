@@ -103,8 +103,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--taus", type=_float_list, default=None, metavar="LIST",
                    help="x values of the tau sweep (default 0.3,0.5,0.7,0.8,0.9)")
     p.add_argument("--n-subscriptions", type=int, default=None, metavar="N",
-                   help="subscriptions where not swept (figures; default 100000) or indexed "
-                        "(throughput; default 1000000)")
+                   help="subscriptions where not swept (figures; default 100000; the "
+                        "subscriptions sweep itself follows --subscription-counts or --scale) "
+                        "or indexed (throughput; default 1000000)")
     p.add_argument("--n-messages", type=int, default=None, metavar="N",
                    help="messages matched by EIA and BIA (default 200; throughput 1000)")
     p.add_argument("--brute-messages", type=int, default=None, metavar="N",

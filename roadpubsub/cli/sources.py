@@ -8,6 +8,7 @@ the snap distance for lon/lat locations. They declare and load them here, once.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,5 +101,11 @@ def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Su
 
     network = load_network(args.network, directed=args.directed)
     weights = read_weights_option(args)
+    known = len(weights)
     subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
+    added = len(weights) - known
+    if added and not getattr(args, "quiet", False) and not getattr(args, "json", False):
+        # Legal (they weigh the default), but a mistyped keyword shows up here.
+        print(f"note: {added:,} keyword(s) of the subscriptions are not in the weights "
+              f"table; they weigh the default, {weights.default_weight:g}", file=sys.stderr)
     return network, weights, subs

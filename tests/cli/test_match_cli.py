@@ -175,6 +175,25 @@ def test_max_snap_must_be_a_distance(workload: tuple[Path, Path], tmp_path: Path
     assert "--max-snap: must be a number of metres >= 0" in capsys.readouterr().err
 
 
+def test_keywords_missing_from_the_weights_are_counted(workload: tuple[Path, Path],
+                                                        tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    cal, wl = workload
+    table = pq.read_table(wl / "subscriptions.parquet")
+    keywords = table.column("keywords").to_pylist()
+    keywords[0] = [*keywords[0], "zzz-mistyped"]
+    keywords[5] = [*keywords[5], "zzz-mistyped", "qqq-mistyped"]
+    table = table.set_column(table.column_names.index("keywords"), "keywords",
+                             pa.array(keywords, pa.list_(pa.string())))
+    subs = tmp_path / "subs.parquet"
+    pq.write_table(table, subs)
+    argv = match_argv(cal, wl, tmp_path / "d.parquet", "--weights", str(wl / "weights.parquet"))
+    argv[argv.index("--subscriptions") + 1] = str(subs)
+    assert main(argv) == 0
+    assert "note: 2 keyword(s) of the subscriptions are not in the weights table" in \
+        capsys.readouterr().err
+
+
 def test_default_index_is_eia(workload: tuple[Path, Path], tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     cal, wl = workload
