@@ -63,6 +63,7 @@ from pruning.indexed import IndexMatcher
 from pruning.routing import CellRouter, cell_distance_limits, partition_cells
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import build_cells
+from roadnet.files import check_output_path
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadpubsub.settings import DEFAULTS
@@ -495,6 +496,7 @@ def run(args: argparse.Namespace) -> int:
     from roadnet.io import load_network
 
     check_dmax(args.dmax, name="--dmax")
+    check_output_path(args.out, folder=True, what="--out")  # before any work
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     weights = read_weights(args.weights)

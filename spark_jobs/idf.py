@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from index.terms import TermWeights, smoothed_idf
 from index.text import tokenize
+from roadnet.files import check_output_path
 from spark_jobs.session import add_spark_arguments, log, run_job, session_from_args, stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -201,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
     t0 = time.perf_counter()
     _check_local_corpus(args.corpus)  # before Spark starts, which takes seconds
+    check_output_path(args.out, what="--out")
     spark = session_from_args(args, app_name="roadpubsub idf")
     out, weights = write_idf(spark, args.corpus, args.out, fmt=args.fmt, column=args.column)
     log(f"wrote {len(weights)} term weights to {out} in {time.perf_counter() - t0:.1f} s")

@@ -69,6 +69,7 @@ import pyarrow.compute as pc
 
 from roadnet.cell_bounds import CellBounds, border_distance_row
 from roadnet.cells import Cells, build_cells
+from roadnet.files import check_output_path
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 from spark_jobs.overlay import border_rows, cell_shortcuts
@@ -741,6 +742,7 @@ def run(args: argparse.Namespace) -> int:
             or args.batch_cells < 1 or not args.limit > 0:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise ValueError(msg)
+    check_output_path(args.out, folder=True, what="--out")  # before any work
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     cells = build_cells(network, capacity=args.capacity, max_depth=args.max_depth)

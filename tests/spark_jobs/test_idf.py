@@ -59,3 +59,19 @@ def test_cli_idf_writes_weights(spark: SparkSession, tweets_csv: Path, tmp_path:
     assert cli_main(["spark", "idf", str(tweets_csv), "--out", str(out)]) == 0
     _assert_same(read_weights(out), TermWeights.from_idf(read_tweet_tokens(tweets_csv)))
     assert cli_main(["spark", "idf", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("bad", ["missing corpus", "output under a file"])
+def test_cli_idf_refuses_bad_paths_before_starting_spark(
+        tweets_csv: Path, tmp_path: Path, bad: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started before the paths were checked")
+
+    monkeypatch.setattr("spark_jobs.idf.session_from_args", no_spark)
+    (tmp_path / "plain").write_text("x")
+    corpus = tmp_path / "missing.csv" if bad == "missing corpus" else tweets_csv
+    out = tmp_path / ("w.parquet" if bad == "missing corpus" else "plain/w.parquet")
+    assert cli_main(["spark", "idf", str(corpus), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ("corpus not found" if bad == "missing corpus" else "plain is a file") in err
