@@ -11,7 +11,10 @@ location
     either ``u``, ``v`` (int64 node ids of the network file) and ``offset`` (float64, metres
     from u along the u-v edge), or ``lon``, ``lat`` (float64 WGS84 degrees; snapped to the
     nearest road within ``max_snap_m`` metres). A row with u, v and offset uses them; a row
-    without uses lon/lat. Writers emit both; u/v/offset round-trip exactly.
+    without uses lon/lat. Writers emit both; u/v/offset round-trip exactly. A row with both
+    uses its lon/lat to tell parallel edges between u and v apart, and is refused when its
+    u/v/offset place lies more than ``max_snap_m`` (at least 1 m) from its lon/lat: the
+    sign of a file written for another network.
 weights
     ``term`` string (unique), ``weight`` float64 > 0. The weight of terms missing from the
     table is kept in the Parquet schema metadata (``roadpubsub.default_weight``) when known.
@@ -291,10 +294,13 @@ def _read_locations(
     missing = ~(use_uv | use_ll)
     if missing.any():
         problems.append(f"missing or NaN location: ids {_names(labels, missing)}")
+    near_xy = _projected(network, lon, lat) if has_ll else None
     if use_uv.any():
         rows = np.flatnonzero(use_uv)
+        near = near_xy[rows] if near_xy is not None else None
         try:
-            pts = locate_uv(network, u[rows], v[rows], off[rows], labels=labels[rows])
+            pts = locate_uv(network, u[rows], v[rows], off[rows], labels=labels[rows],
+                            near_xy=near)
         except InvalidLocationError:
             # Diagnose: unknown node ids first, then whatever the rest breaks.
             unknown = (network.node_index(u[rows]) < 0) | (network.node_index(v[rows]) < 0)
@@ -307,9 +313,9 @@ def _read_locations(
                 problems.append(str(exc).replace(": ", ": ids ", 1))
         else:
             edge[rows], offset[rows] = pts.edge, pts.offset
-            if has_ll:
-                _check_uv_against_lonlat(network, pts, lon[rows], lat[rows], labels[rows],
-                                         problems, max_snap_m=max_snap_m)
+            if near is not None:
+                _check_uv_against_lonlat(network, pts, near, labels[rows], problems,
+                                         max_snap_m=max_snap_m)
     if use_ll.any():
         rows = np.flatnonzero(use_ll)
         bad = (np.abs(lon[rows]) > 180) | (np.abs(lat[rows]) > 90)
@@ -326,35 +332,46 @@ def _read_locations(
     return EdgePoints(edge, offset)
 
 
+def _projected(network: RoadNetwork, lon: npt.NDArray[np.float64],
+               lat: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """(n, 2) positions in ``network.crs`` metres; NaN rows where lon/lat are invalid."""
+    valid = np.isfinite(lon) & np.isfinite(lat) & (np.abs(lon) <= 180) & (np.abs(lat) <= 90)
+    xy = np.full((lon.size, 2), np.nan)
+    if valid.any():
+        to_metric = Transformer.from_crs(CRS.from_epsg(4326), CRS.from_user_input(network.crs),
+                                         always_xy=True)
+        xy[valid, 0], xy[valid, 1] = to_metric.transform(lon[valid], lat[valid])
+    return xy
+
+
 def _check_uv_against_lonlat(
     network: RoadNetwork,
     points: EdgePoints,
-    lon: npt.NDArray[np.float64],
-    lat: npt.NDArray[np.float64],
+    near_xy: npt.NDArray[np.float64],
     labels: npt.NDArray[Any],
     problems: list[str],
     *,
     max_snap_m: float,
 ) -> None:
-    """Rows whose u/v/offset place lies farther than ``max_snap_m`` from their own lon/lat.
+    """Rows whose u/v/offset place lies far from their own lon/lat (``near_xy``, projected).
 
     Node ids alone cannot tell networks apart (small ids exist in many files), but a row
     read with another network's file lands far from its coordinates: say so rather than
-    match it quietly. Rows without lon/lat, or with inf ``max_snap_m``, are not checked.
+    match it quietly. "Far" is beyond ``max_snap_m``, and never below 1 m: the writers'
+    lon/lat round-trip to within nanometres. Rows without lon/lat, or with inf
+    ``max_snap_m``, are not checked.
     """
-    given = np.isfinite(lon) & np.isfinite(lat) & (np.abs(lon) <= 180) & (np.abs(lat) <= 90)
+    given = np.isfinite(near_xy).all(axis=1)
     if not np.isfinite(max_snap_m) or not given.any():
         return
-    to_metric = Transformer.from_crs(CRS.from_epsg(4326), CRS.from_user_input(network.crs),
-                                     always_xy=True)
-    x, y = to_metric.transform(lon[given], lat[given])
+    limit = max(max_snap_m, 1.0)
     xy = point_xy(network, points[np.flatnonzero(given)])
-    gap = np.hypot(xy[:, 0] - x, xy[:, 1] - y)
-    far = gap > max_snap_m
+    gap = np.hypot(*(xy - near_xy[given]).T)
+    far = gap > limit
     if far.any():
         problems.append(
-            f"u/v/offset more than {max_snap_m:g} m from the row's own lon/lat (a file "
-            f"written for another network? largest gap {gap[far].max():,.0f} m): ids "
+            f"u/v/offset more than {limit:g} m from the row's own lon/lat (a file written "
+            f"for another network? largest gap {gap[far].max():,.0f} m): ids "
             f"{_names(labels[given], far)}")
 
 
@@ -456,8 +473,9 @@ def read_subscriptions(
     InvalidSubscriptionError
         Missing or mistyped columns, or rows breaking the input rules: missing/NaN
         location, unknown node ids, an offset outside its edge, a point beyond the snap
-        distance, alpha outside [0, 1], tau outside (0, 1], an empty keyword list,
-        duplicate ids. The message lists every problem with the offending ids.
+        distance, u/v/offset far from the row's own lon/lat, alpha outside [0, 1], tau
+        outside (0, 1], an empty keyword list, duplicate ids. The message lists every
+        problem with the offending ids.
     """
     p = Path(path)
     error = InvalidSubscriptionError
@@ -503,8 +521,9 @@ def read_messages(
         No such file.
     InvalidMessageError
         Missing or mistyped columns, or rows with a missing/NaN location, unknown node ids,
-        an offset outside its edge, a point beyond the snap distance, an empty keyword list
-        or duplicate ids (all named in one message).
+        an offset outside its edge, a point beyond the snap distance, u/v/offset far from
+        the row's own lon/lat, an empty keyword list or duplicate ids (all named in one
+        message).
     """
     p = Path(path)
     error = InvalidMessageError

@@ -228,12 +228,21 @@ def locate_uv(
     *,
     labels: npt.ArrayLike | None = None,
     tolerance_m: float = 1e-6,
+    near_xy: npt.ArrayLike | None = None,
 ) -> EdgePoints:
     """Edge points from original node ids (u, v) and an offset in metres from u.
 
     An edge stored as (v, u) is accepted and the offset measured from its other end. Among
-    parallel edges between u and v the shortest is taken. In a directed network a one-way
-    edge must be named in its travel direction.
+    parallel edges between u and v, the one whose point at the offset lies nearest to
+    ``near_xy`` is taken; rows without it (or with NaN there) take the shortest edge long
+    enough for the offset. In a directed network a one-way edge must be named in its
+    travel direction.
+
+    Parameters
+    ----------
+    near_xy
+        Optional (k, 2) positions in metres in ``network.crs`` (e.g. the rows' own lon/lat,
+        projected) that tell parallel edges apart.
 
     Raises
     ------
@@ -254,6 +263,9 @@ def locate_uv(
         msg = f"locations with a missing offset: {_labels(names, ~np.isfinite(off))}"
         raise InvalidLocationError(msg)
     edge, flipped = _edge_lookup(network, ui, vi)
+    near = (np.full((uu.size, 2), np.nan) if near_xy is None
+            else np.asarray(near_xy, dtype=np.float64).reshape(uu.size, 2))
+    _choose_parallel(network, ui, vi, off, near, edge, flipped, tolerance_m=tolerance_m)
     missing = edge < 0
     if missing.any():
         msg = f"locations whose (u, v) is not an edge of the network: {_labels(names, missing)}"
@@ -296,6 +308,56 @@ def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
                              network.edge_length[np.maximum(fwd, 0)]))
     use_back &= back >= 0
     return np.where(use_back, back, fwd), use_back
+
+
+def _choose_parallel(
+    network: RoadNetwork, ui: IntArray, vi: IntArray, offset: FloatArray, near_xy: FloatArray,
+    edge: IntArray, flipped: npt.NDArray[np.bool_], *, tolerance_m: float,
+) -> None:
+    """Where several edges join u and v, switch ``edge``/``flipped`` (in place) to the one
+    whose point at ``offset`` lies nearest to ``near_xy`` (the writer's own edge), or, in a
+    row without ``near_xy``, to the shortest one the offset fits on."""
+    keys, order = network._cache["edge_lookup"]
+    n = np.int64(network.n_nodes)
+    known = np.asarray(np.isfinite(near_xy).all(axis=1), dtype=bool)
+    length_now = network.edge_length[np.maximum(edge, 0)]
+    misfit = (edge >= 0) & (offset > length_now + tolerance_m)
+    ranges = []
+    for a, b, is_back in ((ui, vi, False), (vi, ui, True)):
+        k = a * n + b
+        lo, hi = np.searchsorted(keys, k, "left"), np.searchsorted(keys, k, "right")
+        ranges.append((lo, hi, is_back))
+    count = sum(hi - lo for lo, hi, _ in ranges)
+    rows = np.flatnonzero((count > 1) & (known | misfit))
+    if rows.size == 0:
+        return
+    cand_row, cand_edge, cand_back = [], [], []
+    for lo, hi, is_back in ranges:
+        width = (hi - lo)[rows]
+        row = np.repeat(rows, width)
+        pos = np.arange(row.size) - np.repeat(np.cumsum(width) - width, width) + lo[row]
+        cand_row.append(row)
+        cand_edge.append(order[pos])
+        cand_back.append(np.full(row.size, is_back))
+    row = np.concatenate(cand_row)
+    cand = np.concatenate(cand_edge)
+    back = np.concatenate(cand_back)
+    if network.directed:
+        keep = ~(back & network.edge_oneway[cand])
+        row, cand, back = row[keep], cand[keep], back[keep]
+    length = network.edge_length[cand]
+    off = offset[row]
+    fits = (off >= -tolerance_m) & (off <= length + tolerance_m)
+    along = np.clip(off, 0.0, length)
+    xy = point_xy(network, EdgePoints.of(cand, np.where(back, length - along, along)))
+    # Nearest to the given position; without one, shortest (each row uses one rule).
+    gap = np.where(known[row], np.hypot(*(xy - near_xy[row]).T), length)
+    gap = np.where(fits, gap, np.inf)
+    best = np.lexsort((gap, row))
+    first = best[np.r_[True, row[best][1:] != row[best][:-1]]]
+    first = first[np.isfinite(gap[first])]
+    edge[row[first]] = cand[first]
+    flipped[row[first]] = back[first]
 
 
 @numba.njit(cache=True, nogil=True)

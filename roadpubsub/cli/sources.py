@@ -60,8 +60,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
                         help="honour one-way roads (distance runs from subscription to "
                              "message)")
     parser.add_argument("--max-snap", type=snap_metres, default=DEFAULTS.snap_distance_m,
-                        metavar="METRES", help="largest snap distance for lon/lat locations "
-                                               f"(default {DEFAULTS.snap_distance_m:g})")
+                        metavar="METRES", help="largest snap distance for lon/lat locations, "
+                        "and largest gap between a row's u/v/offset and its own lon/lat "
+                        f"(default {DEFAULTS.snap_distance_m:g}; inf: no limit)")
 
 
 def snap_metres(text: str) -> float:

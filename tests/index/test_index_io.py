@@ -124,6 +124,36 @@ def test_uv_far_from_the_rows_own_lonlat_is_refused(tmp_path: Path,
     assert len(read_messages(path, tiny, weights(), max_snap_m=np.inf)) == 3
 
 
+@pytest.mark.parametrize("directed", [False, True])
+def test_points_on_parallel_edges_round_trip(tmp_path: Path, andorra: RoadNetwork,
+                                             directed: bool) -> None:
+    """(u, v, offset) does not tell parallel edges apart; the row's lon/lat does."""
+    net = andorra.with_direction(directed=directed)
+    lo = np.minimum(net.edge_u, net.edge_v).astype(np.int64)
+    hi = np.maximum(net.edge_u, net.edge_v).astype(np.int64)
+    _, inverse, counts = np.unique(lo * net.n_nodes + hi, return_inverse=True,
+                                   return_counts=True)
+    parallel = np.flatnonzero(counts[inverse] > 1)
+    assert parallel.size >= 40
+    edge = np.repeat(parallel, 3)
+    offset = np.tile([0.0, 0.5, 0.9], parallel.size) * net.edge_length[edge]
+    w = weights()
+    subs = Subscriptions.from_rows(ids=np.arange(edge.size), points=EdgePoints.of(edge, offset),
+                                   keywords=[["a"]] * edge.size, alpha=[0.5] * edge.size,
+                                   tau=[0.5] * edge.size, weights=w)
+    path = write_subscriptions(subs, tmp_path / "s.parquet", network=net, weights=w)
+    back = read_subscriptions(path, net, w)
+    # Offset 0 is node u of every parallel edge alike; elsewhere the very edge comes back.
+    inside = offset > 0
+    np.testing.assert_array_equal(back.points.edge[inside], edge[inside])
+    np.testing.assert_array_equal(back.points.offset[inside], subs.points.offset[inside])
+    # Without lon/lat the shortest parallel edge is taken, as documented.
+    bare = write_subscriptions(subs, tmp_path / "bare.parquet", network=net, weights=w,
+                               lonlat=False)
+    shortest = read_subscriptions(bare, net, w)
+    assert (net.edge_length[shortest.points.edge] <= net.edge_length[edge] + 1e-9).all()
+
+
 def test_unknown_terms(tmp_path: Path, tiny: RoadNetwork) -> None:
     w = TermWeights({"a": 1.0, "b": 2.0})
     subs = read_subscriptions(write(tmp_path, sub_columns()), tiny, w)
