@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.npyio import NpzFile
 
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
@@ -378,11 +379,15 @@ def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None 
     """(meta, arrays) of an index file: all arrays, or just ``keys``; one clear error."""
     not_an_index = f"{path}: not a roadpubsub index file (or an unsupported version)"
     try:
-        with np.load(Path(path), allow_pickle=False) as data:
+        data = np.load(Path(path), allow_pickle=False)
+        if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
+            msg = "a single array, not an .npz archive"
+            raise ValueError(msg)
+        with data:
             meta = json.loads(str(data["meta"]))
             names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
             arrays = {k: data[k] for k in names}
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.

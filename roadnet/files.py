@@ -72,6 +72,9 @@ def check_output_path(path: PathLike, *, folder: bool = False, what: str = "outp
         raise (NotADirectoryError if folder else IsADirectoryError)(msg)
     parent = target if folder else target.parent
     while not parent.exists() and parent != parent.parent:
+        if parent.is_symlink():  # exists() follows links: this one points nowhere
+            msg = f"{what} {target}: {parent} is a link to nothing, so no folder can be made"
+            raise NotADirectoryError(msg)
         parent = parent.parent
     if not parent.is_dir():
         msg = f"{what} {target}: {parent} is a file, so no folder can be made under it"

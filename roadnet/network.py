@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.npyio import NpzFile
 from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
@@ -141,7 +142,11 @@ class RoadNetwork:
         # Every constructor (from_arrays, load, with_direction, the Spark payloads) ends
         # here: lengths go on the grid that makes distances order-independent.
         length = snap_unless_on_grid(self.edge_length)
-        _check_lengths(length, self.node_ids[self.edge_u], self.node_ids[self.edge_v])
+        if not (np.isfinite(length) & (length >= 0) & (length < LONGEST_EXACT_M)).all():
+            # Labels only now: building them costs two gathers per construction.
+            u = self.node_ids[np.clip(self.edge_u, 0, self.node_ids.size - 1)]
+            v = self.node_ids[np.clip(self.edge_v, 0, self.node_ids.size - 1)]
+            _check_lengths(length, u, v)
         object.__setattr__(self, "edge_length", length)
 
     # ------------------------------------------------------------------ construction
@@ -442,15 +447,19 @@ class RoadNetwork:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the network to one ``.npz`` file (atomically: temporary name, then rename)."""
-        target = Path(path)
-        if target.suffix != ".npz":
-            target = target.with_name(target.name + ".npz")
+        target = self.save_path(path)
         meta = json.dumps({"version": _FORMAT_VERSION, "crs": self.crs,
                            "directed": self.directed, "name": self.name})
         arrays = {k: v for k, v in self._fields().items() if isinstance(v, np.ndarray)}
         with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
             np.savez(fh, meta=np.array(meta), **arrays)  # type: ignore[arg-type]
         return target
+
+    @staticmethod
+    def save_path(path: str | os.PathLike[str]) -> Path:
+        """The file :meth:`save` writes for ``path``: ``.npz`` is appended when missing."""
+        target = Path(path)
+        return target if target.suffix == ".npz" else target.with_name(target.name + ".npz")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RoadNetwork:
@@ -463,11 +472,16 @@ class RoadNetwork:
         NetworkFormatError
             Not a network file written by :meth:`save`, or another version's.
         """
+        arrays: dict[str, Any]
         try:
-            with np.load(Path(path), allow_pickle=False) as data:
+            data = np.load(Path(path), allow_pickle=False)
+            if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
+                msg = "a single array, not an .npz archive"
+                raise ValueError(msg)
+            with data:
                 meta = json.loads(str(data["meta"]))
                 arrays = {k: data[k] for k in data.files if k != "meta"}
-        except FileNotFoundError:
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
             raise
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.

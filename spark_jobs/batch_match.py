@@ -496,7 +496,8 @@ def run(args: argparse.Namespace) -> int:
     from roadnet.io import load_network
 
     check_dmax(args.dmax, name="--dmax")
-    check_output_path(args.out, folder=True, what="--out")  # before any work
+    if "://" not in args.out:  # a local path: check it before any work
+        check_output_path(args.out, folder=True, what="--out")
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     weights = read_weights(args.weights)

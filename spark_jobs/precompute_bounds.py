@@ -742,7 +742,8 @@ def run(args: argparse.Namespace) -> int:
             or args.batch_cells < 1 or not args.limit > 0:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise ValueError(msg)
-    check_output_path(args.out, folder=True, what="--out")  # before any work
+    if "://" not in args.out:  # a local path: check it before any work
+        check_output_path(args.out, folder=True, what="--out")
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     cells = build_cells(network, capacity=args.capacity, max_depth=args.max_depth)

@@ -106,7 +106,9 @@ def _run_info(args: argparse.Namespace) -> int:
     from roadnet.io import load_network
 
     if args.save:
-        check_output_path(args.save, what="--save")
+        from roadnet.network import RoadNetwork
+
+        check_output_path(RoadNetwork.save_path(args.save), what="--save")
     start = time.perf_counter()
     network = load_network(args.path, directed=args.directed)
     load_seconds = time.perf_counter() - start

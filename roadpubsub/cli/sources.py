@@ -105,7 +105,7 @@ def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Su
     known = len(weights)
     subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
     added = len(weights) - known
-    if added and not getattr(args, "quiet", False) and not getattr(args, "json", False):
+    if added and not getattr(args, "quiet", False):
         # Legal (they weigh the default), but a mistyped keyword shows up here.
         print(f"note: {added:,} keyword(s) of the subscriptions are not in the weights "
               f"table; they weigh the default, {weights.default_weight:g}", file=sys.stderr)

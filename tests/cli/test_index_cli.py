@@ -82,7 +82,10 @@ def test_files_that_are_not_indexes(tmp_path: Path, capsys: pytest.CaptureFixtur
     pickled = tmp_path / "objects.npz"
     with pickled.open("wb") as fh:
         np.save(fh, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    for path in (text, other, pickled):
+    single = tmp_path / "single.npz"
+    with single.open("wb") as fh:
+        np.save(fh, np.arange(3))  # an .npy array under an .npz name
+    for path in (text, other, pickled, single):
         assert main(["index", "info", str(path)]) == 2
         err = capsys.readouterr().err
         assert f"{path}: not a roadpubsub index file" in err and "Traceback" not in err

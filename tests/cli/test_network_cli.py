@@ -118,6 +118,11 @@ def test_npz_files_that_are_not_networks(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"{text}: not a network file written by roadpubsub: not an .npz array archive" in err
     assert err.count("\n") == 1 and "allow_pickle" not in err
+    single = tmp_path / "single.npz"
+    with single.open("wb") as fh:
+        np.save(fh, np.arange(3))  # an .npy array under an .npz name
+    assert main(["network", "info", str(single)]) == 2
+    assert "a single array, not an .npz archive" in capsys.readouterr().err
 
 
 def test_save_path_is_checked_before_loading(tmp_path: Path,
@@ -126,6 +131,11 @@ def test_save_path_is_checked_before_loading(tmp_path: Path,
     assert main(["network", "info", str(tmp_path / "nowhere.gr"), "--save",
                  str(tmp_path / "taken.npz")]) == 2
     assert "--save" in capsys.readouterr().err  # not "not found": the load never started
+    # --save NAME writes NAME.npz, so a folder called NAME is no obstacle.
+    (tmp_path / "rome").mkdir()
+    assert main(["network", "info", str(tiny_dimacs(tmp_path)), "--save",
+                 str(tmp_path / "rome")]) == 0
+    assert (tmp_path / "rome.npz").is_file()
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

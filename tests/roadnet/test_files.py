@@ -34,3 +34,18 @@ def test_a_file_in_the_way_of_a_missing_folder(tmp_path: Path) -> None:
         check_output_path(tmp_path / "plain" / "a" / "d.parquet")
     with pytest.raises(NotADirectoryError, match="plain is a file, so no folder can be made"):
         check_output_path(tmp_path / "plain" / "a", folder=True)
+
+
+def test_a_link_to_nothing_on_the_way(tmp_path: Path) -> None:
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    with pytest.raises(NotADirectoryError, match="dangling is a link to nothing"):
+        check_output_path(tmp_path / "dangling" / "d.parquet")
+
+
+def test_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert check_output_path("d.parquet") == Path("d.parquet")
+    assert check_output_path("out", folder=True) == Path("out")
+    Path("plain").write_text("x")
+    with pytest.raises(NotADirectoryError, match="plain is a file"):
+        check_output_path("plain/d.parquet")
