@@ -63,6 +63,11 @@ def test_summary_is_printed(demo_run: tuple[Path, str, str]) -> None:
                    "msg/s", "cand/msg", "cells pruned", "agree on the first 20 of 80 messages",
                    "EIA and BIA deliver the same pairs on every message: yes", "map"):
         assert needle in out, needle
+    # Brute ran on 20 of the 80 messages: its row is marked, EIA's and BIA's are not.
+    rows = {line.split()[0]: line for line in out.splitlines()
+            if line.strip().startswith(("eia", "bia", "brute"))}
+    assert set(rows) == {"eia", "bia", "brute*"}
+    assert "* over its first messages only" in out
 
 
 def test_progress_goes_to_stderr(demo_run: tuple[Path, str, str]) -> None:

@@ -70,11 +70,10 @@ def test_sums_of_grid_lengths_do_not_depend_on_order_or_grouping(values, seed) -
     assert left_to_right == shuffled == grouped == math.fsum(x)
 
 
-def test_raw_floats_do_depend_on_order() -> None:
-    """Why the grid exists: the same three raw lengths add up differently."""
-    a, b, c = 0.1, 0.2, 0.3
-    assert (a + b) + c != a + (b + c)
-    ga, gb, gc = on_length_grid([a, b, c])
+def test_grid_values_add_up_alike_in_any_grouping() -> None:
+    """Why the grid exists: raw 0.1, 0.2 and 0.3 add up differently by grouping,
+    (0.1 + 0.2) + 0.3 != 0.1 + (0.2 + 0.3); on the grid they do not."""
+    ga, gb, gc = on_length_grid([0.1, 0.2, 0.3])
     assert (ga + gb) + gc == ga + (gb + gc)
 
 
