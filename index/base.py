@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.npyio import NpzFile
 
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
@@ -32,7 +30,7 @@ from index.postings import PostingLayout
 from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from roadnet.errors import describe_rows
-from roadnet.files import atomic_paths
+from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
@@ -379,20 +377,9 @@ def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None 
     """(meta, arrays) of an index file: all arrays, or just ``keys``; one clear error."""
     not_an_index = f"{path}: not a roadpubsub index file (or an unsupported version)"
     try:
-        data = np.load(Path(path), allow_pickle=False)
-        if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
-            msg = "a single array, not an .npz archive"
-            raise ValueError(msg)
-        with data:
-            meta = json.loads(str(data["meta"]))
-            names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
-            arrays = {k: data[k] for k in names}
-    except (FileNotFoundError, PermissionError, IsADirectoryError):
-        raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
-        detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
-        msg = f"{not_an_index}: {detail}"
+        meta, arrays = read_npz(path, keys)
+    except ValueError as exc:
+        msg = f"{not_an_index}: {exc}"
         raise ValueError(msg) from exc
     if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
             or meta.get("kind") not in ("eia", "bia"):

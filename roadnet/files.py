@@ -7,12 +7,18 @@ one in progress.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_paths", "check_output_path"]
+import numpy as np
+from numpy.lib.npyio import NpzFile
+
+__all__ = ["atomic_paths", "check_output_path", "read_npz"]
 
 PathLike = str | os.PathLike[str]
 
@@ -83,6 +89,39 @@ def check_output_path(path: PathLike, *, folder: bool = False, what: str = "outp
         msg = f"{what} {target}: folder {parent} is not writable"
         raise PermissionError(msg)
     return target
+
+
+def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
+             ) -> tuple[Any, dict[str, Any]]:
+    """(meta, arrays) of an ``.npz`` file holding a JSON ``meta`` entry beside its arrays.
+
+    ``keys`` limits the arrays read (all but ``meta`` by default). The files the project
+    writes (networks, indexes) are read through here, so every one fails alike.
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, IsADirectoryError
+        As the operating system says.
+    ValueError
+        Anything else that keeps the file from being read as such an archive; the message
+        says what, in a user's words (the caller adds the path).
+    """
+    try:
+        data = np.load(Path(path), allow_pickle=False)
+        if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
+            msg = "a single array, not an .npz archive"
+            raise ValueError(msg)
+        with data:
+            meta = json.loads(str(data["meta"]))
+            names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
+            arrays = {k: data[k] for k in names}
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
+        detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
+        raise ValueError(detail) from exc
+    return meta, arrays
 
 
 def _umask() -> int:

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.npyio import NpzFile
 from pyproj import CRS, Transformer
 
 from roadnet.errors import NetworkFormatError, describe_rows
-from roadnet.files import atomic_paths
+from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
 
 __all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "spatial_order", "utm_crs_for"]
@@ -223,7 +221,6 @@ class RoadNetwork:
         if not (u_ids.shape == v_ids.shape == length.shape):
             msg = "edge_u_ids, edge_v_ids and edge_length must have one length"
             raise NetworkFormatError(msg)
-        _check_lengths(length, u_ids, v_ids)
         u = _lookup(sorted_ids, order, u_ids)
         v = _lookup(sorted_ids, order, v_ids)
         missing = (u < 0) | (v < 0)
@@ -472,21 +469,10 @@ class RoadNetwork:
         NetworkFormatError
             Not a network file written by :meth:`save`, or another version's.
         """
-        arrays: dict[str, Any]
         try:
-            data = np.load(Path(path), allow_pickle=False)
-            if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
-                msg = "a single array, not an .npz archive"
-                raise ValueError(msg)
-            with data:
-                meta = json.loads(str(data["meta"]))
-                arrays = {k: data[k] for k in data.files if k != "meta"}
-        except (FileNotFoundError, PermissionError, IsADirectoryError):
-            raise
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
-            detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
-            msg = f"{path}: not a network file written by roadpubsub: {detail}"
+            meta, arrays = read_npz(path)
+        except ValueError as exc:
+            msg = f"{path}: not a network file written by roadpubsub: {exc}"
             raise NetworkFormatError(msg) from exc
         if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION:
             version = meta.get("version") if isinstance(meta, dict) else None
