@@ -310,6 +310,18 @@ def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
     return np.where(use_back, back, fwd), use_back
 
 
+def _has_parallel(network: RoadNetwork) -> npt.NDArray[np.bool_]:
+    """Per edge: whether another edge joins the same two nodes (either way round)."""
+    key = "has_parallel"
+    if key not in network._cache:
+        lo = np.minimum(network.edge_u, network.edge_v).astype(np.int64)
+        hi = np.maximum(network.edge_u, network.edge_v).astype(np.int64)
+        _, inverse, counts = np.unique(lo * network.n_nodes + hi, return_inverse=True,
+                                       return_counts=True)
+        network._cache[key] = counts[inverse] > 1
+    return network._cache[key]  # type: ignore[no-any-return]
+
+
 def _choose_parallel(
     network: RoadNetwork, ui: IntArray, vi: IntArray, offset: FloatArray, near_xy: FloatArray,
     edge: IntArray, flipped: npt.NDArray[np.bool_], *, tolerance_m: float,
@@ -322,15 +334,19 @@ def _choose_parallel(
     known = np.asarray(np.isfinite(near_xy).all(axis=1), dtype=bool)
     length_now = network.edge_length[np.maximum(edge, 0)]
     misfit = (edge >= 0) & (offset > length_now + tolerance_m)
-    ranges = []
-    for a, b, is_back in ((ui, vi, False), (vi, ui, True)):
-        k = a * n + b
-        lo, hi = np.searchsorted(keys, k, "left"), np.searchsorted(keys, k, "right")
-        ranges.append((lo, hi, is_back))
-    count = sum(hi - lo for lo, hi, _ in ranges)
-    rows = np.flatnonzero((count > 1) & (known | misfit))
+    # Only rows on an edge with a parallel twin have a choice (one gather for all rows;
+    # the range searches below then run on those few rows alone).
+    rows = np.flatnonzero((edge >= 0) & _has_parallel(network)[np.maximum(edge, 0)]
+                          & (known | misfit))
     if rows.size == 0:
         return
+    ranges = []
+    for a, b, is_back in ((ui[rows], vi[rows], False), (vi[rows], ui[rows], True)):
+        k = a * n + b
+        lo = np.zeros(ui.size, dtype=np.int64)
+        hi = np.zeros(ui.size, dtype=np.int64)
+        lo[rows], hi[rows] = np.searchsorted(keys, k, "left"), np.searchsorted(keys, k, "right")
+        ranges.append((lo, hi, is_back))
     cand_row, cand_edge, cand_back = [], [], []
     for lo, hi, is_back in ranges:
         width = (hi - lo)[rows]
