@@ -49,7 +49,7 @@ from index.model import InvalidMessageError, InvalidSubscriptionError, Messages,
 from index.terms import InvalidWeightsError, TermWeights
 from roadnet.errors import InvalidLocationError, describe_rows
 from roadnet.files import atomic_paths
-from roadnet.locations import EdgePoints, locate_lonlat, locate_uv, point_xy
+from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
 from roadnet.network import RoadNetwork
 from roadpubsub.settings import DEFAULTS
 
@@ -322,9 +322,11 @@ def _read_locations(
         if bad.any():
             problems.append(f"lon/lat outside the valid range: ids {_names(labels[rows], bad)}")
             rows = rows[~bad]
+        assert near_xy is not None  # has_ll holds wherever use_ll does
         try:
-            pts, _ = locate_lonlat(network, lon[rows], lat[rows], max_snap_m=max_snap_m,
-                                   labels=labels[rows])
+            # Projected once above, for these rows and for the u/v rows' check alike.
+            pts, _ = locate_xy(network, near_xy[rows, 0], near_xy[rows, 1],
+                               max_snap_m=max_snap_m, labels=labels[rows])
         except InvalidLocationError as exc:
             problems.append(str(exc).replace(": ", ": ids ", 1))
         else:
