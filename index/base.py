@@ -34,7 +34,7 @@ from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = ["SubscriptionIndex", "concat_subscriptions", "index_file_info", "load_index"]
 

@@ -51,7 +51,7 @@ from roadnet.errors import InvalidLocationError, describe_rows
 from roadnet.files import atomic_paths
 from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = [
     "DEFAULT_WEIGHT_KEY",

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.model import Subscriptions
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = [
     "TEXT_BOUND_INFLATION",

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.terms import TermWeights
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
 __all__ = ["InvalidMessageError", "InvalidSubscriptionError", "Messages", "Subscriptions",
@@ -24,11 +25,11 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-class InvalidSubscriptionError(ValueError):
+class InvalidSubscriptionError(InputError):
     """Subscriptions that break the input rules (offending ids are named)."""
 
 
-class InvalidMessageError(ValueError):
+class InvalidMessageError(InputError):
     """Messages that break the input rules (offending ids are named)."""
 
 

@@ -20,7 +20,7 @@ from roadnet.cells import Cells, build_cells, edge_bboxes
 from roadnet.chains import ChainGraph
 from roadnet.locations import EdgePoints, point_xy
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 

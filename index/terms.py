@@ -12,10 +12,12 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
+
 __all__ = ["InvalidWeightsError", "TermWeights", "smoothed_idf"]
 
 
-class InvalidWeightsError(ValueError):
+class InvalidWeightsError(InputError):
     """A weights table with missing, non-positive or duplicate entries."""
 
 

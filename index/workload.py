@@ -40,7 +40,7 @@ from index.text import read_tweet_tokens, tokenize
 from roadnet.errors import InvalidLocationError
 from roadnet.locations import EdgePoints, locate_lonlat, locate_uv
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS, shared_data_dir
+from roadnet.settings import DEFAULTS, shared_data_dir
 
 __all__ = [
     "MESSAGE_KEYWORDS",

@@ -28,7 +28,7 @@ from pruning.deliveries import Deliveries
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.network import spatial_order
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
 

@@ -25,7 +25,7 @@ from index.model import Subscriptions
 from index.spatial import SpatialIndex
 from pruning.algorithm1 import cell_lower_bounds
 from roadnet.locations import EdgePoints
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = ["CellRouter", "cell_distance_limits", "partition_cells"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.model import Subscriptions
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = [
     "delivered",

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = ["Cells", "build_cells", "edge_bboxes"]
 

@@ -17,7 +17,7 @@ from scipy.spatial import cKDTree
 from roadnet.errors import InvalidLocationError, describe_rows
 from roadnet.lengths import snap_unless_on_grid
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 __all__ = [
     "EdgePoints",

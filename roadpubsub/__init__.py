@@ -4,7 +4,8 @@ The library lives in four layers that import one way only::
 
     roadnet  <-  index  <-  pruning  <-  spark_jobs, roadpubsub.cli
 
-``roadpubsub.settings`` holds every tunable default and imports nothing of the project.
+``roadnet.settings`` holds every tunable default and ``roadnet.errors`` the one error base;
+both sit below every layer.
 """
 
 __all__ = ["__version__"]

@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.lengths import check_dmax
+from roadnet.settings import shared_data_dir
 from roadpubsub.demo import (
     Steps,
     atomic_write_bytes,
@@ -69,7 +70,6 @@ from roadpubsub.demo import (
     save_figure,
     with_hint,
 )
-from roadpubsub.settings import shared_data_dir
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.lengths import check_dmax
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

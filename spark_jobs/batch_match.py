@@ -66,7 +66,7 @@ from roadnet.cells import build_cells
 from roadnet.files import check_output_path
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 from spark_jobs.precompute_bounds import (
     cells_from_payload,
     cells_payload,

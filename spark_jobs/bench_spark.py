@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from roadpubsub.settings import DEFAULTS, shared_data_dir
+from roadnet.settings import DEFAULTS, shared_data_dir
 
 __all__ = ["bench", "build_parser", "main"]
 

@@ -69,9 +69,10 @@ import pyarrow.compute as pc
 
 from roadnet.cell_bounds import CellBounds, border_distance_row
 from roadnet.cells import Cells, build_cells
+from roadnet.errors import InputError, RoadPubSubError
 from roadnet.files import check_output_path
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 from spark_jobs.overlay import border_rows, cell_shortcuts
 from spark_jobs.session import (
     add_spark_arguments,
@@ -132,11 +133,11 @@ _GRAPHFRAMES_CLASS = "org.graphframes.GraphFramePythonAPI"
 _GRAPHFRAMES_FALLBACK_VERSION = "0.12.3"
 
 
-class BoundsTableError(ValueError):
+class BoundsTableError(InputError):
     """A bound table that is missing, corrupt, or made for another network or cells."""
 
 
-class GraphFramesNotFoundError(RuntimeError):
+class GraphFramesNotFoundError(RoadPubSubError, RuntimeError):
     """The GraphFrames JVM classes (or Python package) are not available to Spark."""
 
     hint = "see https://graphframes.io/02-quick-start/01-installation.html"

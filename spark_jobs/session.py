@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from roadnet.errors import RoadPubSubError, format_error
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
     from pyspark.sql import SparkSession
@@ -69,16 +71,15 @@ _JAVA_HINT = "Spark 4 needs Java 17+: install openjdk-17-jre-headless and set JA
 T = TypeVar("T")
 
 
-class JavaNotFoundError(RuntimeError):
+class JavaNotFoundError(RoadPubSubError, RuntimeError):
     """No Java 17+ runtime was found for Spark (``hint`` says how to get one)."""
 
     hint = _JAVA_HINT
 
 
-class SparkJobError(RuntimeError):
+class SparkJobError(RoadPubSubError, RuntimeError):
     """A Spark job could not run as asked (the message names the cause and the fix)."""
 
-    hint = ""
 
 
 # ---------------------------------------------------------------------------- Java
@@ -232,9 +233,8 @@ def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
-        hint = getattr(exc, "hint", "")
-        print(f"{name}: error: {exc}" + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
+    except (RoadPubSubError, ValueError, OSError, RuntimeError) as exc:
+        print(f"{name}: error: {format_error(exc)}", file=sys.stderr)
         return 2
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from roadnet.io import load_network
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
+from roadnet.settings import shared_data_dir
 
 
 def shared_file(relative: str) -> Path:

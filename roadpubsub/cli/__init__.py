@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from roadnet.errors import RoadPubSubError, format_error
+
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
@@ -47,19 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("roadpubsub: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, OSError, RuntimeError) as exc:
-        hint = getattr(exc, "hint", "")
-        print(f"roadpubsub {args.command}: error: {_describe(exc)}"
-              + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
+    except (RoadPubSubError, ValueError, OSError, RuntimeError) as exc:
+        print(f"roadpubsub {args.command}: error: {format_error(exc)}", file=sys.stderr)
         return 2
-
-
-def _describe(exc: BaseException) -> str:
-    """The error's message; an operating-system error as "reason: path" without errno."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
-        paths = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
-        return f"{exc.strerror}: {paths}"
-    return str(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

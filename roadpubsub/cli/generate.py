@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from roadnet.files import check_output_path
+from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import snap_metres
-from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run"]
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from roadnet.files import check_output_path
+from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
-from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run_build", "run_info"]
 

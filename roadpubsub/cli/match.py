@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from roadnet.files import check_output_path
+from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
-from roadpubsub.settings import DEFAULTS
 
 __all__ = ["register", "run"]
 

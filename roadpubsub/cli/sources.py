@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roadnet import lengths
-from roadpubsub.settings import DEFAULTS
+from roadnet.settings import DEFAULTS
 
 if TYPE_CHECKING:
     from index.model import Subscriptions

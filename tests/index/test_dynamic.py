@@ -22,7 +22,7 @@ from pruning.indexed import IndexMatcher
 from roadnet.io import load_network
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
+from roadnet.settings import shared_data_dir
 
 DMAX = 3000.0
 

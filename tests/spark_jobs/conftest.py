@@ -18,7 +18,7 @@ from roadnet.cell_bounds import CellBounds, compute_cell_bounds
 from roadnet.cells import Cells, build_cells
 from roadnet.io import load_network
 from roadnet.network import RoadNetwork
-from roadpubsub.settings import shared_data_dir
+from roadnet.settings import shared_data_dir
 
 #: Master of the test session (see the module docstring).
 TEST_MASTER = "local[2,2]"

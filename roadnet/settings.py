@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULTS", "Settings", "shared_data_dir"]
+__all__ = ["DEFAULTS", "Settings", "shared_data_candidates", "shared_data_dir"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +68,35 @@ class Settings:
 DEFAULTS = Settings()
 
 
-def shared_data_dir() -> Path:
-    """Folder of the real data sets (``../shared/data`` beside the checkout).
+def shared_data_candidates() -> list[Path]:
+    """Folders searched, in order, for the real data sets.
 
-    ``ROADPUBSUB_SHARED_DATA`` overrides it. The folder may be absent; callers check.
+    ``ROADPUBSUB_SHARED_DATA`` when set; else ``shared/data`` and ``../shared/data`` below
+    the current directory, then ``../shared/data`` beside the source checkout (an editable
+    install). A non-editable install lives in site-packages, so the working directory is
+    what finds the data there.
     """
     env = os.environ.get("ROADPUBSUB_SHARED_DATA")
     if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+        return [Path(env)]
+    cwd = Path.cwd()
+    checkout = Path(__file__).resolve().parent.parent
+    found: list[Path] = []
+    for folder in (cwd / "shared" / "data", cwd.parent / "shared" / "data",
+                   checkout.parent / "shared" / "data"):
+        if folder not in found:
+            found.append(folder)
+    return found
+
+
+def shared_data_dir() -> Path:
+    """Folder of the real data sets: the first of :func:`shared_data_candidates` that exists.
+
+    When none exists, the first candidate is returned; callers check and name
+    :func:`shared_data_candidates` in their message.
+    """
+    candidates = shared_data_candidates()
+    for folder in candidates:
+        if folder.is_dir():
+            return folder
+    return candidates[0]
