@@ -1,0 +1,37 @@
+"""Subscription indexes: terms and weights, columnar subscriptions and messages, text
+limits (TSIMlimit, LAP, TUB, DNUB), BIA and EIA, and their files.
+
+The public API is the union of the modules' ``__all__``::
+
+    from index import EnhancedIndex, SpatialIndex, generate_workload, read_subscriptions
+"""
+
+from index import (
+    base,
+    bia,
+    eia,
+    io,
+    limits,
+    model,
+    postings,
+    spatial,
+    terms,
+    text,
+    workload,
+)
+from index.base import *  # noqa: F403
+from index.bia import *  # noqa: F403
+from index.eia import *  # noqa: F403
+from index.io import *  # noqa: F403
+from index.limits import *  # noqa: F403
+from index.model import *  # noqa: F403
+from index.postings import *  # noqa: F403
+from index.spatial import *  # noqa: F403
+from index.terms import *  # noqa: F403
+from index.text import *  # noqa: F403
+from index.workload import *  # noqa: F403
+
+#: The modules whose ``__all__`` make the package's API.
+API_MODULES = (terms, text, model, io, limits, postings, spatial, base, bia, eia, workload)
+
+__all__ = sorted({name for module in API_MODULES for name in module.__all__})

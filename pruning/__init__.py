@@ -1,0 +1,32 @@
+"""Matching: SIM (Eqs. 1-2), the reference matcher, Algorithms 1 and 2, and the matchers
+that put them together.
+
+The public API is the union of the modules' ``__all__``::
+
+    from pruning import IndexMatcher, BruteMatcher, build_matcher
+"""
+
+from pruning import (
+    algorithm1,
+    algorithm2,
+    brute,
+    deliveries,
+    indexed,
+    matchers,
+    routing,
+    similarity,
+)
+from pruning.algorithm1 import *  # noqa: F403
+from pruning.algorithm2 import *  # noqa: F403
+from pruning.brute import *  # noqa: F403
+from pruning.deliveries import *  # noqa: F403
+from pruning.indexed import *  # noqa: F403
+from pruning.matchers import *  # noqa: F403
+from pruning.routing import *  # noqa: F403
+from pruning.similarity import *  # noqa: F403
+
+#: The modules whose ``__all__`` make the package's API.
+API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, indexed,
+               matchers)
+
+__all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -1,25 +1,50 @@
-"""Road networks: graphs, edge points, cells and exact network distances (metres)."""
+"""Road networks: graphs, edge points, cells and exact network distances (metres).
+
+The public API is the union of the modules' ``__all__``: ``from roadnet import
+load_network, locate_lonlat, RoadNetwork`` and so on. Settings (:mod:`roadnet.settings`)
+and the error base (:mod:`roadnet.errors`) sit here because every layer above uses them.
+
+Examples
+--------
+>>> import roadnet
+>>> net = roadnet.load_network(roadnet.shared_data_dir() / "dimacs" / "rome.gr.gz")
+... # doctest: +SKIP
+"""
 
 from roadnet.jit import refresh_kernel_caches
 
 refresh_kernel_caches()  # before any kernel module loads a cached kernel
 
-from roadnet.errors import (  # noqa: E402
-    InvalidLocationError,
-    NetworkFormatError,
-    UnsupportedNetworkFormatError,
+# The order follows the layers inside the package: later modules import earlier ones.
+from roadnet import (  # noqa: E402
+    cell_bounds,
+    cells,
+    chains,
+    distance,
+    errors,
+    files,
+    io,
+    lengths,
+    locations,
+    network,
+    osm,
+    settings,
 )
-from roadnet.locations import EdgePoints  # noqa: E402, locate_lonlat, locate_uv, locate_xy, point_xy
-from roadnet.network import RoadNetwork  # noqa: E402
+from roadnet.cell_bounds import *  # noqa: E402, F403
+from roadnet.cells import *  # noqa: E402, F403
+from roadnet.chains import *  # noqa: E402, F403
+from roadnet.distance import *  # noqa: E402, F403
+from roadnet.errors import *  # noqa: E402, F403
+from roadnet.files import *  # noqa: E402, F403
+from roadnet.io import *  # noqa: E402, F403
+from roadnet.lengths import *  # noqa: E402, F403
+from roadnet.locations import *  # noqa: E402, F403
+from roadnet.network import *  # noqa: E402, F403
+from roadnet.osm import *  # noqa: E402, F403
+from roadnet.settings import *  # noqa: E402, F403
 
-__all__ = [
-    "EdgePoints",
-    "InvalidLocationError",
-    "NetworkFormatError",
-    "RoadNetwork",
-    "UnsupportedNetworkFormatError",
-    "locate_lonlat",
-    "locate_uv",
-    "locate_xy",
-    "point_xy",
-]
+#: The modules whose ``__all__`` make the package's API.
+API_MODULES = (errors, settings, lengths, files, network, locations, distance, chains, cells,
+               cell_bounds, osm, io)
+
+__all__ = sorted({name for module in API_MODULES for name in module.__all__})
