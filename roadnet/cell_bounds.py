@@ -204,10 +204,8 @@ def cell_graph(network: RoadNetwork, cells: Cells) -> ChainGraph:
     """
     # Keyed by the border set itself: equal borders give equal graphs, and object ids
     # can be reused.
-    key = "cell_graph:" + hashlib.sha1(cells.node_is_border.tobytes()).hexdigest()
-    if key not in network._cache:
-        network._cache[key] = build_chain_graph(network, junctions=cells.node_is_border)
-    return network._cache[key]  # type: ignore[no-any-return]
+    key = "cell_bounds.cell_graph:" + hashlib.sha1(cells.node_is_border.tobytes()).hexdigest()
+    return network.memo(key, lambda: build_chain_graph(network, junctions=cells.node_is_border))
 
 
 def node_border_distances(network: RoadNetwork, cells: Cells) -> tuple[FloatArray, FloatArray]:

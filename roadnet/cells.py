@@ -74,16 +74,16 @@ class Cells:
 
 def edge_bboxes(network: RoadNetwork) -> FloatArray:
     """Bounding box (xmin, ymin, xmax, ymax) in metres of each edge's polyline, shape (m, 4)."""
-    key = "edge_bboxes"
-    if key not in network._cache:
+    def build() -> FloatArray:
         starts = network.geom_ptr[:-1]
         gx = network.geom_xy[:, 0]
         gy = network.geom_xy[:, 1]
-        network._cache[key] = np.column_stack([
+        return np.column_stack([
             np.minimum.reduceat(gx, starts), np.minimum.reduceat(gy, starts),
             np.maximum.reduceat(gx, starts), np.maximum.reduceat(gy, starts),
         ])
-    return network._cache[key]  # type: ignore[no-any-return]
+
+    return network.memo("cells.edge_bboxes", build)
 
 
 def build_cells(

@@ -105,10 +105,8 @@ class _SegmentIndex:
 
 
 def _segment_index(network: RoadNetwork, piece_m: float) -> _SegmentIndex:
-    key = f"segment_index:{piece_m}"
-    if key not in network._cache:
-        network._cache[key] = _SegmentIndex(network, piece_m)
-    return network._cache[key]  # type: ignore[no-any-return]
+    return network.memo(f"locations.segment_index:{piece_m}",
+                        lambda: _SegmentIndex(network, piece_m))
 
 
 def locate_xy(
@@ -282,16 +280,7 @@ def locate_uv(
 def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
                  ) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     """Shortest edge joining each (u, v) pair: (edge or -1, whether it is stored as (v, u))."""
-    key = "edge_lookup"
-    if key not in network._cache:
-        n = np.int64(network.n_nodes)
-        eu = network.edge_u.astype(np.int64)
-        ev = network.edge_v.astype(np.int64)
-        # Shortest first, so the first match per key wins among parallel edges.
-        order = np.lexsort((network.edge_length, eu * n + ev))
-        keys = (eu * n + ev)[order]
-        network._cache[key] = (keys, order)
-    keys, order = network._cache[key]
+    keys, order = _edge_keys(network)
     n = np.int64(network.n_nodes)
 
     def find(a: IntArray, b: IntArray) -> IntArray:
@@ -310,16 +299,29 @@ def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
     return np.where(use_back, back, fwd), use_back
 
 
+def _edge_keys(network: RoadNetwork) -> tuple[IntArray, IntArray]:
+    """(sorted u * n + v keys, the edges in that order), shortest first among equal keys."""
+    def build() -> tuple[IntArray, IntArray]:
+        n = np.int64(network.n_nodes)
+        eu = network.edge_u.astype(np.int64)
+        ev = network.edge_v.astype(np.int64)
+        # Shortest first, so the first match per key wins among parallel edges.
+        order = np.lexsort((network.edge_length, eu * n + ev))
+        return (eu * n + ev)[order], order
+
+    return network.memo("locations.edge_keys", build)
+
+
 def _has_parallel(network: RoadNetwork) -> npt.NDArray[np.bool_]:
     """Per edge: whether another edge joins the same two nodes (either way round)."""
-    key = "has_parallel"
-    if key not in network._cache:
+    def build() -> npt.NDArray[np.bool_]:
         lo = np.minimum(network.edge_u, network.edge_v).astype(np.int64)
         hi = np.maximum(network.edge_u, network.edge_v).astype(np.int64)
         _, inverse, counts = np.unique(lo * network.n_nodes + hi, return_inverse=True,
                                        return_counts=True)
-        network._cache[key] = counts[inverse] > 1
-    return network._cache[key]  # type: ignore[no-any-return]
+        return np.asarray(counts[inverse] > 1)
+
+    return network.memo("locations.has_parallel", build)
 
 
 def _choose_parallel(
@@ -329,7 +331,7 @@ def _choose_parallel(
     """Where several edges join u and v, switch ``edge``/``flipped`` (in place) to the one
     whose point at ``offset`` lies nearest to ``near_xy`` (the writer's own edge), or, in a
     row without ``near_xy``, to the shortest one the offset fits on."""
-    keys, order = network._cache["edge_lookup"]
+    keys, order = _edge_keys(network)
     n = np.int64(network.n_nodes)
     known = np.asarray(np.isfinite(near_xy).all(axis=1), dtype=bool)
     length_now = network.edge_length[np.maximum(edge, 0)]

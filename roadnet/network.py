@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,8 @@ from pyproj import CRS, Transformer
 from roadnet.errors import NetworkFormatError, describe_rows
 from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
+
+T = TypeVar("T")
 
 __all__ = ["Adjacency", "RoadNetwork", "Topology", "hilbert_key", "spatial_order", "utm_crs_for"]
 
@@ -294,9 +297,14 @@ class RoadNetwork:
         """The same roads with one-way flags honoured (``directed=True``) or ignored."""
         if directed == self.directed:
             return self
-        return RoadNetwork(**{**self._fields(), "directed": directed})
+        return RoadNetwork(**{**self.to_arrays(), "directed": directed})
 
-    def _fields(self) -> dict[str, Any]:
+    def to_arrays(self) -> dict[str, Any]:
+        """The stored fields: every array and ``crs``, ``directed``, ``name``.
+
+        ``RoadNetwork(**net.to_arrays())`` rebuilds the network; saving, index files and the
+        Spark payloads all go through this pair, so a new field is added in one place.
+        """
         return {
             "node_ids": self.node_ids,
             "node_lon": self.node_lon,
@@ -333,7 +341,7 @@ class RoadNetwork:
     @property
     def edge_twoway(self) -> BoolArray:
         """True where an edge may be travelled from v to u as well (always, if undirected)."""
-        return self._cached(  # type: ignore[no-any-return]
+        return self.memo(  # type: ignore[no-any-return]
             "edge_twoway",
             lambda: np.ones(self.n_edges, dtype=bool) if not self.directed
             else ~self.edge_oneway)
@@ -344,10 +352,17 @@ class RoadNetwork:
                 float(self.node_lon.max()), float(self.node_lat.max()))
 
     # ------------------------------------------------------------------ derived arrays
-    def _cached(self, key: str, build: Any) -> Any:
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """``build()``, computed once per network and kept under ``key``.
+
+        Derived structures (adjacency, search trees, chain graphs, cell boxes) hang here so
+        that every layer shares them. A network never changes after construction, so an
+        entry never goes stale. Keys name their module and parameters
+        (``"locations.segments:50.0"``).
+        """
         if key not in self._cache:
             self._cache[key] = build()
-        return self._cache[key]
+        return self._cache[key]  # type: ignore[no-any-return]
 
     @property
     def geom_length(self) -> FloatArray:
@@ -360,7 +375,7 @@ class RoadNetwork:
             seg[:-1] = np.hypot(*np.diff(self.geom_xy, axis=0).T)
             seg[self.geom_ptr[1:] - 1] = 0.0
             return np.asarray(np.add.reduceat(seg, self.geom_ptr[:-1]))
-        return self._cached("geom_length", build)  # type: ignore[no-any-return]
+        return self.memo("geom_length", build)  # type: ignore[no-any-return]
 
     @property
     def kappa(self) -> float:
@@ -380,7 +395,7 @@ class RoadNetwork:
             if not ok.any():
                 return 1.0
             return float(np.min(self.edge_length[ok] / g[ok]))
-        return self._cached("kappa", build)  # type: ignore[no-any-return]
+        return self.memo("kappa", build)  # type: ignore[no-any-return]
 
     def adjacency(self, *, reverse: bool = False) -> Adjacency:
         """Arcs in CSR form; ``reverse=True`` gives the arcs turned around (incoming arcs).
@@ -407,7 +422,7 @@ class RoadNetwork:
                 weights=self.edge_length[arc_edge[order]],
                 arc_edge=arc_edge[order],
             )
-        return self._cached(key, build)  # type: ignore[no-any-return]
+        return self.memo(key, build)  # type: ignore[no-any-return]
 
     def to_local(self, points: Any) -> Any:
         """Edge points in this graph's own edges: the identity (see roadnet.chains)."""
@@ -433,12 +448,12 @@ class RoadNetwork:
             ).tocsr()
             count, labels = connected_components(graph, directed=False)
             return int(count), labels.astype(np.int32)
-        return self._cached("components", build)  # type: ignore[no-any-return]
+        return self.memo("components", build)  # type: ignore[no-any-return]
 
     def node_index(self, ids: npt.ArrayLike) -> IntArray:
         """Internal indices of original node ids; -1 where an id is unknown."""
-        order = self._cached("id_order", lambda: np.argsort(self.node_ids, kind="stable"))
-        sorted_ids = self._cached("sorted_ids", lambda: self.node_ids[order])
+        order = self.memo("id_order", lambda: np.argsort(self.node_ids, kind="stable"))
+        sorted_ids = self.memo("sorted_ids", lambda: self.node_ids[order])
         return _lookup(sorted_ids, order, np.asarray(ids, dtype=np.int64))
 
     # ------------------------------------------------------------------ persistence
@@ -447,7 +462,7 @@ class RoadNetwork:
         target = self.save_path(path)
         meta = json.dumps({"version": _FORMAT_VERSION, "crs": self.crs,
                            "directed": self.directed, "name": self.name})
-        arrays = {k: v for k, v in self._fields().items() if isinstance(v, np.ndarray)}
+        arrays = {k: v for k, v in self.to_arrays().items() if isinstance(v, np.ndarray)}
         with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
             np.savez(fh, meta=np.array(meta), **arrays)  # type: ignore[arg-type]
         return target

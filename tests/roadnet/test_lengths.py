@@ -90,7 +90,7 @@ def test_networks_and_edge_points_store_grid_values() -> None:
     np.testing.assert_array_equal(on_length_grid(net.edge_length), net.edge_length)
     assert abs(net.edge_length[0] - 100.1) <= LENGTH_GRID_M / 2
     # Every constructor path ends on the grid, also a direct one with raw floats.
-    again = RoadNetwork(**{**net._fields(), "edge_length": np.array([0.1, 0.2, 0.3])})
+    again = RoadNetwork(**{**net.to_arrays(), "edge_length": np.array([0.1, 0.2, 0.3])})
     np.testing.assert_array_equal(again.edge_length, on_length_grid([0.1, 0.2, 0.3]))
     pts = EdgePoints.of([0, 1], [50.05, 1 / 3])
     np.testing.assert_array_equal(pts.offset, on_length_grid([50.05, 1 / 3]))
@@ -117,7 +117,7 @@ def test_constructors_copy_so_callers_cannot_move_values_off_the_grid() -> None:
 def test_direct_construction_checks_lengths_too() -> None:
     net = _net([10.0, 20.0])
     with pytest.raises(NetworkFormatError, match="invalid length"):
-        RoadNetwork(**{**net._fields(), "edge_length": np.array([10.0, -1.0])})
+        RoadNetwork(**{**net.to_arrays(), "edge_length": np.array([10.0, -1.0])})
 
 
 def test_dmax_must_stay_in_the_exact_range() -> None:

@@ -81,7 +81,7 @@ def test_loader_rejects_other_network_cells_and_non_tables(
     other_cells = build_cells(andorra, capacity=4 * andorra_capacity)
     with pytest.raises(BoundsTableError, match=f"capacity {andorra_capacity}"):
         load_bounds_table(out, andorra, other_cells)
-    longer = RoadNetwork(**{**andorra._fields(), "edge_length": andorra.edge_length * 1.5})
+    longer = RoadNetwork(**{**andorra.to_arrays(), "edge_length": andorra.edge_length * 1.5})
     with pytest.raises(BoundsTableError, match=r"another network.*edge arrays differ"):
         load_bounds_table(out, longer, andorra_cells)
     directed = andorra.with_direction(directed=True)
