@@ -354,7 +354,7 @@ class SubscriptionIndex:
         target = Path(path)
         net = self.network
         arrays: dict[str, npt.NDArray[Any]] = {
-            f"network.{k}": v for k, v in net._fields().items() if isinstance(v, np.ndarray)}
+            f"network.{k}": v for k, v in net.to_arrays().items() if isinstance(v, np.ndarray)}
         arrays.update(self.spatial.to_arrays())
         s = self.subs
         arrays.update({"subs.ids": s.ids, "subs.edge": s.points.edge,

@@ -146,7 +146,7 @@ class GraphFramesNotFoundError(RoadPubSubError, RuntimeError):
 # ---------------------------------------------------------------------------- payloads
 def network_payload(network: RoadNetwork) -> dict[str, Any]:
     """The network's arrays and attributes (for a broadcast)."""
-    return dict(network._fields())
+    return dict(network.to_arrays())
 
 
 def network_from_payload(payload: dict[str, Any]) -> RoadNetwork:
