@@ -18,7 +18,6 @@ from roadnet.settings import DEFAULTS
 __all__ = [
     "delivered",
     "delivered_kernel",
-    "keyword_weight_sums",
     "sim_kernel",
     "spatio_textual_similarity",
     "text_similarity",
@@ -91,13 +90,6 @@ def _delivered_rows(score: FloatArray, tau: FloatArray, distance_m: FloatArray, 
                     tolerance: float, out: npt.NDArray[np.bool_]) -> None:  # pragma: no cover
     for i in range(score.size):
         out[i] = delivered_kernel(score[i], tau[i], distance_m[i], dmax_m, tolerance)
-
-
-def keyword_weight_sums(subs: Subscriptions, weights: FloatArray) -> FloatArray:
-    """wsum(s) = sum of w(t) over s's keywords (paper Eq. 10), per subscription."""
-    w = weights[subs.kw_terms]
-    sums = np.add.reduceat(w, subs.kw_ptr[:-1]) if w.size else np.zeros(len(subs))
-    return np.asarray(sums, dtype=np.float64)
 
 
 def text_similarity(
