@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from pyproj import CRS, Transformer
 
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
-from index.terms import InvalidWeightsError, TermWeights
+from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
 from roadnet.errors import InvalidLocationError, describe_rows
 from roadnet.files import atomic_paths
 from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
@@ -579,9 +579,10 @@ def read_weights(path: PathLike) -> TermWeights:
     if null_rows:
         problems.append(f"missing terms at rows {describe_rows(null_rows)}")
     labels = np.asarray(terms, dtype=object)
-    bad = ~(np.isfinite(weight) & (weight > 0))
+    bad = ~((weight >= MIN_WEIGHT) & (weight <= MAX_WEIGHT))  # NaN fails both
     if bad.any():
-        problems.append(f"weights missing, not finite or not > 0: terms {_names(labels, bad)}")
+        problems.append(f"weights missing or outside [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]: "
+                        f"terms {_names(labels, bad)}")
     seen: dict[str, int] = {}
     for t in terms:
         if t is not None:
@@ -593,11 +594,33 @@ def read_weights(path: PathLike) -> TermWeights:
         msg = f"invalid weights in {p}: " + "; ".join(problems)
         raise InvalidWeightsError(msg)
     meta = table.schema.metadata or {}
-    default = float(meta[DEFAULT_WEIGHT_KEY]) if DEFAULT_WEIGHT_KEY in meta else None
+    default = _default_weight(meta.get(DEFAULT_WEIGHT_KEY), p)
     if default is None and not terms:
         msg = f"invalid weights in {p}: the table is empty"
         raise InvalidWeightsError(msg)
-    return TermWeights(dict(zip(terms, weight.tolist(), strict=True)), default_weight=default)
+    try:
+        return TermWeights(dict(zip(terms, weight.tolist(), strict=True)),
+                           default_weight=default)
+    except InvalidWeightsError as exc:
+        msg = f"invalid weights in {p}: {exc}"
+        raise InvalidWeightsError(msg) from exc
+
+
+def _default_weight(raw: bytes | None, p: Path) -> float | None:
+    """The default weight kept in a weights file's metadata, checked like the column."""
+    if raw is None:
+        return None
+    key = DEFAULT_WEIGHT_KEY.decode()
+    try:
+        value = float(raw.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        msg = f"invalid weights in {p}: metadata {key} is not a number: {raw[:40]!r}"
+        raise InvalidWeightsError(msg) from exc
+    if not MIN_WEIGHT <= value <= MAX_WEIGHT:
+        msg = (f"invalid weights in {p}: metadata {key} = {value!r} is outside "
+               f"[{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]")
+        raise InvalidWeightsError(msg)
+    return value
 
 
 def read_deliveries(path: PathLike) -> dict[str, npt.NDArray[Any]]:

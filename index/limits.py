@@ -27,6 +27,7 @@ from index.model import Subscriptions
 from roadnet.settings import DEFAULTS
 
 __all__ = [
+    "DNUB_NUMERATOR_SLACK",
     "TEXT_BOUND_INFLATION",
     "LocationAwarePrefixes",
     "distance_limit",
@@ -34,15 +35,31 @@ __all__ = [
     "distance_upper_bound_kernel",
     "effective_tau",
     "location_aware_prefixes",
+    "row_suffix_sums",
+    "text_bound_allowance",
     "tsim_limit",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-#: Added to every textual upper bound (TUB) so that summing the same weights in another
-#: order (the verifier sums in term-id order) can never make a bound fall short of TSIM.
+#: Added to every textual upper bound (TUB), on top of the per-row rounding allowance of
+#: :func:`text_bound_allowance`, so that summing the same weights in another order (the
+#: verifier sums in term-id order) can never make a bound fall short of TSIM.
 TEXT_BOUND_INFLATION = 1e-12
+
+#: Unit roundoff of float64 (2^-53).
+_U = 2.0**-53
+
+#: Absolute widening of the DNUB numerator (Eq. 13), 2^-48. The delivery rule evaluates
+#: SIM = a(1 - d/Dmax) + (1 - a) TSIM with 6 rounded operations and DNUB's numerator
+#: tau_e - (1 - a) TUB with 3 more (tau_e itself is the same float on both sides). Every
+#: operand lies in [0, 2], so each rounding is at most 2^-52 in absolute value: at most
+#: 9 * 2^-52 in all. Turning the numerator into a distance (1 - x / a, then * Dmax) adds at
+#: most 3 roundings of values in [0, 1] (3 * 2^-53 after dividing by a <= 1, which only
+#: scales the numerator's allowance up). 2^-48 = 16 * 2^-52 covers both, so a pair whose
+#: rounded SIM reaches tau_e never lies beyond its rounded DNUB.
+DNUB_NUMERATOR_SLACK = 2.0**-48
 
 
 def effective_tau(tau: FloatArray, *, tolerance: float = DEFAULTS.score_tolerance) -> FloatArray:
@@ -68,9 +85,10 @@ def distance_upper_bound_kernel(alpha: float, tau_e: float, tub: float,
     alpha = 0 is handled without dividing: Dmax where TUB >= tau_e, else -Dmax.
     """
     if alpha > 0.0:
-        # The numerator carries a rounding error of a few 1e-16, which the division by a
-        # small alpha magnifies; widen by more than that so the bound stays an upper bound.
-        frac = 1.0 - (tau_e - (1.0 - alpha) * tub) / alpha + 1e-15 / alpha
+        # Widened by DNUB_NUMERATOR_SLACK (its comment has the rounding argument). Written
+        # as a test on the numerator's sign so that no subnormal alpha makes inf - inf.
+        num = tau_e - (1.0 - alpha) * tub - DNUB_NUMERATOR_SLACK
+        frac = 1.0 if num <= 0.0 else 1.0 - num / alpha
     else:
         frac = 1.0 if tub >= tau_e else -1.0
     return min(frac, 1.0) * dmax_m
@@ -110,6 +128,45 @@ def distance_limit(alpha: FloatArray, tau_e: FloatArray, dmax_m: float) -> Float
     """
     full = np.full(np.shape(alpha), 1.0 + TEXT_BOUND_INFLATION)
     return distance_upper_bound(alpha, tau_e, full, dmax_m)
+
+
+def text_bound_allowance(n_keywords: IntArray) -> FloatArray:
+    """Per-row absolute allowance added to TUB(s|t): TEXT_BOUND_INFLATION + (8k + 8) u.
+
+    Why it suffices, for a row of k keywords with positive weights: a float sum of at most
+    k positive terms, in any order, is within gamma_k = k u / (1 - k u) of the exact sum
+    (relative). TSIM = fl(common / total) and TUB = fl(suffix / wsum) are each a quotient of
+    two such sums (the verifier's in term-id order, ours in weight order), and in exact
+    arithmetic common <= suffix (the shared keywords are among the suffix that starts at
+    the first shared one) and total = wsum. So fl(TSIM) <= fl(TUB) (1 + gamma_k)^4
+    (1 + u)^2 <= fl(TUB) + (4 gamma_k + 3u) as both lie in [0, 1] (to first order; the
+    doubled constant, 8k + 8, covers the higher-order terms for any k < 2^40). The bound
+    does not depend on the weights' magnitudes, because every sum is taken per row.
+    """
+    k = np.asarray(n_keywords, dtype=np.float64)
+    return np.asarray(TEXT_BOUND_INFLATION + (8.0 * k + 8.0) * _U, dtype=np.float64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_suffix_sums(ptr: IntArray, w: FloatArray, out: FloatArray) -> None:  # pragma: no cover
+    for r in range(ptr.size - 1):
+        acc = 0.0
+        for i in range(ptr[r + 1] - 1, ptr[r] - 1, -1):
+            acc += w[i]
+            out[i] = acc
+
+
+def row_suffix_sums(ptr: IntArray, w: FloatArray) -> FloatArray:
+    """Within each CSR row, ``out[i] = w[i] + w[i + 1] + ... + w[row end - 1]``.
+
+    Each row is summed on its own, from its last entry back, so a row's sums carry only
+    that row's rounding (at most gamma_k relative for k entries), whatever the other rows
+    hold. (A difference of one running sum over all rows, as before, carried the rounding
+    of the whole running total: 1e16 in an earlier row wiped out a later row's weights.)
+    """
+    out = np.empty(np.asarray(w).size, dtype=np.float64)
+    _row_suffix_sums(np.asarray(ptr, dtype=np.int64), np.asarray(w, dtype=np.float64), out)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,13 +218,11 @@ def location_aware_prefixes(
     w = weights[term]
     alpha = subs.alpha[row]
     tau_e = effective_tau(subs.tau, tolerance=tolerance)
-    # Suffix sums within each row: wsum(s_i) = wsum(s) - (sum of weights before i).
-    cum = np.cumsum(w)
-    row_start = subs.kw_ptr[:-1]
-    before_row = np.where(row_start > 0, cum[np.maximum(row_start - 1, 0)], 0.0)
-    wsum = (cum[subs.kw_ptr[1:] - 1] - before_row) if w.size else np.zeros(n)
-    suffix = wsum[row] - (cum - w - before_row[row])
-    tub = np.minimum(suffix / wsum[row] + TEXT_BOUND_INFLATION, 1.0 + TEXT_BOUND_INFLATION)
+    # wsum(s_i) per row, summed within the row (see row_suffix_sums); wsum(s) = wsum(s_1).
+    suffix = row_suffix_sums(subs.kw_ptr, w)
+    wsum = suffix[subs.kw_ptr[:-1]] if w.size else np.zeros(n)
+    allowance = text_bound_allowance(lengths)[row]
+    tub = np.minimum(suffix / wsum[row] + allowance, 1.0 + allowance)
     dnub = distance_upper_bound(alpha, tau_e[row], tub, dmax_m)
     in_lap = dnub >= 0.0
     wild = tsim_limit(subs.alpha, tau_e) <= 0.0

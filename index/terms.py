@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from roadnet.errors import InputError
 
-__all__ = ["InvalidWeightsError", "TermWeights", "smoothed_idf"]
+__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "InvalidWeightsError", "TermWeights", "smoothed_idf"]
 
 
 class InvalidWeightsError(InputError):
@@ -25,6 +25,21 @@ def smoothed_idf(n_documents: int, document_frequency: npt.ArrayLike) -> npt.NDA
     """Smoothed idf: w(t) = ln((1 + N) / (1 + df(t))) + 1, always > 0."""
     df = np.asarray(document_frequency, dtype=np.float64)
     return np.log((1.0 + n_documents) / (1.0 + df)) + 1.0
+
+
+#: Smallest and largest accepted keyword weight. Any positive normal float in between works
+#: exactly (text bounds are summed per subscription, see index.limits); the ends keep every
+#: sum of a subscription's weights away from overflow and from subnormal numbers, whose
+#: rounding is absolute rather than relative.
+MIN_WEIGHT = 1e-290
+MAX_WEIGHT = 1e290
+
+
+def _valid_weight(w: object) -> bool:
+    """Whether ``w`` is a real number in [MIN_WEIGHT, MAX_WEIGHT] (not a bool)."""
+    if isinstance(w, bool | np.bool_) or not isinstance(w, int | float | np.integer | np.floating):
+        return False
+    return bool(MIN_WEIGHT <= float(w) <= MAX_WEIGHT)
 
 
 class TermWeights:
@@ -44,15 +59,20 @@ class TermWeights:
     def __init__(self, weights: Mapping[str, float], *, default_weight: float | None = None
                  ) -> None:
         values = np.fromiter(weights.values(), dtype=np.float64, count=len(weights))
-        bad = [t for t, w in weights.items() if not (np.isfinite(w) and w > 0)]
+        bad = [t for t, w in weights.items() if not _valid_weight(w)]
         if bad:
-            msg = f"weights must be finite and > 0; offending terms: {bad[:10]}"
+            msg = (f"weights must be numbers from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}; "
+                   f"offending terms: {bad[:10]}")
             raise InvalidWeightsError(msg)
         if default_weight is None:
             if values.size == 0:
                 msg = "an empty weights table needs a default_weight"
                 raise InvalidWeightsError(msg)
             default_weight = float(values.max())
+        if not _valid_weight(default_weight):
+            msg = (f"the default weight must be a number from {MIN_WEIGHT:g} to "
+                   f"{MAX_WEIGHT:g}, got {default_weight!r}")
+            raise InvalidWeightsError(msg)
         self.default_weight = float(default_weight)
         self._id: dict[str, int] = {}
         self._terms: list[str] = []

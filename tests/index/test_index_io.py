@@ -420,9 +420,9 @@ def test_unreadable_and_missing_files(tmp_path: Path, tiny: RoadNetwork) -> None
 WEIGHT_CASES: list[tuple[str, Columns, tuple[str, ...]]] = [
     ("duplicate", {"term": ["a", "b", "a"], "weight": [1.0, 2.0, 3.0]},
      ("duplicate terms", "a")),
-    ("zero", {"term": ["a", "b"], "weight": [1.0, 0.0]}, ("not > 0", "b")),
-    ("negative", {"term": ["a", "b"], "weight": [-1.0, 1.0]}, ("not > 0", "a")),
-    ("nan", {"term": ["a", "b"], "weight": [1.0, float("nan")]}, ("not > 0", "b")),
+    ("zero", {"term": ["a", "b"], "weight": [1.0, 0.0]}, ("outside", "b")),
+    ("negative", {"term": ["a", "b"], "weight": [-1.0, 1.0]}, ("outside", "a")),
+    ("nan", {"term": ["a", "b"], "weight": [1.0, float("nan")]}, ("outside", "b")),
     ("null term", {"term": ["a", None], "weight": [1.0, 1.0]}, ("missing terms", "1")),
     ("weight string", {"term": ["a"], "weight": ["1"]}, ("wrong column types", "weight")),
     ("term int", {"term": [1], "weight": [1.0]}, ("wrong column types", "term")),

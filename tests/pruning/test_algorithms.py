@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from split_graph import split_graph
-from test_exactness import assert_same, random_points, tiny_network
+from strategies import assert_same, random_points, tiny_network
 
 from index.base import SubscriptionIndex, load_index
 from index.bia import BasicIndex

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_exactness import assert_same
+from strategies import assert_same
 
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
