@@ -17,6 +17,7 @@ from index import (
     spatial,
     terms,
     text,
+    validate,
     workload,
 )
 from index.base import *  # noqa: F403
@@ -29,9 +30,11 @@ from index.postings import *  # noqa: F403
 from index.spatial import *  # noqa: F403
 from index.terms import *  # noqa: F403
 from index.text import *  # noqa: F403
+from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, io, limits, postings, spatial, base, bia, eia, workload)
+API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, base, bia, eia,
+               workload)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

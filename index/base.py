@@ -29,6 +29,7 @@ from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
 from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
+from index.validate import IndexFileError, array_digest, check_index_arrays
 from roadnet.errors import describe_rows
 from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import check_dmax
@@ -36,7 +37,8 @@ from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["SubscriptionIndex", "concat_subscriptions", "index_file_info", "load_index"]
+__all__ = ["SUBSCRIPTION_INDEX_KINDS", "SubscriptionIndex", "concat_subscriptions",
+           "index_file_info", "index_from_arrays", "load_index"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -241,8 +243,57 @@ class SubscriptionIndex:
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
         return (self._slot_of(q) >= 0) | np.isin(q, self.delta.ids)
 
+    def check_points(self, points: EdgePoints, *, labels: npt.ArrayLike | None = None,
+                     what: str = "subscriptions") -> None:
+        """Refuse points off this index's network: an edge id outside [0, n_edges), or an
+        offset that is not a finite number within [0, the edge's length] (metres).
+
+        Raises
+        ------
+        InvalidSubscriptionError
+            Naming the offending rows (``labels``, e.g. the ids, else row numbers).
+        """
+        edge = np.asarray(points.edge)
+        offset = np.asarray(points.offset, dtype=np.float64)
+        names = np.arange(edge.size) if labels is None else np.asarray(labels)
+        length = self.network.edge_length
+        bad_edge = (edge < 0) | (edge >= length.size)
+        safe = np.where(bad_edge, 0, edge)
+        bad_offset = ~bad_edge & ~((offset >= 0.0) & (offset <= length[safe]))
+        problems = []
+        if bad_edge.any():
+            problems.append(f"edge ids outside [0, {length.size}): "
+                            f"{describe_rows(names[bad_edge].tolist())}")
+        if bad_offset.any():
+            problems.append("offsets not within [0, edge length] metres: "
+                            f"{describe_rows(names[bad_offset].tolist())}")
+        if problems:
+            msg = f"invalid {what}: " + "; ".join(problems)
+            raise InvalidSubscriptionError(msg)
+
+    def _check_new(self, subscriptions: Subscriptions) -> None:
+        """What :meth:`subscribe` needs beyond the batch's own checks: points on this
+        network and keyword ids of this index's weights."""
+        self.check_points(subscriptions.points, labels=subscriptions.ids)
+        terms = subscriptions.kw_terms
+        if terms.size and (int(terms.min()) < 0 or int(terms.max()) >= len(self.weights)):
+            rows = np.searchsorted(subscriptions.kw_ptr,
+                                   np.flatnonzero((terms < 0) | (terms >= len(self.weights))),
+                                   side="right") - 1
+            msg = ("invalid subscriptions: keyword ids unknown to the index's weights: ids "
+                   f"{describe_rows(subscriptions.ids[np.unique(rows)].tolist())}")
+            raise InvalidSubscriptionError(msg)
+
     def subscribe(self, subscriptions: Subscriptions) -> None:
-        """Add subscriptions (their ids must be new); effective for the next message."""
+        """Add subscriptions (their ids must be new); effective for the next message.
+
+        Raises
+        ------
+        InvalidSubscriptionError
+            Ids already present, points off the network, or keyword ids the index's weights
+            do not hold; nothing is added then.
+        """
+        self._check_new(subscriptions)
         clash = self.contains(subscriptions.ids)
         if clash.any():
             known = describe_rows(subscriptions.ids[clash][:10].tolist(), total=int(clash.sum()))
@@ -275,8 +326,18 @@ class SubscriptionIndex:
             self._keep_delta_rows(np.flatnonzero(keep))
 
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
-        """Give subscriptions new locations (keywords, alpha and tau stay)."""
+        """Give subscriptions new locations (keywords, alpha and tau stay).
+
+        Raises
+        ------
+        InvalidSubscriptionError
+            Unknown ids, or points off the network; nothing moves then.
+        """
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        if len(points) != q.size:
+            msg = f"move: {q.size} ids but {len(points)} points"
+            raise InvalidSubscriptionError(msg)
+        self.check_points(points, labels=q)
         rows = self._rows_of(q)
         moved = Subscriptions(rows.ids, points, rows.alpha, rows.tau, rows.kw_ptr, rows.kw_terms)
         self.unsubscribe(q)
@@ -366,7 +427,8 @@ class SubscriptionIndex:
         arrays.update({f"structure.{k}": v for k, v in self.structure_arrays().items()})
         meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
                 "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
-                "network": {"crs": net.crs, "directed": net.directed, "name": net.name}}
+                "network": {"crs": net.crs, "directed": net.directed, "name": net.name},
+                "digest": array_digest(arrays)}
         with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
             np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
         return target
@@ -380,32 +442,37 @@ def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None 
         meta, arrays = read_npz(path, keys)
     except ValueError as exc:
         msg = f"{not_an_index}: {exc}"
-        raise ValueError(msg) from exc
+        raise IndexFileError(msg) from exc
     if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
-            or meta.get("kind") not in ("eia", "bia"):
-        raise ValueError(not_an_index)
+            or meta.get("kind") not in ("eia", "bia") or not isinstance(meta.get("network"), dict):
+        raise IndexFileError(not_an_index)
     return meta, arrays
 
 
 def index_file_info(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What an index file holds, read without building the index.
+    """What an index file holds, checked as a load checks it, without building the index.
 
     Returns
     -------
     dict
-        ``kind``, ``dmax_m`` (metres), ``subscriptions``, ``terms``, ``cells`` and
-        ``network`` (``name``, ``nodes``, ``edges``, ``directed``, ``crs``).
+        ``kind``, ``dmax_m`` (metres), ``subscriptions``, ``terms``, ``cells``,
+        ``network`` (``name``, ``nodes``, ``edges``, ``directed``, ``crs``) and ``checked``:
+        what was checked (every array's ranges, and the content digest when the file has
+        one). ``roadpubsub index verify`` also rebuilds the postings and bounds.
 
     Raises
     ------
     FileNotFoundError
         No such file.
-    ValueError
-        Not an index file written by :meth:`SubscriptionIndex.save`.
+    IndexFileError
+        Not an index file, or a damaged one (the file and array are named).
     """
-    meta, arrays = _read_index_file(
-        path, ("subs.ids", "weights.values", "cells.bbox", "network.node_ids",
-               "network.edge_u"))
+    meta, arrays = _read_index_file(path)
+    check_index_arrays(meta, arrays, source=str(path))
+    digest = meta.get("digest")
+    if digest is not None and digest != array_digest(arrays):
+        msg = f"{path}: damaged index file: its arrays do not match the digest saved with them"
+        raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'")
     net = meta["network"]
     return {"kind": meta["kind"], "dmax_m": meta["dmax_m"],
             "subscriptions": int(arrays["subs.ids"].size),
@@ -413,16 +480,39 @@ def index_file_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "cells": int(arrays["cells.bbox"].shape[0]),
             "network": {"name": net["name"], "nodes": int(arrays["network.node_ids"].size),
                         "edges": int(arrays["network.edge_u"].size),
-                        "directed": net["directed"], "crs": net["crs"]}}
+                        "directed": net["directed"], "crs": net["crs"]},
+            "checked": "ranges and digest" if digest is not None
+                       else "ranges (no digest: written by an older version)"}
+
+
+#: Index classes by the ``kind`` their files record (filled by index.eia and index.bia).
+SUBSCRIPTION_INDEX_KINDS: dict[str, type[SubscriptionIndex]] = {}
 
 
 def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
-    """Read an index written by :meth:`SubscriptionIndex.save` (either architecture)."""
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
+    """Read an index written by :meth:`SubscriptionIndex.save` (either architecture).
 
-    kinds: dict[str, type[SubscriptionIndex]] = {"eia": EnhancedIndex, "bia": BasicIndex}
+    Every array is checked (:func:`index.validate.check_index_arrays`) before any compiled
+    code reads it.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    IndexFileError
+        Not an index file, or one whose arrays are missing, malformed or out of range.
+    """
     meta, arrays = _read_index_file(path)
+    check_index_arrays(meta, arrays, source=str(path))
+    return index_from_arrays(meta, arrays, source=str(path))
+
+
+def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: str
+                      ) -> SubscriptionIndex:
+    """The index an index file's (checked) metadata and arrays describe."""
+    import index.bia
+    import index.eia  # noqa: F401  (they register their kinds)
+
     net_meta = meta["network"]
     network = RoadNetwork(**{k[8:]: v for k, v in arrays.items() if k.startswith("network.")},
                           crs=net_meta["crs"], directed=net_meta["directed"],
@@ -435,9 +525,13 @@ def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
                          EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
                          arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
                          arrays["subs.kw_terms"])
-    cls = kinds[meta["kind"]]
+    cls = SUBSCRIPTION_INDEX_KINDS[meta["kind"]]
     structures = {k[10:]: v for k, v in arrays.items() if k.startswith("structure.")}
     if not structures:  # written before the structures were saved: build them
         return cls(spatial, subs, weights, dmax_m=meta["dmax_m"], tolerance=meta["tolerance"])
-    return cls.restore(spatial, subs, weights, dmax_m=meta["dmax_m"],
-                       tolerance=meta["tolerance"], structures=structures)
+    try:
+        return cls.restore(spatial, subs, weights, dmax_m=meta["dmax_m"],
+                           tolerance=meta["tolerance"], structures=structures)
+    except ValueError as exc:
+        msg = f"{source}: damaged index file: {exc}"
+        raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'") from exc

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
+from index.base import SUBSCRIPTION_INDEX_KINDS, SubscriptionIndex
 from index.limits import effective_tau
 from index.postings import build_posting_layout
 
@@ -61,3 +61,6 @@ class BasicIndex(SubscriptionIndex):
         """Postings and the cell and edge statistics."""
         return {**super().structure_arrays(), "cell_min_alpha": self.cell_min_alpha,
                 "cell_max_alpha": self.cell_max_alpha, "cell_min_tau_e": self.cell_min_tau_e}
+
+
+SUBSCRIPTION_INDEX_KINDS["bia"] = BasicIndex

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
+from index.base import SUBSCRIPTION_INDEX_KINDS, SubscriptionIndex
 from index.limits import effective_tau, location_aware_prefixes
 from index.postings import build_posting_layout, edge_groups_by_value
 
@@ -53,3 +53,6 @@ class EnhancedIndex(SubscriptionIndex):
     def structure_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Postings, DNlimit per cell and the edge statistics."""
         return {**super().structure_arrays(), "cell_dn_limit": self.cell_dn_limit}
+
+
+SUBSCRIPTION_INDEX_KINDS["eia"] = EnhancedIndex

@@ -21,7 +21,7 @@ from index.base import SubscriptionIndex
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.limits import distance_upper_bound_kernel
-from index.model import Messages
+from index.model import InvalidMessageError, Messages
 from pruning.algorithm1 import COUNTER_NAMES, bia_candidates, eia_candidates
 from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
@@ -326,9 +326,21 @@ class IndexMatcher:
         *,
         progress: Callable[[int], None] | None = None,
     ) -> tuple[Deliveries, MatchStats]:
-        """Deliveries of a batch of messages, with per-message statistics."""
+        """Deliveries of a batch of messages, with per-message statistics.
+
+        Raises
+        ------
+        InvalidSubscriptionError, InvalidMessageError
+            Messages whose points are off the index's network or whose keyword ids the
+            index's weights do not hold (checked before any compiled code runs).
+        """
         index = self.index
         sp = index.spatial
+        index.check_points(messages.points, labels=messages.ids, what="messages")
+        terms = messages.kw_terms
+        if terms.size and (int(terms.min()) < 0 or int(terms.max()) >= len(index.weights)):
+            problem = "invalid messages: keyword ids unknown to the index's weights"
+            raise InvalidMessageError(problem)
         mf = sp.facts(messages.points)
         msg = (mf.chain, mf.chain_offset, mf.x, mf.y, mf.cell, mf.din_in,
                messages.kw_ptr, messages.kw_terms)
