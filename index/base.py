@@ -428,7 +428,7 @@ class SubscriptionIndex:
         meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
                 "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
                 "network": {"crs": net.crs, "directed": net.directed, "name": net.name},
-                "digest": array_digest(arrays)}
+                "normalize_keywords": self.weights.normalize, "digest": array_digest(arrays)}
         with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
             np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
         return target
@@ -519,8 +519,10 @@ def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: s
                           name=net_meta["name"])
     spatial = SpatialIndex.from_arrays(network, arrays)
     terms = arrays["weights.terms"].tolist()
+    # Files written before keywords were normalised hold exact strings: keep them exact.
     weights = TermWeights(dict(zip(terms, arrays["weights.values"].tolist(), strict=True)),
-                          default_weight=meta["default_weight"])
+                          default_weight=meta["default_weight"],
+                          normalize=bool(meta.get("normalize_keywords", False)))
     subs = Subscriptions(arrays["subs.ids"],
                          EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
                          arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],

@@ -126,7 +126,8 @@ def _write_table_to(table: pa.Table, tmp: Path, *, suffix: str) -> None:
 
         pacsv.write_csv(table, tmp)
     else:
-        pq.write_table(table, tmp)
+        # Page checksums let a reader tell a damaged file from a valid one.
+        pq.write_table(table, tmp, write_page_checksum=True)
 
 
 # ---------------------------------------------------------------------------- reading tables
@@ -152,8 +153,11 @@ def read_table(path: PathLike, *, error: ErrorType = ValueError) -> pa.Table:
     try:
         if suffix in _JSON_SUFFIXES:
             return _read_json(p)
-        return pq.read_table(p)
-    except (pa.ArrowException, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return pq.read_table(p, page_checksum_verification=True)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except (pa.ArrowException, OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # pyarrow reports damaged Parquet (bad checksums, corrupt pages) as OSError.
         msg = f"{p}: cannot read the file ({type(exc).__name__}: {exc})"
         raise error(msg) from exc
 
@@ -170,7 +174,9 @@ def _read_json(path: Path) -> pa.Table:
         return pa.Table.from_pylist(records)
     if not head:
         return pa.table({})
-    return pajson.read_json(path)
+    table = pajson.read_json(path)
+    table.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
+    return table
 
 
 # ---------------------------------------------------------------------------- column checks
@@ -397,14 +403,15 @@ def _keyword_rows(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
     if pa.types.is_null(values.type):
         values = pa.array([None] * len(values), pa.string())
     values = pc.cast(values, pa.string())
+    blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
     bad_value = np.asarray(
-        pc.or_kleene(values.is_null(), pc.equal(pc.utf8_length(values), 0)).fill_null(True)
+        pc.or_kleene(values.is_null(), blank).fill_null(True)
         .to_numpy(zero_copy_only=False), dtype=bool)
     if bad_value.any():
         row_of = np.repeat(np.arange(n), lengths)
         bad_rows = np.zeros(n, dtype=bool)
         bad_rows[row_of[bad_value]] = True
-        problems.append(f"null or empty-string keywords: ids {_names(labels, bad_rows)}")
+        problems.append(f"null, empty or white-space-only keywords: ids {_names(labels, bad_rows)}")
     return lengths, values
 
 
@@ -543,7 +550,8 @@ def read_messages(
     return Messages(ids, points, ptr, terms)
 
 
-def read_weights(path: PathLike) -> TermWeights:
+def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keywords
+                 ) -> TermWeights:
     """Read a weights table (``term``, ``weight`` > 0).
 
     Raises
@@ -600,7 +608,7 @@ def read_weights(path: PathLike) -> TermWeights:
         raise InvalidWeightsError(msg)
     try:
         return TermWeights(dict(zip(terms, weight.tolist(), strict=True)),
-                           default_weight=default)
+                           default_weight=default, normalize=normalize)
     except InvalidWeightsError as exc:
         msg = f"invalid weights in {p}: {exc}"
         raise InvalidWeightsError(msg) from exc

@@ -7,14 +7,17 @@ total and reproducible (:meth:`TermWeights.rank`).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 from roadnet.errors import InputError
+from roadnet.settings import DEFAULTS
 
-__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "InvalidWeightsError", "TermWeights", "smoothed_idf"]
+__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "InvalidWeightsError", "TermWeights", "normalize_keyword",
+           "smoothed_idf"]
 
 
 class InvalidWeightsError(InputError):
@@ -33,6 +36,25 @@ def smoothed_idf(n_documents: int, document_frequency: npt.ArrayLike) -> npt.NDA
 #: rounding is absolute rather than relative.
 MIN_WEIGHT = 1e-290
 MAX_WEIGHT = 1e290
+
+
+def normalize_keyword(keyword: str) -> str:
+    """The form keywords are compared in: Unicode NFC, case-folded, white space stripped.
+
+    Subscriptions, messages, weights tables and corpora all pass through here (unless
+    exact matching is asked for), so "DELAYED", " delayed" and "delayed" are one keyword,
+    and so are "naïve" typed with a combining diaeresis and with the single character.
+
+    Examples
+    --------
+    >>> normalize_keyword(" DELAYED ")
+    'delayed'
+    >>> normalize_keyword("nai\u0308ve") == normalize_keyword("na\u00efve")
+    True
+    >>> normalize_keyword("Straße")
+    'strasse'
+    """
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", keyword).casefold()).strip()
 
 
 def _valid_weight(w: object) -> bool:
@@ -54,10 +76,32 @@ class TermWeights:
         Mapping term -> weight (> 0). May be empty only if ``default_weight`` is given.
     default_weight
         Weight of unseen terms; the largest table weight when omitted.
+    normalize
+        Compare keywords by :func:`normalize_keyword` (the default, from
+        ``DEFAULTS.normalize_keywords``) or as exact strings. Table terms are normalised
+        too; two that become one are an error.
     """
 
-    def __init__(self, weights: Mapping[str, float], *, default_weight: float | None = None
-                 ) -> None:
+    def __init__(self, weights: Mapping[str, float], *, default_weight: float | None = None,
+                 normalize: bool = DEFAULTS.normalize_keywords) -> None:
+        self.normalize = bool(normalize)
+        if self.normalize:
+            merged: dict[str, float] = {}
+            clashes: list[str] = []
+            for term, w in weights.items():
+                key = normalize_keyword(term) if isinstance(term, str) else term
+                if key in merged:
+                    clashes.append(repr(term))
+                merged[key] = w
+            if clashes:
+                msg = (f"terms that are the same keyword once normalised (case, accents, "
+                       f"white space): {', '.join(clashes[:10])}")
+                raise InvalidWeightsError(msg, hint="merge them, or compare keywords exactly")
+            empty = [t for t in merged if isinstance(t, str) and not t]
+            if empty:
+                msg = "an empty or white-space-only term in the weights table"
+                raise InvalidWeightsError(msg)
+            weights = merged
         values = np.fromiter(weights.values(), dtype=np.float64, count=len(weights))
         bad = [t for t, w in weights.items() if not _valid_weight(w)]
         if bad:
@@ -95,6 +139,8 @@ class TermWeights:
         return len(self._terms)
 
     def __contains__(self, term: object) -> bool:
+        if self.normalize and isinstance(term, str):
+            term = normalize_keyword(term)
         return term in self._id
 
     @property
@@ -108,9 +154,13 @@ class TermWeights:
         return self._terms
 
     def ids(self, terms: Iterable[str], *, add: bool) -> npt.NDArray[np.int32]:
-        """Term ids of ``terms``; unknown terms are added (``add=True``) or given -1."""
+        """Term ids of ``terms``; unknown terms are added (``add=True``) or given -1.
+
+        Terms are normalised first when the table normalises (see :func:`normalize_keyword`).
+        """
         out = []
-        for term in terms:
+        for raw in terms:
+            term = normalize_keyword(raw) if self.normalize else raw
             tid = self._id.get(term)
             if tid is None:
                 tid = self._add(term, self.default_weight) if add else -1
@@ -136,15 +186,22 @@ class TermWeights:
         return {"term": list(self._terms), "weight": self.weights.tolist()}
 
     @classmethod
-    def from_idf(cls, documents: Iterable[Iterable[str]]) -> TermWeights:
-        """Smoothed idf over a corpus of tokenised documents (see :func:`smoothed_idf`)."""
+    def from_idf(cls, documents: Iterable[Iterable[str]], *,
+                 normalize: bool = DEFAULTS.normalize_keywords) -> TermWeights:
+        """Smoothed idf over a corpus of tokenised documents (see :func:`smoothed_idf`).
+
+        With ``normalize``, tokens are counted in their :func:`normalize_keyword` form, so
+        "Delay" and "delay" are one term of the corpus as they are one keyword.
+        """
         df: dict[str, int] = {}
         n = 0
         for doc in documents:
             n += 1
-            for term in set(doc):
-                df[term] = df.get(term, 0) + 1
+            tokens = {normalize_keyword(t) for t in doc} if normalize else set(doc)
+            for term in tokens:
+                if term:
+                    df[term] = df.get(term, 0) + 1
         terms = sorted(df)
         w = smoothed_idf(n, [df[t] for t in terms])
         return cls(dict(zip(terms, w.tolist(), strict=True)),
-                   default_weight=float(smoothed_idf(n, [0])[0]))
+                   default_weight=float(smoothed_idf(n, [0])[0]), normalize=normalize)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -89,7 +90,8 @@ def tokenize(text: str | None) -> list[str]:
     """
     if not isinstance(text, str) or not text:
         return []
-    s = html.unescape(text).translate(_APOSTROPHES).lower()
+    # NFC and case folding: the keyword form of index.terms.normalize_keyword.
+    s = unicodedata.normalize("NFC", html.unescape(text)).translate(_APOSTROPHES).casefold()
     s = _MENTION.sub(" ", _URL.sub(" ", s))
     out: dict[str, None] = {}
     for raw in _WORD.findall(s):

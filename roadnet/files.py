@@ -1,26 +1,52 @@
-"""Atomic file output: write under a temporary name, then rename over the target.
+"""Safe file output: checked before the work, locked during it, written atomically.
 
-A failed write never leaves a half-written or partial file behind, and readers never see
-one in progress.
+* :func:`check_output_path` refuses, before any work, an output that cannot be written or
+  that is one of the run's inputs (same path, a link to it, the same file), and takes an
+  advisory lock on it for the rest of the process, so a second run writing the same output
+  at the same time is refused instead of silently overwriting the first one's result.
+* :func:`atomic_paths` writes under temporary names (``.NAME.PID.XXXX.tmp`` beside the
+  target) and renames them over the targets only when all are complete. A run killed with
+  SIGKILL can leave its temporary behind; the next run to the same output removes it (and
+  says so), since the pid in its name is no longer alive.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import re
+import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
-__all__ = ["atomic_paths", "check_output_path", "read_npz"]
+from roadnet.errors import InputError, RoadPubSubError
+
+__all__ = ["OutputBusyError", "OutputIsInputError", "atomic_paths", "check_output_path",
+           "read_npz", "release_output_locks"]
 
 PathLike = str | os.PathLike[str]
+
+
+class OutputIsInputError(InputError):
+    """An output path that names one of the run's inputs (it would be destroyed)."""
+
+
+class OutputBusyError(RoadPubSubError, RuntimeError):
+    """Another live run is writing the same output."""
+
+
+#: Output locks this process holds: lock file -> open descriptor (see check_output_path).
+_LOCKS: dict[Path, int] = {}
 
 
 @contextlib.contextmanager
@@ -40,11 +66,19 @@ def atomic_paths(*targets: PathLike) -> Iterator[list[Path]]:
     try:
         for final in finals:
             final.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp",
-                                            dir=final.parent)
+            remove_stale_temporaries(final)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}.",
+                                            suffix=".tmp", dir=final.parent)
             os.close(fd)
             temps.append(Path(tmp_name))
-        yield temps
+        try:
+            yield temps
+        except OSError as exc:
+            # A full disk or a failing device: name the output, not the temporary.
+            if exc.filename is None or str(exc.filename) in {str(t) for t in temps}:
+                target = ", ".join(str(f) for f in finals)
+                raise OSError(exc.errno or 0, exc.strerror or str(exc), target) from exc
+            raise
         mode = 0o666 & ~_umask()
         for tmp, final in zip(temps, finals, strict=True):
             os.chmod(tmp, mode)  # mkstemp makes 0600 files; give the usual permissions
@@ -54,8 +88,56 @@ def atomic_paths(*targets: PathLike) -> Iterator[list[Path]]:
             tmp.unlink(missing_ok=True)
 
 
-def check_output_path(path: PathLike, *, folder: bool = False, what: str = "output") -> Path:
-    """``path`` as a Path, or one OSError saying why nothing could be written there.
+def remove_stale_temporaries(final: Path) -> list[Path]:
+    """Delete temporaries of ``final`` left by runs that are no longer alive.
+
+    Temporaries are named ``.NAME.PID.XXXX.tmp``; one whose PID is not a live process was
+    left by a killed run. Each removal is reported on stderr. Returns the removed paths.
+    """
+    pattern = re.compile(re.escape(f".{final.name}.") + r"(\d+)\.[^.]+\.tmp\Z")
+    removed: list[Path] = []
+    try:
+        names = os.listdir(final.parent)
+    except OSError:
+        return removed
+    for name in names:
+        found = pattern.match(name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        stale = final.parent / name
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+            removed.append(stale)
+            print(f"note: removed {stale}, a temporary file left by an interrupted run "
+                  f"(pid {found.group(1)})", file=sys.stderr)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: equal once resolved, or the same inode."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_path(path: PathLike, *, folder: bool = False, what: str = "output",
+                      inputs: Iterable[PathLike | None] = (), lock: bool = True) -> Path:
+    """``path`` as a Path, or one error saying why it must not be written.
 
     Meant for the start of a long job, so that a bad output path fails in a second rather
     than after the work. The target may exist (it is replaced) but must be a file, or a
@@ -70,8 +152,29 @@ def check_output_path(path: PathLike, *, folder: bool = False, what: str = "outp
         Whether ``path`` is a folder to write files into.
     what
         How messages name the path (e.g. ``"--out"``).
+    inputs
+        The run's input paths (None entries are skipped): the output must be none of them,
+        by name, link or inode.
+    lock
+        Take an advisory lock on the output for the rest of the process, or until
+        :func:`release_output_locks` (a file under the temporary directory's
+        ``roadpubsub-locks``, named by the output's resolved path).
+
+    Raises
+    ------
+    OutputIsInputError
+        The output is one of ``inputs``.
+    OutputBusyError
+        Another live process holds the output's lock.
+    OSError
+        The path cannot be written (a folder where a file belongs, a read-only folder).
     """
     target = Path(path)
+    for source in inputs:
+        if source is not None and _same_file(target, Path(source)):
+            msg = (f"{what} {target} is the input {source}: writing it would destroy the "
+                   f"input")
+            raise OutputIsInputError(msg, hint="choose another output path")
     if target.exists() and target.is_dir() != folder:
         kind = "a file" if folder else "a folder"
         msg = f"{what} {target}: is {kind}; expected {'a folder' if folder else 'a file'}"
@@ -88,7 +191,54 @@ def check_output_path(path: PathLike, *, folder: bool = False, what: str = "outp
     if not os.access(parent, os.W_OK | os.X_OK):
         msg = f"{what} {target}: folder {parent} is not writable"
         raise PermissionError(msg)
+    if lock:
+        _lock_output(target, what=what)
     return target
+
+
+def _lock_output(target: Path, *, what: str) -> None:
+    # Lock files live in one folder of the temporary directory, named by the output's
+    # resolved path: nothing is created beside the user's outputs, and a run that fails
+    # before writing leaves no folder behind.
+    key = hashlib.sha1(str(target.resolve()).encode()).hexdigest()
+    lock_path = Path(tempfile.gettempdir()) / "roadpubsub-locks" / f"{key}.lock"
+    if lock_path in _LOCKS:
+        return
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            msg = (f"{what} {target}: another run (pid {holder}) is writing it now; two "
+                   f"runs writing one output would lose one result")
+            raise OutputBusyError(msg, hint="wait for it, or choose another output") from None
+        # The holder we waited on may have removed the file before we locked it: lock the
+        # file that is there now.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _LOCKS[lock_path] = fd
+
+
+def release_output_locks() -> None:
+    """Release (and remove) every output lock this process took; called at exit too."""
+    for lock_path, fd in list(_LOCKS.items()):
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
+        os.close(fd)
+        del _LOCKS[lock_path]
+
+
+atexit.register(release_output_locks)
 
 
 def read_npz(path: PathLike, keys: tuple[str, ...] | None = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -24,7 +25,7 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
+from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError, describe_rows
 from roadnet.network import RoadNetwork
 
 __all__ = ["SUPPORTED_SUFFIXES", "load_network", "read_dimacs", "read_li"]
@@ -73,7 +74,14 @@ def load_network(path: str | os.PathLike[str], *, directed: bool = False) -> Roa
     if suffix not in SUPPORTED_SUFFIXES:
         msg = (f"{p}: unsupported network format {suffix or '(no suffix)'!r}; "
                f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
-        raise UnsupportedNetworkFormatError(msg)
+        lower = p.name.lower()
+        hint = None
+        if lower.endswith((".co", ".co.gz")):
+            arcs = p.name.replace(".co", ".gr", 1)
+            hint = f"that is DIMACS coordinates; pass the arcs file, {arcs}"
+        elif lower.endswith(".cedge"):
+            hint = "pass the .cnode file beside it"
+        raise UnsupportedNetworkFormatError(msg, hint=hint)
     if not p.exists():
         msg = f"network file not found: {p}"
         raise FileNotFoundError(msg)
@@ -106,8 +114,16 @@ def _companion(path: Path, old: str, new: str) -> Path:
 
 def _read_tagged(path: Path, tag: str, ncols: int) -> npt.NDArray[np.int64]:
     """Rows starting with ``tag`` of a DIMACS file, as int64 columns after the tag."""
-    with _open_text(path) as fh:
-        lines = [line for line in fh if line.startswith(tag + " ")]
+    try:
+        with _open_text(path) as fh:
+            numbered = [(i, line) for i, line in enumerate(fh, 1) if line.startswith(tag + " ")]
+    except (EOFError, OSError, UnicodeDecodeError, zlib.error) as exc:
+        if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError):
+            raise
+        what = "truncated" if isinstance(exc, EOFError) else "unreadable"
+        msg = f"{path}: {what} file ({exc})"
+        raise NetworkFormatError(msg) from exc
+    lines = [line for _, line in numbered]
     if not lines:
         msg = f"{path}: no '{tag}' lines found; is this a DIMACS file?"
         raise NetworkFormatError(msg)
@@ -117,6 +133,13 @@ def _read_tagged(path: Path, tag: str, ncols: int) -> npt.NDArray[np.int64]:
     except ValueError as exc:
         msg = f"{path}: malformed '{tag}' line ({exc})"
         raise NetworkFormatError(msg) from exc
+    if tag == "a":
+        negative = np.flatnonzero(data[:, 2] < 0)
+        if negative.size:
+            at = [numbered[i][0] for i in negative[:10]]
+            msg = (f"{path}: arcs with a negative length at lines "
+                   f"{describe_rows(at, total=negative.size)}")
+            raise NetworkFormatError(msg)
     return data
 
 

@@ -439,8 +439,16 @@ class RoadNetwork:
             version = meta.get("version") if isinstance(meta, dict) else None
             msg = f"{path}: unsupported network file version {version!r}"
             raise NetworkFormatError(msg)
-        return cls(**arrays, crs=meta["crs"], directed=bool(meta["directed"]),
-                   name=str(meta["name"]))
+        if "kind" in meta:
+            msg = f"{path}: an index file ({meta['kind']}), not a network file"
+            raise NetworkFormatError(msg, hint="give it as --index-file, or 'roadpubsub index "
+                                               "info' to see its network")
+        try:
+            return cls(**arrays, crs=meta["crs"], directed=bool(meta["directed"]),
+                       name=str(meta["name"]))
+        except (KeyError, TypeError) as exc:
+            msg = f"{path}: not a network file written by roadpubsub (lacks {exc})"
+            raise NetworkFormatError(msg) from exc
 
 
 def hilbert_key(x: FloatArray, y: FloatArray, *, order: int = 16) -> IntArray:

@@ -50,6 +50,9 @@ class Settings:
         index's delta buffer (together with ``delta_compaction_ratio``).
     delta_compaction_ratio
         Compact when the delta buffer exceeds this fraction of the indexed subscriptions.
+    normalize_keywords
+        Compare keywords after Unicode NFC, case folding and stripping white space
+        ("DELAYED" matches "delayed"); False compares them as exact strings.
     """
 
     snap_distance_m: float = 250.0
@@ -63,6 +66,7 @@ class Settings:
     bucket_width_m: float = 10.0
     delta_compaction_min: int = 20_000
     delta_compaction_ratio: float = 0.05
+    normalize_keywords: bool = True
 
 
 DEFAULTS = Settings()

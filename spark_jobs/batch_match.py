@@ -497,7 +497,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_dmax(args.dmax, name="--dmax")
     if "://" not in args.out:  # a local path: check it before any work
-        check_output_path(args.out, folder=True, what="--out")
+        check_output_path(args.out, folder=True, what="--out", inputs=(
+            args.network, args.subscriptions, args.messages, args.weights))
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     weights = read_weights(args.weights)

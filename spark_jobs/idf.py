@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _check_local_corpus(args.corpus)  # before Spark starts, which takes seconds
     if "://" not in args.out:
-        check_output_path(args.out, what="--out")
+        check_output_path(args.out, what="--out", inputs=(args.corpus,))
     spark = session_from_args(args, app_name="roadpubsub idf")
     out, weights = write_idf(spark, args.corpus, args.out, fmt=args.fmt, column=args.column)
     log(f"wrote {len(weights)} term weights to {out} in {time.perf_counter() - t0:.1f} s")

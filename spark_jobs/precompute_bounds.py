@@ -744,7 +744,7 @@ def run(args: argparse.Namespace) -> int:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise ValueError(msg)
     if "://" not in args.out:  # a local path: check it before any work
-        check_output_path(args.out, folder=True, what="--out")
+        check_output_path(args.out, folder=True, what="--out", inputs=(args.network,))
     t0 = time.perf_counter()
     network = load_network(args.network, directed=args.directed)
     cells = build_cells(network, capacity=args.capacity, max_depth=args.max_depth)

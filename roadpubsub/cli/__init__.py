@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
 from roadnet.errors import RoadPubSubError, format_error
+from roadnet.files import release_output_locks
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -40,18 +42,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so temporaries are removed on the way out."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """Entry point of the console script.
+
+    Exit codes: 0 done, 2 an error a user can fix (one line on stderr), 130 Ctrl-C, 143
+    SIGTERM. Interrupted runs leave no output and no temporary file.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("roadpubsub: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("roadpubsub: terminated", file=sys.stderr)
+        return 143
+    except MemoryError as exc:
+        print(f"roadpubsub {args.command}: error: out of memory ({exc or 'no detail'}) "
+              "(hint: use fewer subscriptions or messages, a smaller --batch, or a machine "
+              "with more memory)", file=sys.stderr)
+        return 2
     except (RoadPubSubError, ValueError, OSError, RuntimeError) as exc:
         print(f"roadpubsub {args.command}: error: {format_error(exc)}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        release_output_locks()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < (0 if name == "brute_messages" else 1):
             msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
             raise ValueError(msg)
-    check_output_path(args.out_dir, folder=True, what="--out-dir")
+    check_output_path(args.out_dir, folder=True, what="--out-dir", inputs=(args.network,))
     quiet = args.quiet
     doc: dict[str, Any]
     if args.suite == "throughput":

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from roadpubsub.demo import dumps_json, format_summary, run_demo
 
-    check_output_path(args.out_dir, folder=True, what="--out-dir")
+    check_output_path(args.out_dir, folder=True, what="--out-dir", inputs=(args.network,))
     result = run_demo(
         network_path=args.network,
         subscriptions=args.subscriptions,

@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     if args.subscriptions < 0 or args.messages < 0:
         msg = "--subscriptions and --messages must be >= 0"
         raise ValueError(msg)
-    check_output_path(args.out_dir, folder=True, what="--out-dir")
+    check_output_path(args.out_dir, folder=True, what="--out-dir",
+                      inputs=(args.network, getattr(args, "pois", None)))
     network = load_network(args.network)
     t_net = time.perf_counter()
     pois = None

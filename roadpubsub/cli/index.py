@@ -96,7 +96,8 @@ def run_build(args: argparse.Namespace) -> int:
     if out.suffix.lower() != ".npz":
         msg = f"--out {out}: an index file must end in .npz"
         raise ValueError(msg)
-    check_output_path(out, what="--out")
+    check_output_path(out, what="--out", inputs=(
+        args.network, args.subscriptions, args.weights, args.corpus, args.bounds))
     check_dmax(args.dmax)
     if args.cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
@@ -124,6 +125,7 @@ def run_build(args: argparse.Namespace) -> int:
     summary = {
         "kind": args.kind, "network": str(args.network), "directed": bool(args.directed),
         "dmax_m": args.dmax, "subscriptions": len(subs), "cells": cells.n_cells,
+        "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
         "bounds": str(args.bounds) if args.bounds else "computed",
         "bytes_per_subscription": round(index.nbytes_per_subscription(), 1),
         "file": str(out), "file_bytes": out.stat().st_size,

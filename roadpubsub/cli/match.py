@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in _OUT_SUFFIXES:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
         raise ValueError(msg)
-    check_output_path(out, what="--out")
+    check_output_path(out, what="--out", inputs=(
+        args.network, args.subscriptions, args.messages, args.weights, args.corpus,
+        args.index_file))
     _check_sources(args)
     dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
     if args.batch < 1:
@@ -139,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         "subscriptions": n_subs,
         "messages": n,
         "deliveries": len(deliveries),
+        "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
         "out": str(out),
         "seconds": {"read": round(t_read - t0, 3), "build": round(t_build - t_read, 3),
                     "match": round(match_s, 3), "write": round(t_write - t_match, 3)},
@@ -169,7 +172,8 @@ def _check_sources(args: argparse.Namespace) -> None:
         given = [flag for flag, value in (
             ("--network", args.network), ("--subscriptions", args.subscriptions),
             ("--weights", args.weights), ("--corpus", args.corpus), ("--dmax", args.dmax),
-            ("--index", args.index), ("--directed", args.directed or None)) if value is not None]
+            ("--index", args.index), ("--directed", args.directed or None),
+            ("--exact-keywords", args.exact_keywords or None)) if value is not None]
         if given:
             msg = (f"--index-file already holds the network, subscriptions, weights, Dmax and "
                    f"architecture; drop {', '.join(given)}")

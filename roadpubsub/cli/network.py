@@ -108,7 +108,8 @@ def _run_info(args: argparse.Namespace) -> int:
     if args.save:
         from roadnet.network import RoadNetwork
 
-        check_output_path(RoadNetwork.save_path(args.save), what="--save")
+        check_output_path(RoadNetwork.save_path(args.save), what="--save",
+                          inputs=(args.path,))
     start = time.perf_counter()
     network = load_network(args.path, directed=args.directed)
     load_seconds = time.perf_counter() - start

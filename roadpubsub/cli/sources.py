@@ -63,6 +63,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
                         metavar="METRES", help="largest snap distance for lon/lat locations, "
                         "and largest gap between a row's u/v/offset and its own lon/lat "
                         f"(default {DEFAULTS.snap_distance_m:g}; inf: no limit)")
+    parser.add_argument("--exact-keywords", action="store_true",
+                        help="compare keywords as exact strings (default: after Unicode NFC, "
+                             "case folding and stripping, so 'DELAYED' matches 'delayed')")
 
 
 def snap_metres(text: str) -> float:
@@ -89,10 +92,11 @@ def read_weights_option(args: argparse.Namespace) -> TermWeights:
     from index.text import read_text_corpus
     from index.workload import default_tweets_path
 
+    normalize = not getattr(args, "exact_keywords", False)
     if args.weights:
-        return read_weights(args.weights)
+        return read_weights(args.weights, normalize=normalize)
     corpus = Path(args.corpus) if args.corpus else default_tweets_path()
-    return TermWeights.from_idf(read_text_corpus(corpus))
+    return TermWeights.from_idf(read_text_corpus(corpus), normalize=normalize)
 
 
 def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Subscriptions]:
@@ -105,6 +109,7 @@ def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Su
     known = len(weights)
     subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
     added = len(weights) - known
+    args.keywords_not_in_weights = added  # for the command's JSON summary, even with --quiet
     if added and not getattr(args, "quiet", False):
         # Legal (they weigh the default), but a mistyped keyword shows up here.
         print(f"note: {added:,} keyword(s) of the subscriptions are not in the weights "

@@ -309,7 +309,7 @@ COMMON_CASES: list[tuple[str, Callable[[Columns], Columns], tuple[str, ...]]] = 
     ("null keywords", _set("keywords", [["a"], ["b"], None], KW),
      ("empty keyword list", "3")),
     ("null keyword", _set("keywords", [["a", None], ["b"], ["c"]], KW),
-     ("null or empty-string keywords", "1")),
+     ("null, empty or white-space-only keywords", "1")),
     ("duplicate ids", _set("id", [7, 8, 7], pa.int64()), ("duplicate ids", "7")),
     ("null id", _set("id", [7, None, 9], pa.int64()), ("missing ids", "row 1")),
     ("unknown node", _set("u", [10, 99, 30], pa.int64()), ("unknown node ids", "2")),
