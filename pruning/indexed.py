@@ -10,7 +10,10 @@ matcher's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -30,7 +33,7 @@ from roadnet.distance import NodeSearch, dead_ends
 from roadnet.network import spatial_order
 from roadnet.settings import DEFAULTS
 
-__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats"]
+__all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "default_threads"]
 
 #: Per-message statistics: the pruning counters, then verification figures.
 STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
@@ -228,6 +231,27 @@ def _match_batch(  # pragma: no cover - compiled
     return end, n_out, stamp
 
 
+def default_threads() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(eq=False)
+class _Lane:
+    """What one matching thread owns: a search workspace, buckets and scratch arrays."""
+
+    search: NodeSearch
+    buckets: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+    scratch: tuple[npt.NDArray[np.generic], ...] = ()
+    queue: tuple[npt.NDArray[np.generic], ...] = ()
+    capacity: tuple[int, int, int] | None = None
+    stamp: int = 0
+    out_capacity: int = 1 << 16
+
+
 class IndexMatcher:
     """Matches messages against a :class:`BasicIndex` or an :class:`EnhancedIndex`.
 
@@ -244,6 +268,10 @@ class IndexMatcher:
         the same). False keeps the input order.
     bucket_width_m
         Bucket width of the verification search, metres (> 0; the result is the same).
+    threads
+        Threads matching one batch (>= 1; default: every core this process may use). Each
+        thread takes a contiguous run of the Hilbert-ordered batch with scratch arrays of
+        its own; the compiled loop holds no GIL. The result is the same for any count.
     """
 
     def __init__(
@@ -255,6 +283,7 @@ class IndexMatcher:
         chunk: int = 256,
         hilbert_order: bool = True,
         bucket_width_m: float = DEFAULTS.bucket_width_m,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(index, EnhancedIndex | BasicIndex):
             msg = f"IndexMatcher needs an EnhancedIndex or a BasicIndex, got {type(index)}"
@@ -268,22 +297,31 @@ class IndexMatcher:
             msg = f"bucket_width_m must be a positive number of metres, got {bucket_width_m!r}"
             raise ValueError(msg)
         self.bucket_width_m = float(bucket_width_m)
-        self._search = NodeSearch(index.spatial.graph, reverse=True)
-        # Verification limits never exceed Dmax (fixed per index): buckets up to there (at
-        # most 4M, 32 MiB: a search needing more falls back to the heap, as one needing more
-        # entries than the heap holds does).
-        n_buckets = min(int(index.dmax_m / self.bucket_width_m) + 3, 1 << 22)
-        self._buckets = (np.empty(n_buckets, dtype=np.int64),
-                         np.empty(self._search.workspace()[2].size, dtype=np.int64))
-        self._dead_end_to = dead_ends(self._search.adjacency)
+        self.threads = default_threads() if threads is None else int(threads)
+        if self.threads < 1:
+            msg = f"threads must be >= 1, got {threads!r}"
+            raise ValueError(msg)
+        self._lanes: list[_Lane] = []
+        self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
         self._D_t = np.ascontiguousarray(bounds.D.T)
         self._eta_t = np.ascontiguousarray(bounds.eta_minus.T)
-        self._stamp = 0
-        self._out_capacity = 1 << 16
 
-    def _scratch(self) -> tuple[npt.NDArray[np.generic], ...]:
+    def _lane(self, k: int) -> _Lane:
+        """Thread k's search workspace, buckets and scratch (made on first use)."""
+        while len(self._lanes) <= k:
+            search = NodeSearch(self.index.spatial.graph, reverse=True)
+            # Verification limits never exceed Dmax (fixed per index): buckets up to there
+            # (at most 4M, 32 MiB: a search needing more falls back to the heap, as one
+            # needing more entries than the heap holds does).
+            n_buckets = min(int(self.index.dmax_m / self.bucket_width_m) + 3, 1 << 22)
+            buckets = (np.empty(n_buckets, dtype=np.int64),
+                       np.empty(search.workspace()[2].size, dtype=np.int64))
+            self._lanes.append(_Lane(search, buckets))
+        return self._lanes[k]
+
+    def _scratch(self, lane: _Lane) -> tuple[npt.NDArray[np.generic], ...]:
         """Scratch arrays of the compiled loop, reused while the index still fits them.
 
         Updates between calls (a subscribe grows the delta by one row) must not cost a new
@@ -296,13 +334,13 @@ class IndexMatcher:
         n_slots = len(index.subs)
         n_delta = len(index.delta)
         n_terms = len(index.weights)
-        cap = getattr(self, "_capacity", None)
+        cap = lane.capacity
         if cap is None or cap[0] != n_slots or cap[1] < n_delta or cap[2] < n_terms:
             delta_cap = 2 * n_delta + 256
             terms_cap = n_terms + n_terms // 8 + 64
             most = n_slots + delta_cap + 1
-            self._stamp = 0
-            self._scratch_arrays = (
+            lane.stamp = 0
+            lane.scratch = (
                 np.empty(n_cells), np.empty(n_cells, dtype=np.int8), np.empty(n_cells),
                 np.empty(m), np.zeros(m, dtype=np.int64), np.zeros(n_slots + 1, dtype=np.int64),
                 np.empty(n_slots + 1, dtype=np.int32), np.empty(n_slots + 1),
@@ -312,13 +350,13 @@ class IndexMatcher:
                 np.empty(2 * most, dtype=np.int64), np.empty(2 * most),
             )
             # The verification queue of a chunk: any one message's candidates fit.
-            self._queue_arrays = (
+            lane.queue = (
                 np.empty(self.chunk + 1, dtype=np.int64), np.empty(most, dtype=np.int64),
                 np.empty(most, dtype=np.int8), np.empty(most, dtype=np.int32),
                 *(np.empty(most) for _ in range(6)),
             )
-            self._capacity = (n_slots, delta_cap, terms_cap)
-        return self._scratch_arrays
+            lane.capacity = (n_slots, delta_cap, terms_cap)
+        return lane.scratch
 
     def match(
         self,
@@ -363,19 +401,13 @@ class IndexMatcher:
         df = index.delta_facts
         delta = (df.x, df.y, df.cell, df.din_out, index.delta_dn_limit, index.delta_wildcard,
                  df.chain, df.chain_offset, d.alpha, d.tau, d.kw_ptr, d.kw_terms)
-        adj = self._search.adjacency
+        lane0 = self._lane(0)
+        adj = lane0.search.adjacency
         graph = sp.graph
         net_arrays = (adj.indptr, adj.indices, adj.weights, graph.edge_u, graph.edge_v,
                       graph.edge_length, graph.edge_twoway, self._dead_end_to)
-        ws = self._search.workspace()
-        scratch = list(self._scratch())
-        queue = self._queue_arrays
         longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
-        scratch[9] = np.empty(longest, dtype=np.int64)
         stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
-        out = self._new_out(self._out_capacity)
-        n_out = 0
-        i = 0
         n = len(messages)
         # Matching in Hilbert order of the messages' locations, neighbouring messages read
         # the same postings, bounds and part of the road graph, and find them in cache:
@@ -383,30 +415,80 @@ class IndexMatcher:
         # 30% (BIA) faster than in input order. The output is sorted by message anyway.
         order = (spatial_order(mf.x, mf.y) if self.hilbert_order
                  else np.arange(len(messages), dtype=np.int64))
-        while i < n:
-            stop = min(i + self.chunk, n)
-            nxt, n_out, self._stamp = _match_batch(
-                is_eia, i, stop, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                delta, net_arrays, ws, self._buckets, tuple(scratch), queue,
-                index.weights.weights, index.dmax_m, index.tolerance, self.slack_abs,
-                self.slack_rel, self._stamp, out, n_out, stats, self.bucket_width_m)
-            if progress is not None and nxt > i:
-                progress(nxt - i)
-            if nxt == i:  # output buffers full: grow and resume
-                self._out_capacity = 2 * out[0].size + len(index.subs) + len(index.delta)
-                grown = self._new_out(self._out_capacity)
-                for old, new in zip(out, grown, strict=True):
-                    new[:n_out] = old[:n_out]
-                out = grown
-            i = nxt
-        out_msg, out_src, out_row, out_dist, out_score = (a[:n_out] for a in out)
-        sub_ids = np.empty(n_out, dtype=np.int64)
+        shared = (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
+                  delta, net_arrays, index.weights.weights, index.dmax_m, index.tolerance,
+                  stats)
+        # Threads pull runs of consecutive positions of the Hilbert order from one counter:
+        # each run keeps its locality, and small runs (about 8 per thread) keep the threads
+        # busy to the end. Stats rows are per message, so threads never share one.
+        n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
+        if n_lanes == 1:
+            parts = [self._run_lane(0, [(0, n)], longest, shared, progress)]
+        else:
+            size = max(16, min(self.chunk, math.ceil(n / (8 * n_lanes))))
+            runs = [(a, min(a + size, n)) for a in range(0, n, size)]
+            queue = iter(runs)  # next() on one iterator is atomic under the GIL
+            for k in range(n_lanes):
+                self._lane(k)
+            with ThreadPoolExecutor(max_workers=n_lanes) as pool:
+                futures = [pool.submit(self._run_lane, k, queue, longest, shared, None)
+                           for k in range(n_lanes)]
+                parts = [f.result() for f in futures]
+            if progress is not None:
+                progress(n)
+        out_msg = np.concatenate([p[0] for p in parts])
+        out_src = np.concatenate([p[1] for p in parts])
+        out_row = np.concatenate([p[2] for p in parts])
+        out_dist = np.concatenate([p[3] for p in parts])
+        out_score = np.concatenate([p[4] for p in parts])
+        sub_ids = np.empty(out_msg.size, dtype=np.int64)
         main = out_src == 0
         sub_ids[main] = s.ids[out_row[main]]
         sub_ids[~main] = d.ids[out_row[~main]]
         found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.astype(np.float64),
                            out_score.astype(np.float64))
         return Deliveries.concat([found]), MatchStats(messages.ids.copy(), stats)
+
+    def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
+                  progress: Callable[[int], None] | None
+                  ) -> tuple[npt.NDArray[np.generic], ...]:
+        """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
+        one by one from ``runs``, which other lanes may share); the lane's output rows."""
+        lane = self._lane(k)
+        scratch = list(self._scratch(lane))
+        scratch[9] = np.empty(longest, dtype=np.int64)  # the message's term slots
+        ws = lane.search.workspace()
+        out = self._new_out(lane.out_capacity)
+        n_out = 0
+        for start, stop in runs:
+            n_out, out = self._run_span(lane, start, stop, scratch, ws, out, n_out, shared,
+                                        progress)
+        return tuple(a[:n_out] for a in out)
+
+    def _run_span(self, lane: _Lane, start: int, stop: int, scratch: list, ws: tuple,
+                  out: tuple, n_out: int, shared: tuple,
+                  progress: Callable[[int], None] | None) -> tuple[int, tuple]:
+        (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots, delta,
+         net_arrays, weights, dmax, tolerance, stats) = shared
+        i = start
+        while i < stop:
+            end = min(i + self.chunk, stop)
+            nxt, n_out, lane.stamp = _match_batch(
+                is_eia, i, end, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
+                delta, net_arrays, ws, lane.buckets, tuple(scratch), lane.queue, weights,
+                dmax, tolerance, self.slack_abs, self.slack_rel, lane.stamp, out, n_out,
+                stats, self.bucket_width_m)
+            if progress is not None and nxt > i:
+                progress(nxt - i)
+            if nxt == i:  # output buffers full: grow and resume
+                index = self.index
+                lane.out_capacity = 2 * out[0].size + len(index.subs) + len(index.delta)
+                grown = self._new_out(lane.out_capacity)
+                for old, new in zip(out, grown, strict=True):
+                    new[:n_out] = old[:n_out]
+                out = grown
+            i = nxt
+        return n_out, out
 
     @staticmethod
     def _new_out(capacity: int) -> tuple[npt.NDArray[np.generic], ...]:

@@ -47,12 +47,26 @@ class LoadedIndexMatcher:
     ----------
     index
         An :class:`~index.eia.EnhancedIndex` or :class:`~index.bia.BasicIndex`.
+    threads
+        Threads per batch (default: every core this process may use).
     """
 
-    def __init__(self, index: SubscriptionIndex) -> None:
+    def __init__(self, index: SubscriptionIndex, *, threads: int | None = None) -> None:
         self.index = index
-        self._matcher = IndexMatcher(index)
+        self._matcher = IndexMatcher(index, threads=threads)
         self.stats: MatchStats | None = None
+
+    @property
+    def threads(self) -> int:
+        """Threads matching one batch (>= 1)."""
+        return self._matcher.threads
+
+    @threads.setter
+    def threads(self, value: int) -> None:
+        if int(value) < 1:
+            msg = f"threads must be >= 1, got {value!r}"
+            raise ValueError(msg)
+        self._matcher.threads = int(value)
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id); statistics in ``stats``."""

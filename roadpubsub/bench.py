@@ -247,6 +247,11 @@ class ThroughputConfig:
     hilbert_order
         EIA and BIA match the batch in Hilbert order of the messages' locations (the
         matcher's default); False keeps the input order, for comparison.
+    threads
+        Threads of EIA and BIA per batch (None: every core). EIA also runs on one thread
+        in the same rounds (method ``eia_1thread``), for the speed-up.
+    latency_messages
+        One-message calls timed for EIA's latency percentiles (0 skips them).
     """
 
     network: str | None = None
@@ -265,6 +270,8 @@ class ThroughputConfig:
     seed: int = 0
     trace_memory: bool = True
     hilbert_order: bool = True
+    threads: int | None = None
+    latency_messages: int = 1000
 
 
 # ---------------------------------------------------------------------------- machine
@@ -1011,7 +1018,7 @@ def run_throughput(
         msg = "need n_subscriptions >= 1, n_messages >= 1, n_brute >= 0 and repeats >= 1"
         raise ValueError(msg)
     t_start = time.perf_counter()
-    steps = Steps(8, quiet=quiet)
+    steps = Steps(9, quiet=quiet)
     rss: dict[str, float] = {}
     path, network, spatial, source, dmax, cells_info = _setup(
         config.network, config.keywords_from, config.tweets, config.cell_capacity,
@@ -1044,8 +1051,11 @@ def run_throughput(
                                 "bytes_per_subscription":
                                     round(index.nbytes_per_subscription(), 1)}
             indexes[cls.kind] = index
-            matchers[cls.kind] = IndexMatcher(index, hilbert_order=config.hilbert_order)
+            matchers[cls.kind] = IndexMatcher(index, hilbert_order=config.hilbert_order,
+                                              threads=config.threads)
             matchers[cls.kind].match(msgs.take([0]))
+        matchers["eia_1thread"] = IndexMatcher(indexes["eia"],
+                                               hilbert_order=config.hilbert_order, threads=1)
         if brute_ids.size:
             t0 = time.perf_counter()
             brute = BruteMatcher(network, subs, weights, dmax_m=dmax)
@@ -1061,7 +1071,7 @@ def run_throughput(
     brute_candidates = 0
     with steps.step("timing", f"{config.repeats} rounds of EIA, BIA ({len(msgs):,} messages) "
                               f"and brute force (the first {brute_ids.size})") as info:
-        total = config.repeats * (2 * len(msgs) + brute_ids.size)
+        total = config.repeats * (len(matchers) * len(msgs) + brute_ids.size)
         with steps.bar(total, "match", unit="msg") as bar:
             for _ in range(config.repeats):
                 for kind, matcher in matchers.items():
@@ -1081,6 +1091,7 @@ def run_throughput(
                     times["brute"].append(time.perf_counter() - t0)
                     last["brute"] = Deliveries.concat(parts)
         n = len(msgs)
+        matcher_threads = {k: m.threads for k, m in matchers.items()}
         pairs: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         for kind in matchers:
             deliveries, stats = last[kind]
@@ -1095,6 +1106,7 @@ def run_throughput(
                 "deliveries_per_message": round(len(deliveries) / n, 2),
                 "deliveries": len(deliveries),
                 "counters_per_message": {k: round(v / n, 2) for k, v in totals.items()},
+                "threads": matcher_threads[kind],
             }
             pairs[kind] = _pairs_of(deliveries, brute_ids)
         agree: bool | None = None
@@ -1112,13 +1124,23 @@ def run_throughput(
                 "deliveries": len(found),
             }
             ref = (found.message_id, found.subscription_id)
-            agree = _same(ref, pairs["eia"]) and _same(ref, pairs["bia"])
+            agree = all(_same(ref, pairs[k]) for k in pairs)
         info["note"] = ", ".join(f"{k} {v['messages_per_second']:,.1f} msg/s"
                                  for k, v in results.items())
         if agree is not None:
             info["note"] += "; " + ("EIA, BIA and brute agree" if agree else "MISMATCH")
     rss["after_timing"] = _maxrss_mib()
 
+    with steps.step("latency", f"{min(config.latency_messages, len(msgs)):,} one-message "
+                               "EIA calls") as info:
+        if config.latency_messages > 0:
+            results["eia"]["latency_ms"] = single_message_latency(
+                matchers["eia_1thread"], msgs, config.latency_messages)
+            lat = results["eia"]["latency_ms"]
+            info["note"] = f"p50 {lat['p50']:.3f} ms, p99 {lat['p99']:.3f} ms"
+        else:
+            info["note"] = "skipped"
+    del matchers["eia_1thread"]
     with steps.step("updates", "one-subscription updates on each index") as info:
         for kind in matchers:
             results[kind]["update_ms"] = update_latency(indexes[kind], matchers[kind], subs,
@@ -1167,7 +1189,8 @@ def run_throughput(
                   "bounds_seconds": cells_info["bounds_seconds"], **builds},
         "methods": results,
         "ratios": {"eia_over_bia": ratio("eia", "bia"), "eia_over_brute": ratio("eia", "brute"),
-                   "bia_over_brute": ratio("bia", "brute")},
+                   "bia_over_brute": ratio("bia", "brute"),
+                   "eia_threads_over_1thread": ratio("eia", "eia_1thread")},
         "agree": agree,
         "memory": {"max_rss_mib": _maxrss_mib(), "max_rss_mib_after_phase": rss},
         "timing_notes": ("messages_per_second: median of `repeats` rounds; each round times "
@@ -1186,6 +1209,24 @@ def run_throughput(
         doc["files"] = {"json": str(target)}
         atomic_write_bytes(target, (dumps_json(doc) + "\n").encode())
     return doc
+
+
+def single_message_latency(matcher: Any, msgs: Any, count: int) -> dict[str, float]:
+    """Percentiles (ms) of one-message ``match`` calls: the live service's path.
+
+    The messages are taken apart before timing, so each timed call is the matcher alone.
+    """
+    k = min(count, len(msgs))
+    singles = [msgs.take([i]) for i in range(k)]
+    matcher.match(singles[0])
+    times = []
+    for one in singles:
+        t0 = time.perf_counter()
+        matcher.match(one)
+        times.append(1000 * (time.perf_counter() - t0))
+    q = np.percentile(times, [50, 90, 99, 100])
+    return {"calls": k, "p50": round(float(q[0]), 4), "p90": round(float(q[1]), 4),
+            "p99": round(float(q[2]), 4), "max": round(float(q[3]), 4)}
 
 
 def scaled(name: str, **overrides: Any) -> BenchConfig:

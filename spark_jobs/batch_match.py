@@ -334,7 +334,8 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None
         messages = messages_from_arrow(msgs_t)
         index = EnhancedIndex(spatial, subs, weights, dmax_m=payload["dmax_m"],
                               tolerance=payload["tolerance"])
-        deliveries, _ = IndexMatcher(index).match(messages)
+        # One thread per task: Spark already runs one task per executor core.
+        deliveries, _ = IndexMatcher(index, threads=1).match(messages)
         return _deliveries_table(deliveries)
 
     return run

@@ -122,6 +122,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (0)")
     p.add_argument("--no-trace-memory", action="store_true",
                    help="throughput: skip the extra traced (tracemalloc) index builds")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="throughput: threads of EIA and BIA per batch (default: every core); "
+                        "EIA also runs on one thread in the same rounds, for the speed-up")
     p.add_argument("--input-order", action="store_true",
                    help="throughput: EIA and BIA match the messages in input order instead "
                         "of Hilbert order of their locations (for comparison)")
@@ -142,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     from roadpubsub.bench import ThroughputConfig, run_figures, run_throughput, scaled
     from roadpubsub.demo import dumps_json
 
-    for name in ("n_subscriptions", "n_messages", "brute_messages", "repeats", "cell_capacity"):
+    for name in ("n_subscriptions", "n_messages", "brute_messages", "repeats", "cell_capacity",
+                 "threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "brute_messages" else 1):
             msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                      "cell_capacity": args.cell_capacity, "seed": args.seed}
         config = ThroughputConfig(**{k: v for k, v in overrides.items() if v is not None},
                                   trace_memory=not args.no_trace_memory,
-                                  hilbert_order=not args.input_order)
+                                  hilbert_order=not args.input_order, threads=args.threads)
         doc = run_throughput(config, out_dir=args.out_dir, quiet=quiet)
         ok = doc["agree"] is not False
     else:

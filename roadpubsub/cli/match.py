@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--batch", type=int, default=256, metavar="N",
                    help="messages per matcher call, taken in Hilbert order of their "
                         "locations (default 256)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads matching each batch (default: every core this process may "
+                        "use; the result is the same for any N)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -89,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         args.index_file))
     _check_sources(args)
     dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
+    if args.threads is not None and args.threads < 1:
+        msg = f"--threads must be >= 1, got {args.threads}"
+        raise ValueError(msg)
     if args.batch < 1:
         msg = "--batch must be >= 1"
         raise ValueError(msg)
@@ -111,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"read {n_subs:,} subscriptions and {len(messages):,} messages in "
             f"{t_read - t0:.1f} s; building the {index_name} index")
         matcher = build_matcher(index_name, network, subs, weights, dmax_m=dmax)
+    if args.threads is not None and isinstance(matcher, LoadedIndexMatcher):
+        matcher.threads = args.threads
     t_build = time.perf_counter()
     say(f"ready in {t_build - t0:.1f} s (read {t_read - t0:.1f} s, build "
         f"{t_build - t_read:.1f} s)")

@@ -33,9 +33,10 @@ def test_chunks_and_buffer_growth_change_nothing(andorra, arch) -> None:
     assert len(want) > 40  # several deliveries per message: the tiny buffers must grow
     base, base_stats = IndexMatcher(index).match(wl.messages)
     assert_same(base, want)
-    for chunk in (1, 3, 64):
-        matcher = IndexMatcher(index, chunk=chunk)
-        matcher._out_capacity = 2  # forces the grow-and-resume path
+    for chunk, threads in ((1, 1), (3, 2), (64, 3)):
+        matcher = IndexMatcher(index, chunk=chunk, threads=threads)
+        for k in range(threads):
+            matcher._lane(k).out_capacity = 2  # forces the grow-and-resume path
         seen: list[int] = []
         got, stats = matcher.match(wl.messages, progress=seen.append)
         assert_same(got, want)
@@ -80,8 +81,9 @@ def test_bucket_width_and_heap_fallback_change_no_delivery(andorra, arch) -> Non
         got, stats = IndexMatcher(index, bucket_width_m=width).match(wl.messages)
         assert_same(got, want)
         assert stats.totals()["candidates"] == base_stats.totals()["candidates"]
-    heap_only = IndexMatcher(index)
-    heap_only._buckets = (np.empty(1, dtype=np.int64), heap_only._buckets[1])  # too few
+    heap_only = IndexMatcher(index, threads=1)
+    lane = heap_only._lane(0)
+    lane.buckets = (np.empty(1, dtype=np.int64), lane.buckets[1])  # too few
     got, _ = heap_only.match(wl.messages)
     assert_same(got, want)
     with pytest.raises(ValueError, match="bucket_width_m must be a positive"):
@@ -123,3 +125,27 @@ def test_spatial_order_follows_the_curve() -> None:
     steps = np.hypot(np.diff(x[order]), np.diff(y[order]))
     np.testing.assert_allclose(steps, 10.0)  # each step moves to a neighbouring cell
     np.testing.assert_array_equal(spatial_order(x[:1], y[:1]), [0])
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_threads_give_the_one_thread_result(rome, arch) -> None:
+    """Any thread count: the same deliveries (to the bit), the same per-message counters,
+    and both equal to the reference; updates between calls reach every thread's lane."""
+    wl = generate_workload(rome, n_subscriptions=40_000, n_messages=300, seed=9)
+    dmax = 5000.0
+    index = arch(SpatialIndex.build(rome), wl.subscriptions, wl.weights, dmax_m=dmax)
+    one, one_stats = IndexMatcher(index, threads=1, chunk=16).match(wl.messages)
+    sample = wl.messages.take(np.arange(40))
+    assert_same(IndexMatcher(index, threads=1).match(sample)[0],
+                match_brute(rome, wl.subscriptions, sample, wl.weights, dmax_m=dmax))
+    for threads in (2, 3, 8):
+        matcher = IndexMatcher(index, threads=threads, chunk=16)
+        got, stats = matcher.match(wl.messages)
+        assert_same(got, one)
+        np.testing.assert_array_equal(stats.values, one_stats.values)
+    # An update between calls, then the same matcher again.
+    index.unsubscribe(wl.subscriptions.ids[::5])
+    again, _ = matcher.match(wl.messages)
+    fresh, _ = IndexMatcher(index, threads=1).match(wl.messages)
+    assert_same(again, fresh)
+    assert len(fresh) < len(one)
