@@ -1,0 +1,143 @@
+"""``roadpubsub serve``: the durable live matching service over HTTP and WebSocket."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from roadnet.settings import DEFAULTS
+from roadpubsub.cli.sources import add_source_arguments, check_dmax
+
+__all__ = ["register", "run"]
+
+_EXAMPLE = """\
+example:
+  roadpubsub serve --state work/live --network ../shared/data/osm/andorra-latest.osm.pbf \\
+      --dmax 5000                      # creates work/live, then serves on 127.0.0.1:8000
+  roadpubsub serve --state work/live   # reopens it (after a crash too) and serves
+  curl -s localhost:8000/health
+
+The network, keyword weights (--weights, or idf over --corpus), Dmax and --directed are
+fixed when DIR is created (or taken from --index-file, an index built by 'roadpubsub index
+build', or --subscriptions to start with). Every event is logged and fsynced before its
+answer; snapshots are written in the background every --snapshot-every events. See
+GET /openapi.json for the API.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``serve`` subcommand."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run the durable live pub/sub service (HTTP JSON API + WebSocket)",
+        description="Create or reopen a service folder and serve subscribe, unsubscribe, "
+                    "move and publish events, each durable before it is answered.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--state", required=True, metavar="DIR",
+                   help="the service's folder: created when it holds no service yet")
+    add_source_arguments(p, required=False, dmax_default=None)
+    p.add_argument("--index-file", metavar="FILE", default=None,
+                   help="create DIR from an index built by 'roadpubsub index build' instead "
+                        "of --network, --subscriptions, --weights/--corpus, --dmax, --directed")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                   "127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--snapshot-every", type=int, default=100_000, metavar="N",
+                   help="events between background snapshots (default 100000)")
+    p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
+                   help="published messages between deliveries-log segments (default 2000)")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="do not fsync the log before answering (measurements only: a "
+                        "power loss can then lose acknowledged events)")
+    p.add_argument("--quiet", action="store_true", help="no start-up lines")
+    p.set_defaults(func=run)
+
+
+def _creation_flags(args: argparse.Namespace) -> list[str]:
+    return [flag for flag, value in (
+        ("--network", args.network), ("--subscriptions", args.subscriptions),
+        ("--weights", args.weights), ("--corpus", args.corpus), ("--dmax", args.dmax),
+        ("--index-file", args.index_file), ("--directed", args.directed or None))
+        if value is not None]
+
+
+def _create(args: argparse.Namespace, folder: Path) -> None:
+    import numpy as np
+
+    from index.base import load_index
+    from index.eia import EnhancedIndex
+    from index.io import read_subscriptions
+    from index.model import Subscriptions
+    from index.spatial import SpatialIndex
+    from roadnet.io import load_network
+    from roadnet.locations import EdgePoints
+    from roadpubsub.cli.sources import read_weights_option
+    from roadpubsub.service.state import create_state
+
+    if args.index_file:
+        others = [f for f in _creation_flags(args) if f != "--index-file"]
+        if others:
+            msg = f"--index-file already holds everything; drop {', '.join(others)}"
+            raise ValueError(msg)
+        index = load_index(args.index_file)
+        if not isinstance(index, EnhancedIndex):
+            msg = f"--index-file {args.index_file}: the service needs an EIA index"
+            raise ValueError(msg)
+        about = {"source": str(args.index_file)}
+    else:
+        if not args.network:
+            msg = f"{folder} holds no service yet: give --network (or --index-file) to create it"
+            raise ValueError(msg)
+        dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
+        network = load_network(args.network, directed=args.directed)
+        weights = read_weights_option(args)
+        if args.subscriptions:
+            subs = read_subscriptions(args.subscriptions, network, weights,
+                                      max_snap_m=args.max_snap)
+        else:
+            subs = Subscriptions(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0),
+                                 np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
+        index = EnhancedIndex(SpatialIndex.build(network), subs, weights, dmax_m=dmax)
+        about = {"source": str(args.network)}
+    create_state(folder, index, about=about)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create or open the service folder, then serve until interrupted."""
+    import uvicorn
+
+    from roadpubsub.service.app import build_app
+    from roadpubsub.service.snapshot import read_manifest
+    from roadpubsub.service.state import ServiceOptions, ServiceState
+
+    for name in ("snapshot_every", "flush_every"):
+        if getattr(args, name) < 1:
+            msg = f"--{name.replace('_', '-')} must be >= 1"
+            raise ValueError(msg)
+    if not 0 <= args.port < 65536:
+        msg = f"--port must lie in [0, 65535], got {args.port}"
+        raise ValueError(msg)
+    folder = Path(args.state)
+    t0 = time.perf_counter()
+    if read_manifest(folder) is None:
+        _create(args, folder)
+    elif _creation_flags(args):
+        msg = (f"{folder} already holds a service (its network, weights and Dmax are fixed); "
+               f"drop {', '.join(_creation_flags(args))}")
+        raise ValueError(msg)
+    options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
+                             fsync=not args.no_fsync, max_snap_m=args.max_snap)
+    state = ServiceState.open(folder, options)
+    if not args.quiet:
+        print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
+              f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
+              f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
+              file=sys.stderr, flush=True)
+    app = build_app(state)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=10)
+    return 0

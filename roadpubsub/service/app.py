@@ -1,0 +1,253 @@
+"""The HTTP and WebSocket interface of the live service (Starlette; run it with uvicorn).
+
+Routes (bodies and answers are JSON; field names are those of the Parquet schemas):
+
+========================================  ===============================================
+``POST /subscriptions``                   one subscription or a batch (array)
+``GET /subscriptions``                    live subscriptions by id (``after``, ``limit``)
+``GET /subscriptions/{id}``               one subscription
+``DELETE /subscriptions/{id}``            unsubscribe
+``PUT /subscriptions/{id}/location``      move one (``lon``/``lat`` or ``u``/``v``/``offset``)
+``POST /subscriptions/moves``             a batch of moves, applied in one index update
+``POST /messages``                        publish one message or a batch; the answer lists
+                                          the deliveries
+``GET /messages/{id}``                    a published message's deliveries
+``WS /deliveries[?subscription=ID]``      deliveries pushed as messages are matched
+``GET /health``, ``GET /metrics``         status; Prometheus text
+``GET /openapi.json``                     this API's OpenAPI 3.1 description
+========================================  ===============================================
+
+Each request is applied by one worker thread in arrival order (batches whole or not at
+all) and answered only after the log record is fsynced. WebSocket clients receive a
+message's deliveries after that point too, so nothing pushed can be lost by a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from roadnet.errors import InputError, format_error
+from roadpubsub.service.events import BodyParser, RequestError, parse_ids
+from roadpubsub.service.metrics import Metrics
+from roadpubsub.service.openapi import openapi_document
+from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+
+__all__ = ["DeliveryHub", "build_app"]
+
+#: Deliveries a WebSocket client may fall behind by before it is disconnected.
+QUEUE_LIMIT = 10_000
+
+
+class DeliveryHub:
+    """WebSocket clients and what each wants: every delivery, or one subscription's."""
+
+    def __init__(self) -> None:
+        self.clients: dict[asyncio.Queue[list[dict[str, Any]] | None], int | None] = {}
+
+    def push(self, deliveries: list[dict[str, Any]]) -> None:
+        """Queue deliveries for every interested client (never blocks)."""
+        if not deliveries or not self.clients:
+            return
+        for queue, want in list(self.clients.items()):
+            mine = deliveries if want is None else \
+                [d for d in deliveries if d["subscription_id"] == want]
+            if not mine:
+                continue
+            if queue.qsize() >= QUEUE_LIMIT:
+                self.clients.pop(queue, None)
+                queue.put_nowait(None)  # too slow: the sender closes the socket
+            else:
+                queue.put_nowait(mine)
+
+
+def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = None
+              ) -> Starlette:
+    """The ASGI application serving ``state``."""
+    parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m)
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apply")
+    metrics = Metrics()
+    hub = DeliveryHub()
+
+    async def apply(kind: str, fn: Callable[[], Applied], t0: float) -> Applied:
+        loop = asyncio.get_running_loop()
+        applied = await loop.run_in_executor(worker, fn)
+        await state.wal.wait_durable(applied.seq)
+        metrics.observe(kind, time.perf_counter() - t0)
+        return applied
+
+    async def body_of(request: Request) -> Any:
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            msg = f"the body is not valid JSON: {exc}"
+            raise RequestError(msg, status=400) from exc
+
+    async def post_subscriptions(request: Request) -> Response:
+        t0 = time.perf_counter()
+        body = await body_of(request)
+        done = await apply("subscribe", lambda: state.subscribe(parser.subscriptions(body)), t0)
+        return JSONResponse(done.body, status_code=201)
+
+    async def list_subscriptions(request: Request) -> Response:
+        q = request.query_params
+        after = parse_ids(q["after"], what="'after' id") if "after" in q else None
+        limit = parse_ids(q.get("limit", "1000"), what="'limit'")
+        if not 1 <= limit <= 100_000:
+            msg = f"'limit' must lie in [1, 100000], got {limit}"
+            raise RequestError(msg, status=400)
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(
+            worker, lambda: state.list_subscriptions(after=after, limit=limit))
+        return JSONResponse({"subscriptions": rows})
+
+    async def get_subscription(request: Request) -> Response:
+        sid = parse_ids(request.path_params["sid"])
+        loop = asyncio.get_running_loop()
+
+        def read() -> list[dict[str, Any]]:
+            ids = np.array([sid], dtype=np.int64)
+            state._require_live(ids)
+            return state.subscription_rows(ids)
+
+        rows = await loop.run_in_executor(worker, read)
+        return JSONResponse(rows[0])
+
+    async def delete_subscription(request: Request) -> Response:
+        t0 = time.perf_counter()
+        sid = parse_ids(request.path_params["sid"])
+        done = await apply("unsubscribe",
+                           lambda: state.unsubscribe(np.array([sid], dtype=np.int64)), t0)
+        return JSONResponse(done.body)
+
+    async def put_location(request: Request) -> Response:
+        t0 = time.perf_counter()
+        sid = parse_ids(request.path_params["sid"])
+        body = await body_of(request)
+        done = await apply("move", lambda: state.move(parser.moves(body, id_from_path=sid)), t0)
+        return JSONResponse(done.body)
+
+    async def post_moves(request: Request) -> Response:
+        t0 = time.perf_counter()
+        body = await body_of(request)
+        done = await apply("move", lambda: state.move(parser.moves(body)), t0)
+        return JSONResponse(done.body)
+
+    async def post_messages(request: Request) -> Response:
+        t0 = time.perf_counter()
+        body = await body_of(request)
+        done = await apply("publish", lambda: state.publish(parser.messages(body)), t0)
+        if done.deliveries is not None and len(done.deliveries):
+            hub.push(deliveries_json(done.deliveries))
+        return JSONResponse(done.body)
+
+    async def get_message(request: Request) -> Response:
+        mid = parse_ids(request.path_params["mid"], what="message id")
+        found = state.message(mid)
+        if found is None:
+            msg = f"message {mid} was never published"
+            raise RequestError(msg, status=404)
+        return JSONResponse(found)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({
+            "status": "ok" if state.failed is None else "failed",
+            "seq": state.wal.next_seq - 1, "durable_seq": state.wal.durable_seq,
+            "snapshot_seq": state.snapshot_seq, "subscriptions": len(state.index),
+            "messages": len(state.messages), "snapshot_running": state.snapshots.running,
+            "recovery_seconds": round(state.recovery_seconds, 3),
+            "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
+
+    async def metrics_text(request: Request) -> Response:
+        return PlainTextResponse(metrics.render(state),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def deliveries_ws(websocket: WebSocket) -> None:
+        raw = websocket.query_params.get("subscription")
+        want: int | None = None
+        if raw is not None:
+            try:
+                want = parse_ids(raw)
+            except RequestError:
+                await websocket.close(code=1008, reason=f"bad subscription id {raw!r}")
+                return
+        await websocket.accept()
+        queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+        hub.clients[queue] = want
+
+        async def drain() -> None:  # notices a client that closes
+            try:
+                while True:
+                    await websocket.receive_text()
+            except WebSocketDisconnect:
+                queue.put_nowait(None)
+
+        reader = asyncio.create_task(drain())
+        try:
+            while True:
+                batch = await queue.get()
+                if batch is None:
+                    break
+                for d in batch:
+                    await websocket.send_json(d)
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+        finally:
+            hub.clients.pop(queue, None)
+            reader.cancel()
+            with contextlib.suppress(RuntimeError):
+                await websocket.close()
+
+    async def refuse(request: Request, exc: Exception) -> Response:
+        status = exc.status if isinstance(exc, RequestError) else 422
+        metrics.error(status)
+        return JSONResponse({"error": format_error(exc)}, status_code=status)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(worker, state.close)
+            worker.shutdown(wait=True)
+            if on_shutdown is not None:
+                on_shutdown()
+
+    routes = [
+        Route("/subscriptions", post_subscriptions, methods=["POST"]),
+        Route("/subscriptions", list_subscriptions, methods=["GET"]),
+        Route("/subscriptions/moves", post_moves, methods=["POST"]),
+        Route("/subscriptions/{sid}", get_subscription, methods=["GET"]),
+        Route("/subscriptions/{sid}", delete_subscription, methods=["DELETE"]),
+        Route("/subscriptions/{sid}/location", put_location, methods=["PUT"]),
+        Route("/messages", post_messages, methods=["POST"]),
+        Route("/messages/{mid}", get_message, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_text, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        WebSocketRoute("/deliveries", deliveries_ws),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={RequestError: refuse, InputError: refuse})
+    app.state.service = state
+    app.state.hub = hub
+    app.state.metrics = metrics
+    return app
