@@ -185,8 +185,9 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
         if raw is not None:
             try:
                 want = parse_ids(raw)
-            except RequestError:
-                await websocket.close(code=1008, reason=f"bad subscription id {raw!r}")
+            except RequestError as exc:
+                await websocket.accept()  # so that the client reads why
+                await websocket.close(code=1008, reason=str(exc)[:120])
                 return
         await websocket.accept()
         queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
