@@ -46,8 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
                    "127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--snapshot-every", type=int, default=100_000, metavar="N",
-                   help="events between background snapshots (default 100000)")
+    p.add_argument("--snapshot-every", type=int, default=20_000, metavar="N",
+                   help="events between background snapshots (default 20000; a restart "
+                        "replays at most about this many events)")
     p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
                    help="published messages between deliveries-log segments (default 2000)")
     p.add_argument("--no-fsync", action="store_true",
@@ -55,6 +56,71 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "power loss can then lose acknowledged events)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
     p.set_defaults(func=run)
+
+    g = subparsers.add_parser(
+        "loadgen",
+        help="drive a running 'roadpubsub serve' with a bounded mixed stream (loopback only)",
+        description="Replay a mixed stream (80%% moves, 15%% publishes of 5-25 real tweet "
+                    "keywords, 5%% subscribes/unsubscribes) of single requests from "
+                    "concurrent connections, or batches of moves, and report rates and "
+                    "latency percentiles.",
+        epilog=_LOAD_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--url", default="http://127.0.0.1:8000",
+                   help="the service (loopback only; default http://127.0.0.1:8000)")
+    g.add_argument("--network", required=True, metavar="PATH",
+                   help="the service's road network file (locations are built on it)")
+    g.add_argument("--existing", type=int, required=True, metavar="N",
+                   help="subscriptions 0 .. N-1 exist in the service (moves pick among them)")
+    g.add_argument("--clients", type=int, default=8, help="concurrent connections (default 8)")
+    g.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="moves per request; > 1 sends batches of moves only (default 1)")
+    g.add_argument("--events", type=int, default=20_000, metavar="N",
+                   help="most events to send (default 20000)")
+    g.add_argument("--seconds", type=float, default=60.0,
+                   help="most seconds to run (default 60)")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=run_loadgen)
+
+
+_LOAD_EXAMPLE = """\
+example:
+  roadpubsub generate --network ../shared/data/dimacs/rome.gr.gz --out-dir work/rome \\
+      --subscriptions 1000000 --messages 1000
+  roadpubsub serve --state work/rome-live --network ../shared/data/dimacs/rome.gr.gz \\
+      --subscriptions work/rome/subscriptions.parquet --weights work/rome/weights.parquet &
+  roadpubsub loadgen --network ../shared/data/dimacs/rome.gr.gz --existing 1000000 \\
+      --clients 8 --events 20000
+  roadpubsub loadgen --network ../shared/data/dimacs/rome.gr.gz --existing 1000000 \\
+      --batch 10000 --events 500000
+"""
+
+
+def run_loadgen(args: argparse.Namespace) -> int:
+    """Run the load generator and print its JSON report."""
+    import json
+
+    import httpx
+
+    from roadnet.io import load_network
+    from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
+
+    check_loopback(args.url)
+    if args.existing < 1:
+        msg = "--existing must be >= 1"
+        raise ValueError(msg)
+    network = load_network(args.network)
+    stream = build_stream(network, n_points=20_000, n_messages=2_000,
+                          first_new_id=10**12, seed=args.seed)
+    before = httpx.get(args.url + "/health", timeout=30).json()
+    report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
+                      batch=args.batch, events=args.events, seconds=args.seconds,
+                      seed=args.seed)
+    after = httpx.get(args.url + "/health", timeout=30).json()
+    out = {**report.summary(), "clients": args.clients if args.batch == 1 else 1,
+           "batch": args.batch, "server_before": before, "server_after": after}
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _creation_flags(args: argparse.Namespace) -> list[str]:

@@ -42,7 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.events import BodyParser, RequestError, parse_ids
-from roadpubsub.service.metrics import Metrics
+from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.openapi import openapi_document
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
 
@@ -170,6 +170,9 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
             "snapshot_seq": state.snapshot_seq, "subscriptions": len(state.index),
             "messages": len(state.messages), "snapshot_running": state.snapshots.running,
             "recovery_seconds": round(state.recovery_seconds, 3),
+            "rss_bytes": rss_bytes(), "compactions": state.compactions,
+            "snapshots": state.snapshots.completed,
+            "last_snapshot_seconds": round(state.snapshots.last_seconds, 3),
             "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
 
     async def metrics_text(request: Request) -> Response:

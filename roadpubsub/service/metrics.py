@@ -7,14 +7,24 @@ are read from the state when ``/metrics`` is scraped.
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Histogram", "Metrics"]
+__all__ = ["Histogram", "Metrics", "rss_bytes"]
 
 #: Latency buckets, seconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
                    5.0)
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
 
 
 class Histogram:
@@ -100,4 +110,6 @@ class Metrics:
         out.append(f"roadpubsub_fsyncs_total {state.wal.fsyncs}")
         head("roadpubsub_recovery_seconds", "gauge", "Time the last start took to recover.")
         out.append(f"roadpubsub_recovery_seconds {state.recovery_seconds!r}")
+        head("process_resident_memory_bytes", "gauge", "Resident memory of the service.")
+        out.append(f"process_resident_memory_bytes {rss_bytes()}")
         return "\n".join(out) + "\n"

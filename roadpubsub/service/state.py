@@ -72,7 +72,7 @@ class ServiceOptions:
         Largest snap distance of lon/lat locations, metres.
     """
 
-    snapshot_every: int = 100_000
+    snapshot_every: int = 20_000
     flush_every: int = 2_000
     fsync: bool = True
     max_snap_m: float = 250.0
@@ -210,6 +210,12 @@ class ServiceState:
             self._move(ids, EdgePoints.of(rec["edge"], rec["offset"]))
         elif op == "publish":
             times = np.asarray(rec["time"], dtype=float)
+            if all(self.messages.get(m, (None,))[0] == seq for m in ids.tolist()):
+                # In the deliveries log already: only the expiry it caused is state.
+                for t in np.unique(times):
+                    self._expire(float(t))
+                self.counts["publish"] += ids.size
+                return
             found = self._publish(ids, EdgePoints.of(rec["edge"], rec["offset"]),
                                   rec["keywords"], times)
             self._record(seq, ids, times, found, replay=True)
@@ -243,16 +249,20 @@ class ServiceState:
         self._watch_compaction(before)
         self.counts["move"] += ids.size
 
+    def _expire(self, t: float) -> None:
+        """Unsubscribe every subscription with expires_at <= t (the expiry rule)."""
+        due = self.expiry.due(t)
+        if due.size:
+            self.index.unsubscribe(due)
+            self.counts["expire"] += due.size
+
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
                  times: FloatArray) -> Deliveries:
         messages = Messages.from_rows(ids=ids, points=points, keywords=keywords,
                                       weights=self.index.weights)
         parts = []
         for t in np.unique(times):  # ascending
-            due = self.expiry.due(float(t))
-            if due.size:
-                self.index.unsubscribe(due)
-                self.counts["expire"] += due.size
+            self._expire(float(t))
             rows = np.flatnonzero(times == t)
             batch = messages if rows.size == len(messages) else messages.take(rows)
             parts.append(self.matcher.match(batch)[0])
@@ -416,9 +426,17 @@ class ServiceState:
         self.wal.drop_through(seq)
 
     def close(self) -> None:
-        """Flush what is pending and stop the log (a running snapshot is abandoned)."""
+        """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
+        snapshot (so the next start replays nothing), and close the log."""
         self.snapshots.stop()
         self.flush_deliveries()
+        seq = self.wal.next_seq - 1
+        if seq > self.snapshot_seq and self.failed is None:
+            self.wal.rotate()
+            self.wal.sync()
+            t0 = time.perf_counter()
+            write_snapshot(self.dir, seq, self.index, self.expiry.arrays())
+            self._snapshot_done(seq, time.perf_counter() - t0)
         self.wal.close()
         if self._lock is not None:
             os.close(self._lock)
