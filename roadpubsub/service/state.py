@@ -173,13 +173,22 @@ class ServiceState:
         published, deliveries, state.flushed_through = state.dlog.read_all()
         state._load_messages(published, deliveries)
         last = seq
+        rows = 0
+        moves: list[dict[str, Any]] = []
         for rec in read_records(folder / "wal", after=seq):
-            state._replay(rec)
+            if rec["op"] == "move":
+                moves.append(rec)  # consecutive moves are replayed as one
+            else:
+                state._replay_moves(moves)
+                moves = []
+                state._replay(rec)
             last = int(rec["seq"])
+            rows += len(rec["id"])
+        state._replay_moves(moves)
         state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
                                   fsync=state.options.fsync)
         state.flush_deliveries()  # the restart completes the deliveries log
-        state.events_since_snapshot = last - seq
+        state.events_since_snapshot = rows
         state.recovery_seconds = time.perf_counter() - t0
         return state
 
@@ -194,6 +203,19 @@ class ServiceState:
             self.messages[m] = (s, t, Deliveries(mids[a:b], deliveries.subscription_id[a:b],
                                                  deliveries.distance[a:b],
                                                  deliveries.score[a:b]))
+
+    def _replay_moves(self, records: list[dict[str, Any]]) -> None:
+        """Consecutive logged moves as one vectorised move: each id goes where its last
+        move put it (no message was matched in between, so nothing else can tell)."""
+        if not records:
+            return
+        ids = np.concatenate([np.asarray(r["id"], dtype=np.int64) for r in records])
+        edge = np.concatenate([np.asarray(r["edge"], dtype=np.int64) for r in records])
+        offset = np.concatenate([np.asarray(r["offset"], dtype=np.float64) for r in records])
+        _, first_in_reversed = np.unique(ids[::-1], return_index=True)
+        last = np.sort(ids.size - 1 - first_in_reversed)
+        self._move(ids[last], EdgePoints.of(edge[last], offset[last]))
+        self.counts["move"] += ids.size - last.size  # _move counted the merged rows
 
     def _replay(self, rec: dict[str, Any]) -> None:
         op = rec["op"]
@@ -334,7 +356,7 @@ class ServiceState:
                          "alpha": batch.alpha.tolist(), "tau": batch.tau.tolist(),
                          "keywords": batch.keywords,
                          "expires_at": _tolist(batch.expires_at)})
-        return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}))
+        return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
 
     def unsubscribe(self, ids: IntArray) -> Applied:
         """Remove live subscriptions."""
@@ -352,7 +374,7 @@ class ServiceState:
         seq = self._log({"op": "move", "id": batch.ids.tolist(),
                          "edge": batch.points.edge.tolist(),
                          "offset": batch.points.offset.tolist()})
-        return self._after(Applied(seq, {"moved": len(batch), "seq": seq}))
+        return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
 
     def publish(self, batch: MessageBatch, *, now: float | None = None) -> Applied:
         """Match new messages; repeated ids get their recorded deliveries."""
@@ -378,10 +400,11 @@ class ServiceState:
         body = {"deliveries": deliveries_json(everything), "seq": seq}
         if seen.any():
             body["duplicates"] = batch.ids[seen].tolist()
-        return self._after(Applied(seq, body, fresh))
+        return self._after(Applied(seq, body, fresh), max(int(new.size), 1))
 
-    def _after(self, applied: Applied) -> Applied:
-        self.events_since_snapshot += 1
+    def _after(self, applied: Applied, rows: int = 1) -> Applied:
+        # Counted in rows, so that a restart replays at most about snapshot_every rows.
+        self.events_since_snapshot += rows
         if len(self._pending) and sum(p[1].size for p in self._pending) >= \
                 self.options.flush_every:
             self.flush_deliveries()
