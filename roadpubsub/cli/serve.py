@@ -109,12 +109,15 @@ def run_loadgen(args: argparse.Namespace) -> int:
         msg = "--existing must be >= 1"
         raise ValueError(msg)
     network = load_network(args.network)
+    # New ids (subscriptions and messages) from the clock: a second run must not repeat
+    # the first one's ids (repeated messages are answered from the record, not matched).
+    first = int(time.time() * 1000) * 1000
     stream = build_stream(network, n_points=20_000, n_messages=2_000,
-                          first_new_id=10**12, seed=args.seed)
+                          first_new_id=first, seed=args.seed)
     before = httpx.get(args.url + "/health", timeout=30).json()
     report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
                       batch=args.batch, events=args.events, seconds=args.seconds,
-                      seed=args.seed)
+                      seed=args.seed, first_message_id=first)
     after = httpx.get(args.url + "/health", timeout=30).json()
     out = {**report.summary(), "clients": args.clients if args.batch == 1 else 1,
            "batch": args.batch, "server_before": before, "server_after": after}

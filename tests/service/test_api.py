@@ -282,8 +282,9 @@ def test_bad_requests(server_once: Any, workload: Workload, andorra: RoadNetwork
 
 
 def test_expiry_is_exact_and_survives_restarts(serve: Any, workload: Workload,
-                                               andorra: RoadNetwork,
-                                               tweets: list[list[str]]) -> None:
+                                               andorra: RoadNetwork, andorra_path: Path,
+                                               tweets: list[list[str]], tmp_path: Path
+                                               ) -> None:
     """A subscription stops matching messages whose time is >= its expires_at; the rule
     (and the expiry table) survive a snapshot and a kill -9."""
     server = serve("--snapshot-every", "3")
@@ -307,6 +308,16 @@ def test_expiry_is_exact_and_survives_restarts(serve: Any, workload: Workload,
         oracle.apply("publish", [m])
     want = Deliveries.concat([oracle.deliveries[m["id"]] for m in msgs[:20]])
     assert_same(seen, want, "expiry")
+    # the batch CLI applies the same rule to the same columns
+    (tmp_path / "subs.json").write_text(json.dumps(subs))
+    (tmp_path / "msgs.json").write_text(json.dumps(
+        batch + [{**m, "time": 4500.0} for m in msgs[8:20]]))
+    weights_file = write_weights(tweet_weights(tweets), tmp_path / "w.parquet")
+    assert main(["match", "--network", str(andorra_path), "--subscriptions",
+                 str(tmp_path / "subs.json"), "--messages", str(tmp_path / "msgs.json"),
+                 "--weights", str(weights_file), "--dmax", str(DMAX_M), "--quiet",
+                 "--out", str(tmp_path / "d.parquet")]) == 0
+    assert_same(Deliveries(**read_deliveries(tmp_path / "d.parquet")), seen, "CLI expiry")
     gone = next(s["id"] for s in subs if s["expires_at"] == 1000.0)
     kept = next(s["id"] for s in subs if s["expires_at"] == 5000.0)
     assert c.get(f"/subscriptions/{gone}").status_code == 404  # expired: no longer live
