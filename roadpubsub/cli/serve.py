@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "replays at most about this many events)")
     p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
                    help="published messages between deliveries-log segments (default 2000)")
+    p.add_argument("--group-max", type=int, default=64, metavar="N",
+                   help="most queued move or publish requests applied together as one "
+                        "index update or matcher call and one log record (default 64; 1: "
+                        "one by one)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
                         "power loss can then lose acknowledged events)")
@@ -183,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from roadpubsub.service.snapshot import read_manifest
     from roadpubsub.service.state import ServiceOptions, ServiceState
 
-    for name in ("snapshot_every", "flush_every"):
+    for name in ("snapshot_every", "flush_every", "group_max"):
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise ValueError(msg)
@@ -206,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
               f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
-    app = build_app(state)
+    app = build_app(state, group_max=args.group_max)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=10)
     return 0

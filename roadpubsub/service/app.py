@@ -17,8 +17,9 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
 ``GET /openapi.json``                     this API's OpenAPI 3.1 description
 ========================================  ===============================================
 
-Each request is applied by one worker thread in arrival order (batches whole or not at
-all) and answered only after the log record is fsynced. WebSocket clients receive a
+Each request is applied by one thread in arrival order (batches whole or not at all;
+runs of queued moves or publishes together, see :mod:`~roadpubsub.service.applier`) and
+answered only after its log record is fsynced. WebSocket clients receive a
 message's deliveries after that point too, so nothing pushed can be lost by a crash.
 """
 
@@ -29,7 +30,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +42,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from roadnet.errors import InputError, format_error
+from roadpubsub.service.applier import Applier
 from roadpubsub.service.events import BodyParser, RequestError, parse_ids
 from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.openapi import openapi_document
@@ -74,17 +76,20 @@ class DeliveryHub:
                 queue.put_nowait(mine)
 
 
-def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = None
-              ) -> Starlette:
-    """The ASGI application serving ``state``."""
+def build_app(state: ServiceState, *, group_max: int = 64,
+              on_shutdown: Callable[[], None] | None = None) -> Starlette:
+    """The ASGI application serving ``state``; ``group_max`` requests at most are applied
+    together (see :mod:`roadpubsub.service.applier`)."""
     parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m)
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apply")
+    applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
     hub = DeliveryHub()
 
-    async def apply(kind: str, fn: Callable[[], Applied], t0: float) -> Applied:
-        loop = asyncio.get_running_loop()
-        applied = await loop.run_in_executor(worker, fn)
+    async def run(fn: Callable[[], Any]) -> Any:
+        return await asyncio.wrap_future(applier.call(fn))
+
+    async def apply(kind: str, fut: Future[Applied], t0: float) -> Applied:
+        applied = await asyncio.wrap_future(fut)
         await state.wal.wait_durable(applied.seq)
         metrics.observe(kind, time.perf_counter() - t0)
         return applied
@@ -100,7 +105,8 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
     async def post_subscriptions(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await body_of(request)
-        done = await apply("subscribe", lambda: state.subscribe(parser.subscriptions(body)), t0)
+        done = await apply("subscribe", applier.call(
+            lambda: state.subscribe(parser.subscriptions(body))), t0)
         return JSONResponse(done.body, status_code=201)
 
     async def list_subscriptions(request: Request) -> Response:
@@ -110,47 +116,44 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
         if not 1 <= limit <= 100_000:
             msg = f"'limit' must lie in [1, 100000], got {limit}"
             raise RequestError(msg, status=400)
-        loop = asyncio.get_running_loop()
-        rows = await loop.run_in_executor(
-            worker, lambda: state.list_subscriptions(after=after, limit=limit))
+        rows = await run(lambda: state.list_subscriptions(after=after, limit=limit))
         return JSONResponse({"subscriptions": rows})
 
     async def get_subscription(request: Request) -> Response:
         sid = parse_ids(request.path_params["sid"])
-        loop = asyncio.get_running_loop()
 
         def read() -> list[dict[str, Any]]:
             ids = np.array([sid], dtype=np.int64)
             state._require_live(ids)
             return state.subscription_rows(ids)
 
-        rows = await loop.run_in_executor(worker, read)
+        rows = await run(read)
         return JSONResponse(rows[0])
 
     async def delete_subscription(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
-        done = await apply("unsubscribe",
-                           lambda: state.unsubscribe(np.array([sid], dtype=np.int64)), t0)
+        done = await apply("unsubscribe", applier.call(
+            lambda: state.unsubscribe(np.array([sid], dtype=np.int64))), t0)
         return JSONResponse(done.body)
 
     async def put_location(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
         body = await body_of(request)
-        done = await apply("move", lambda: state.move(parser.moves(body, id_from_path=sid)), t0)
+        done = await apply("move", applier.move(body, path_id=sid), t0)
         return JSONResponse(done.body)
 
     async def post_moves(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await body_of(request)
-        done = await apply("move", lambda: state.move(parser.moves(body)), t0)
+        done = await apply("move", applier.move(body), t0)
         return JSONResponse(done.body)
 
     async def post_messages(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await body_of(request)
-        done = await apply("publish", lambda: state.publish(parser.messages(body)), t0)
+        done = await apply("publish", applier.publish(body), t0)
         if done.deliveries is not None and len(done.deliveries):
             hub.push(deliveries_json(done.deliveries))
         return JSONResponse(done.body)
@@ -173,6 +176,7 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
             "rss_bytes": rss_bytes(), "compactions": state.compactions,
             "snapshots": state.snapshots.completed,
             "last_snapshot_seconds": round(state.snapshots.last_seconds, 3),
+            "grouped_requests": applier.grouped_requests, "groups": applier.groups,
             "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
 
     async def metrics_text(request: Request) -> Response:
@@ -229,9 +233,8 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
         try:
             yield
         finally:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(worker, state.close)
-            worker.shutdown(wait=True)
+            await run(state.close)
+            applier.stop()
             if on_shutdown is not None:
                 on_shutdown()
 
@@ -254,4 +257,5 @@ def build_app(state: ServiceState, *, on_shutdown: Callable[[], None] | None = N
     app.state.service = state
     app.state.hub = hub
     app.state.metrics = metrics
+    app.state.applier = applier
     return app

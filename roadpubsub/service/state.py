@@ -84,7 +84,8 @@ class Applied:
 
     seq: int
     body: dict[str, Any]
-    deliveries: Deliveries | None = None
+    deliveries: Deliveries | None = None  # new deliveries (pushed to WebSocket clients)
+    everything: Deliveries | None = None  # the answer's deliveries, repeats included
 
 
 @dataclass
@@ -400,7 +401,7 @@ class ServiceState:
         body = {"deliveries": deliveries_json(everything), "seq": seq}
         if seen.any():
             body["duplicates"] = batch.ids[seen].tolist()
-        return self._after(Applied(seq, body, fresh), max(int(new.size), 1))
+        return self._after(Applied(seq, body, fresh, everything), max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:
         # Counted in rows, so that a restart replays at most about snapshot_every rows.

@@ -29,7 +29,9 @@ def test_mixed_stream_and_batches(serve: Any, workload: Workload,
     assert batches.summary()["events"] == 1000 and batches.requests == 20
     with server.client() as c:
         health = c.get("/health").json()
-    assert health["seq"] == 1 + 400 + 20  # every request was one logged event
+    # every request was logged; queued moves and publishes may share a record
+    assert 20 < health["seq"] <= 1 + 400 + 20
+    assert health["seq"] + health["grouped_requests"] - health["groups"] == 1 + 400 + 20
     # bounded in time as well as in count
     short = run_load(server.url, stream, existing=200, clients=2, events=10**9, seconds=1.0)
     assert short.seconds < 10 and short.requests < 10**9
