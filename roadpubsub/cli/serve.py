@@ -47,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--snapshot-every", type=int, default=20_000, metavar="N",
-                   help="events between background snapshots (default 20000; a restart "
-                        "replays at most about this many events)")
+                   help="events between background snapshots (default 20000; a batch of "
+                        "n rows counts 1 + n/25): a restart replays at most about this many")
     p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
                    help="published messages between deliveries-log segments (default 2000)")
     p.add_argument("--group-max", type=int, default=64, metavar="N",

@@ -63,7 +63,8 @@ class ServiceOptions:
     Attributes
     ----------
     snapshot_every
-        Events between background snapshots (>= 1).
+        Replay cost between background snapshots (>= 1), in single-row events; a batch of
+        n rows counts 1 + n // 25.
     flush_every
         Published messages between deliveries-log segments (>= 1).
     fsync
@@ -174,7 +175,7 @@ class ServiceState:
         published, deliveries, state.flushed_through = state.dlog.read_all()
         state._load_messages(published, deliveries)
         last = seq
-        rows = 0
+        rows = records = 0
         moves: list[dict[str, Any]] = []
         for rec in read_records(folder / "wal", after=seq):
             if rec["op"] == "move":
@@ -184,12 +185,13 @@ class ServiceState:
                 moves = []
                 state._replay(rec)
             last = int(rec["seq"])
+            records += 1
             rows += len(rec["id"])
         state._replay_moves(moves)
         state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
                                   fsync=state.options.fsync)
         state.flush_deliveries()  # the restart completes the deliveries log
-        state.events_since_snapshot = rows
+        state.events_since_snapshot = records + rows // 25
         state.recovery_seconds = time.perf_counter() - t0
         return state
 
@@ -404,8 +406,10 @@ class ServiceState:
         return self._after(Applied(seq, body, fresh, everything), max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:
-        # Counted in rows, so that a restart replays at most about snapshot_every rows.
-        self.events_since_snapshot += rows
+        # What a restart would replay, in units of one single-row event: a record costs
+        # about a millisecond to replay, a row of a large batch about 1/25 of that (511,000
+        # moved rows in 10,700 records replayed in 8.7 s on Rome at 1M subscriptions).
+        self.events_since_snapshot += 1 + rows // 25
         if len(self._pending) and sum(p[1].size for p in self._pending) >= \
                 self.options.flush_every:
             self.flush_deliveries()
