@@ -145,8 +145,10 @@ class SnapshotWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, seq: int, index: SubscriptionIndex,
-              expiry: tuple[np.ndarray, np.ndarray]) -> None:
-        """Fork a child writing the snapshot of ``seq`` (the caller's state at this point)."""
+              expiry: tuple[np.ndarray, np.ndarray], *, close_fds: tuple[int, ...] = ()
+              ) -> None:
+        """Fork a child writing the snapshot of ``seq`` (the caller's state at this point);
+        the child closes ``close_fds``."""
         t0 = time.perf_counter()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -156,6 +158,9 @@ class SnapshotWorker:
             try:
                 _die_with_parent()
                 _close_sockets()
+                for fd in close_fds:  # e.g. the folder's lock: it must die with the parent
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 write_snapshot(self.state_dir, seq, index, expiry)
                 code = 0
             except BaseException:

@@ -441,7 +441,8 @@ class ServiceState:
         self.wal.rotate()
         self.flush_deliveries()
         self.flushed_through = max(self.flushed_through, seq)
-        self.snapshots.start(seq, self.index, self.expiry.arrays())
+        self.snapshots.start(seq, self.index, self.expiry.arrays(),
+                             close_fds=() if self._lock is None else (self._lock,))
         self.events_since_snapshot = 0
         return True
 
