@@ -87,6 +87,9 @@ class Metrics:
              "Time from a request's arrival to its durable answer, per event kind.")
         for kind, h in self.latency.items():
             out.extend(h.lines("roadpubsub_request_seconds", f'kind="{kind}"'))
+        head("roadpubsub_match_seconds", "histogram",
+             "Time of each matcher call (one publish batch, or a run of queued publishes).")
+        out.extend(state.match_seconds.lines("roadpubsub_match_seconds", ""))
         head("roadpubsub_request_errors_total", "counter", "Refused requests per HTTP status.")
         for status, n in sorted(self.errors.items()):
             out.append(f'roadpubsub_request_errors_total{{status="{status}"}} {n}')

@@ -40,6 +40,7 @@ from roadnet.errors import describe_rows
 from roadnet.locations import EdgePoints
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
+from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
     clean_snapshots,
@@ -151,6 +152,7 @@ class ServiceState:
         self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
         self.recovery_seconds = 0.0
         self._lock: int | None = None
+        self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -290,7 +292,9 @@ class ServiceState:
             self._expire(float(t))
             rows = np.flatnonzero(times == t)
             batch = messages if rows.size == len(messages) else messages.take(rows)
+            t0 = time.perf_counter()
             parts.append(self.matcher.match(batch)[0])
+            self.match_seconds.observe(time.perf_counter() - t0)
         self.counts["publish"] += ids.size
         found = Deliveries.concat(parts)
         self.delivered += len(found)

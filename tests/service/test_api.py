@@ -161,6 +161,8 @@ def test_endpoints_match_the_batch_cli(serve: Any, workload: Workload, move_poin
     assert 'roadpubsub_events_total{kind="move"} 306' in metrics
     assert 'roadpubsub_request_seconds_count{kind="publish"}' in metrics
     assert "roadpubsub_log_bytes" in metrics and "roadpubsub_compactions_total" in metrics
+    assert "roadpubsub_match_seconds_count " in metrics
+    assert "process_resident_memory_bytes" in metrics
     spec = c.get("/openapi.json").json()
     assert {"/subscriptions", "/subscriptions/{sid}", "/subscriptions/{sid}/location",
             "/subscriptions/moves", "/messages", "/deliveries"} <= set(spec["paths"])
