@@ -15,6 +15,9 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
 ``WS /deliveries[?subscription=ID]``      deliveries pushed as messages are matched
 ``GET /health``, ``GET /metrics``         status; Prometheus text
 ``GET /openapi.json``                     this API's OpenAPI 3.1 description
+``GET /``, ``GET /network.geojson``       the live map (offline: roads from the service)
+``WS /events``                            the map's stream: messages with place and
+                                          deliveries
 ========================================  ===============================================
 
 Each request is applied by one thread in arrival order (batches whole or not at all;
@@ -32,18 +35,21 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.events import BodyParser, RequestError, parse_ids
+from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.openapi import openapi_document
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
@@ -76,6 +82,25 @@ class DeliveryHub:
                 queue.put_nowait(mine)
 
 
+_STATIC = Path(__file__).with_name("static")
+
+
+def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
+    """One event per new message: its place and its deliveries (for the live map)."""
+    assert done.messages is not None
+    ids, points = done.messages
+    lonlat = lonlat_of(state.index.network, points)
+    found = done.deliveries if done.deliveries is not None else None
+    out = []
+    for k, m in enumerate(ids.tolist()):
+        mine = [] if found is None else deliveries_json(Deliveries(
+            *(a[found.message_id == m] for a in (found.message_id, found.subscription_id,
+                                                  found.distance, found.score))))
+        out.append({"type": "message", "id": m, "lon": float(lonlat[k, 0]),
+                    "lat": float(lonlat[k, 1]), "deliveries": mine})
+    return out
+
+
 def build_app(state: ServiceState, *, group_max: int = 64,
               on_shutdown: Callable[[], None] | None = None) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
@@ -84,6 +109,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
     hub = DeliveryHub()
+    events = DeliveryHub()  # the live map's stream: messages with their deliveries
+    cache: dict[str, bytes] = {}
 
     async def run(fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(applier.call(fn))
@@ -156,6 +183,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         done = await apply("publish", applier.publish(body), t0)
         if done.deliveries is not None and len(done.deliveries):
             hub.push(deliveries_json(done.deliveries))
+        if events.clients and done.messages is not None:
+            events.push(_message_events(state, done))
         return JSONResponse(done.body)
 
     async def get_message(request: Request) -> Response:
@@ -186,6 +215,20 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
 
+    async def index_page(request: Request) -> Response:
+        return FileResponse(_STATIC / "index.html", media_type="text/html")
+
+    async def map_script(request: Request) -> Response:
+        return FileResponse(_STATIC / "map.js", media_type="text/javascript")
+
+    async def network_geojson(request: Request) -> Response:
+        if "roads" not in cache:
+            cache["roads"] = json.dumps(roads_geojson(state.index.network)).encode()
+        return Response(cache["roads"], media_type="application/geo+json")
+
+    async def events_ws(websocket: WebSocket) -> None:
+        await stream(websocket, events, None)
+
     async def deliveries_ws(websocket: WebSocket) -> None:
         raw = websocket.query_params.get("subscription")
         want: int | None = None
@@ -196,9 +239,12 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 await websocket.accept()  # so that the client reads why
                 await websocket.close(code=1008, reason=str(exc)[:120])
                 return
+        await stream(websocket, hub, want)
+
+    async def stream(websocket: WebSocket, to: DeliveryHub, want: int | None) -> None:
         await websocket.accept()
         queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
-        hub.clients[queue] = want
+        to.clients[queue] = want
 
         async def drain() -> None:  # notices a client that closes
             try:
@@ -218,7 +264,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
-            hub.clients.pop(queue, None)
+            to.clients.pop(queue, None)
             reader.cancel()
             with contextlib.suppress(RuntimeError):
                 await websocket.close()
@@ -251,6 +297,10 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         Route("/metrics", metrics_text, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         WebSocketRoute("/deliveries", deliveries_ws),
+        Route("/", index_page, methods=["GET"]),
+        Route("/static/map.js", map_script, methods=["GET"]),
+        Route("/network.geojson", network_geojson, methods=["GET"]),
+        WebSocketRoute("/events", events_ws),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={RequestError: refuse, InputError: refuse})

@@ -211,7 +211,12 @@ class Applier:
             dup = [m for m in batch.ids.tolist() if m in repeats]
             if dup:
                 body["duplicates"] = dup
-            it.future.set_result(Applied(applied.seq, body, _only(fresh, batch.ids), mine))
+            located = None
+            if applied.messages is not None:
+                keep = np.isin(applied.messages[0], batch.ids)
+                located = (applied.messages[0][keep], applied.messages[1][keep])
+            it.future.set_result(Applied(applied.seq, body, _only(fresh, batch.ids), mine,
+                                         located))
 
     def _count(self, n: int) -> None:
         self.groups += 1

@@ -88,6 +88,7 @@ class Applied:
     body: dict[str, Any]
     deliveries: Deliveries | None = None  # new deliveries (pushed to WebSocket clients)
     everything: Deliveries | None = None  # the answer's deliveries, repeats included
+    messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
 
 
 @dataclass
@@ -407,7 +408,9 @@ class ServiceState:
         body = {"deliveries": deliveries_json(everything), "seq": seq}
         if seen.any():
             body["duplicates"] = batch.ids[seen].tolist()
-        return self._after(Applied(seq, body, fresh, everything), max(int(new.size), 1))
+        located = (batch.ids[new], batch.points[new]) if new.size else None
+        return self._after(Applied(seq, body, fresh, everything, located),
+                           max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:
         # What a restart would replay, in units of one single-row event: a record costs
