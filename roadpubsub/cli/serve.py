@@ -55,6 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="most queued move or publish requests applied together as one "
                         "index update or matcher call and one log record (default 64; 1: "
                         "one by one)")
+    p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
+                   help="also take events from an MQTT broker's topics and publish each "
+                        "delivery on roadpubsub/deliveries/<subscription id>")
+    p.add_argument("--mqtt-prefix", default="roadpubsub", metavar="TOPIC",
+                   help="topic prefix of the MQTT connector (default roadpubsub)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
                         "power loss can then lose acknowledged events)")
@@ -194,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         msg = f"--port must lie in [0, 65535], got {args.port}"
         raise ValueError(msg)
+    mqtt = None
+    if args.mqtt:
+        from roadpubsub.service.mqtt import parse_broker
+
+        mqtt = parse_broker(args.mqtt)
     folder = Path(args.state)
     t0 = time.perf_counter()
     if read_manifest(folder) is None:
@@ -210,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
               f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
-    app = build_app(state, group_max=args.group_max)
+    app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=10)
     return 0

@@ -51,6 +51,7 @@ from roadpubsub.service.applier import Applier
 from roadpubsub.service.events import BodyParser, RequestError, parse_ids
 from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.metrics import Metrics, rss_bytes
+from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
 
@@ -102,9 +103,11 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
 
 
 def build_app(state: ServiceState, *, group_max: int = 64,
+              mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
               on_shutdown: Callable[[], None] | None = None) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
-    together (see :mod:`roadpubsub.service.applier`)."""
+    together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
+    broker connector (:mod:`roadpubsub.service.mqtt`)."""
     parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m)
     applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
@@ -181,11 +184,18 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         t0 = time.perf_counter()
         body = await body_of(request)
         done = await apply("publish", applier.publish(body), t0)
+        announce(done)
+        return JSONResponse(done.body)
+
+    def announce(done: Applied) -> None:
+        """Durable deliveries to WebSocket clients, the map and the broker."""
         if done.deliveries is not None and len(done.deliveries):
-            hub.push(deliveries_json(done.deliveries))
+            found = deliveries_json(done.deliveries)
+            hub.push(found)
+            if connector and done.messages is not None:
+                connector[0].publish_deliveries(found)
         if events.clients and done.messages is not None:
             events.push(_message_events(state, done))
-        return JSONResponse(done.body)
 
     async def get_message(request: Request) -> Response:
         mid = parse_ids(request.path_params["mid"], what="message id")
@@ -269,16 +279,36 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             with contextlib.suppress(RuntimeError):
                 await websocket.close()
 
+    def push_local(done: Applied) -> None:
+        if done.deliveries is not None and len(done.deliveries):
+            hub.push(deliveries_json(done.deliveries))
+        if events.clients and done.messages is not None:
+            events.push(_message_events(state, done))
+
     async def refuse(request: Request, exc: Exception) -> Response:
         status = exc.status if isinstance(exc, RequestError) else 422
         metrics.error(status)
         return JSONResponse({"error": format_error(exc)}, status_code=status)
 
+    connector: list[MqttConnector] = []
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if mqtt is not None:
+            loop = asyncio.get_running_loop()
+
+            def from_broker(done: Applied) -> None:  # the connector published already
+                loop.call_soon_threadsafe(push_local, done)
+
+            c = MqttConnector(mqtt[0], mqtt[1], state=state, applier=applier, parser=parser,
+                              on_applied=from_broker, prefix=mqtt_prefix)
+            await asyncio.to_thread(c.start)
+            connector.append(c)
         try:
             yield
         finally:
+            if connector:
+                await asyncio.to_thread(connector[0].stop)
             await run(state.close)
             applier.stop()
             if on_shutdown is not None:

@@ -232,6 +232,27 @@ class WriteAheadLog:
             while self._durable < target and self._error is None:
                 self._cond.wait(0.05)
 
+    def wait_durable_blocking(self, seq: int, timeout: float = 60.0) -> None:
+        """Block the calling thread until record ``seq`` is on disk.
+
+        Raises
+        ------
+        TimeoutError
+            Not durable within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._cond.notify_all()
+            while self._durable < seq:
+                if self._error is not None:
+                    msg = f"the write-ahead log failed: {self._error}"
+                    raise RuntimeError(msg) from self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    msg = f"record {seq} not durable after {timeout:g} s"
+                    raise TimeoutError(msg)
+                self._cond.wait(min(left, 0.05))
+
     @property
     def durable_seq(self) -> int:
         """The last sequence number known to be on disk."""
