@@ -20,6 +20,7 @@ and from HTTP go through the same apply thread, so they share one log order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -76,8 +77,11 @@ class MqttConnector:
         self._connected = threading.Event()
         # acknowledgements and deliveries leave in arrival order, off the network thread
         self._out = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqtt-ack")
+        # A persistent session named after the service's folder: after a crash the broker
+        # redelivers to the restarted service what it had not acknowledged.
+        name = hashlib.sha1(str(state.dir.resolve()).encode()).hexdigest()[:16]
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
-                                  client_id=f"roadpubsub-serve-{id(self):x}",
+                                  client_id=f"roadpubsub-serve-{name}",
                                   clean_session=False, manual_ack=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message

@@ -114,3 +114,46 @@ def test_broker_events_and_deliveries(serve: Any, broker: int, workload: Workloa
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def test_unacknowledged_broker_events_survive_kill_9(serve: Any, broker: int,
+                                                    workload: Workload,
+                                                    andorra: RoadNetwork) -> None:
+    """The broker redelivers what the killed service had not acknowledged; every message
+    ends up logged once, with one set of deliveries."""
+    server = serve("--mqtt", f"127.0.0.1:{broker}")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-sensor")
+    client.connect("127.0.0.1", broker)
+    client.loop_start()
+    try:
+        subs = subscription_rows(workload, andorra)[:600]
+        client.publish("roadpubsub/subscriptions", json.dumps(subs), qos=1).wait_for_publish(20)
+        msgs = [{**m, "id": 5000 + k} for k, m in enumerate(message_rows(workload, andorra))]
+        infos = [client.publish("roadpubsub/messages", json.dumps(m), qos=1)
+                 for m in msgs[:150]]
+        time.sleep(0.3)
+        server.kill()  # some events applied, some queued at the broker, some in between
+        for m in msgs[150:300]:  # published while the service is down
+            infos.append(client.publish("roadpubsub/messages", json.dumps(m), qos=1))
+        for info in infos:
+            info.wait_for_publish(20)
+        server.start()
+        with server.client() as c:
+            deadline = time.monotonic() + 90
+            missing = msgs[:300]
+            while missing and time.monotonic() < deadline:
+                missing = [m for m in missing
+                           if c.get(f"/messages/{m['id']}").status_code != 200]
+                time.sleep(0.2)
+            assert not missing, f"{len(missing)} broker messages never applied"
+            assert len(c.get(f"/subscriptions/{subs[5]['id']}").json()["keywords"]) > 0
+        server.stop()
+        import pyarrow.parquet as pq
+
+        folder = server.state_dir / "deliveries"
+        published = [m for p in sorted(folder.glob("*.published.parquet"))
+                     for m in pq.read_table(p).column("message_id").to_pylist()]
+        assert sorted(published) == sorted(m["id"] for m in msgs[:300])  # each once
+    finally:
+        client.loop_stop()
+        client.disconnect()
