@@ -21,10 +21,9 @@ recorded deliveries are returned (``"duplicate": true``).
 from __future__ import annotations
 
 import fcntl
-import heapq
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from roadnet.errors import describe_rows
 from roadnet.locations import EdgePoints
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
+from roadpubsub.service.expiry import Expiry
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
@@ -91,38 +91,6 @@ class Applied:
     messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
 
 
-@dataclass
-class _Expiry:
-    """Live subscriptions' expiry times and a lazy min-heap over them."""
-
-    at: dict[int, float] = field(default_factory=dict)
-    heap: list[tuple[float, int]] = field(default_factory=list)
-
-    def add(self, ids: IntArray, expires: FloatArray) -> None:
-        for i, t in zip(ids.tolist(), expires.tolist(), strict=True):
-            if t == t:  # not NaN
-                self.at[i] = t
-                heapq.heappush(self.heap, (t, i))
-
-    def remove(self, ids: IntArray) -> None:
-        for i in ids.tolist():
-            self.at.pop(i, None)
-
-    def due(self, t: float) -> IntArray:
-        """Ids whose expiry time is <= t (removed from the table)."""
-        out = []
-        while self.heap and self.heap[0][0] <= t:
-            when, i = heapq.heappop(self.heap)
-            if self.at.get(i) == when:
-                del self.at[i]
-                out.append(i)
-        return np.asarray(out, dtype=np.int64)
-
-    def arrays(self) -> tuple[IntArray, FloatArray]:
-        ids = np.fromiter(self.at.keys(), dtype=np.int64, count=len(self.at))
-        return ids, np.fromiter(self.at.values(), dtype=np.float64, count=len(self.at))
-
-
 def _tolist(a: npt.NDArray[Any]) -> list[Any]:
     return [None if x != x else x for x in a.tolist()]  # NaN -> null
 
@@ -137,7 +105,7 @@ class ServiceState:
         self.manifest = manifest
         self.options = options
         self.matcher = IndexMatcher(index)
-        self.expiry = _Expiry()
+        self.expiry = Expiry()
         self.messages: dict[int, tuple[int, float, Deliveries]] = {}
         self.dlog = DeliveriesLog(state_dir / "deliveries")
         self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
