@@ -232,8 +232,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return FileResponse(_STATIC / "map.js", media_type="text/javascript")
 
     async def network_geojson(request: Request) -> Response:
-        if "roads" not in cache:
-            cache["roads"] = json.dumps(roads_geojson(state.index.network)).encode()
+        if "roads" not in cache:  # built once, off the event loop (Rome: seconds)
+            cache["roads"] = await asyncio.to_thread(
+                lambda: json.dumps(roads_geojson(state.index.network)).encode())
         return Response(cache["roads"], media_type="application/geo+json")
 
     async def events_ws(websocket: WebSocket) -> None:
