@@ -241,7 +241,29 @@ class SubscriptionIndex:
     def contains(self, ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each id is a live subscription of the index."""
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
-        return (self._slot_of(q) >= 0) | np.isin(q, self.delta.ids)
+        return (self._slot_of(q) >= 0) | (self._delta_row_of(q) >= 0)
+
+    def _delta_row_of(self, q: IntArray) -> IntArray:
+        """Delta row of each id, -1 where it is not in the delta.
+
+        A few ids are compared with the delta's ids directly (tens of microseconds at 50,000
+        rows); sorting the delta for each single move, as ``np.isin`` does, cost
+        milliseconds a call once the delta held 10,000 moved subscriptions.
+        """
+        d = self.delta.ids
+        out = np.full(q.size, -1, dtype=np.int64)
+        if d.size == 0 or q.size == 0:
+            return out
+        if q.size <= 8:
+            for k, x in enumerate(q.tolist()):
+                hit = np.flatnonzero(d == x)
+                if hit.size:
+                    out[k] = hit[0]
+            return out
+        order = np.argsort(d, kind="stable")
+        pos = np.minimum(np.searchsorted(d[order], q), d.size - 1)
+        row = order[pos]
+        return np.where(d[row] == q, row, -1)
 
     def check_points(self, points: EdgePoints, *, labels: npt.ArrayLike | None = None,
                      what: str = "subscriptions") -> None:
@@ -314,7 +336,7 @@ class SubscriptionIndex:
         """
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
         slot = self._slot_of(q)
-        in_delta = np.isin(q, self.delta.ids)
+        in_delta = self._delta_row_of(q) >= 0
         unknown = (slot < 0) & ~in_delta
         if unknown.any():
             msg = ("unknown subscription ids: "
@@ -349,14 +371,9 @@ class SubscriptionIndex:
         Costs O(len(q) log n), not a pass over every subscription.
         """
         slot = self._slot_of(q)
-        delta_ids = self.delta.ids
-        delta_row = np.zeros(q.size, dtype=np.int64)
-        in_delta = np.zeros(q.size, dtype=bool)
-        if delta_ids.size:
-            delta_order = np.argsort(delta_ids, kind="stable")
-            pos = np.minimum(np.searchsorted(delta_ids[delta_order], q), delta_ids.size - 1)
-            delta_row = delta_order[pos]
-            in_delta = (slot < 0) & (delta_ids[delta_row] == q)
+        found = self._delta_row_of(q)
+        delta_row = np.maximum(found, 0)
+        in_delta = (slot < 0) & (found >= 0)
         missing = q[(slot < 0) & ~in_delta]
         if missing.size:
             names = describe_rows(missing[:10].tolist(), total=missing.size)

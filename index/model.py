@@ -179,8 +179,13 @@ def _take_csr(ptr: IntArray, values: npt.NDArray[np.int32], rows: IntArray
 
 
 def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
-    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
-    return np.asarray(counts[inverse] > 1)
+    # One sort and a neighbour test; the mask is built only when there is a duplicate
+    # (np.unique with inverse and counts took a quarter of a live move's time).
+    s = np.sort(ids)
+    repeated = s[1:][s[1:] == s[:-1]]
+    if repeated.size == 0:
+        return np.zeros(ids.size, dtype=bool)
+    return np.isin(ids, repeated)
 
 
 def _ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:

@@ -8,10 +8,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from roadnet.files import check_output_path
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
+
+if TYPE_CHECKING:
+    from pruning.deliveries import Deliveries
 
 __all__ = ["register", "run"]
 
@@ -27,6 +31,10 @@ example:
 
 With an index saved by 'roadpubsub index build', --index-file FILE replaces --network,
 --subscriptions, --weights, --dmax, --directed and --index.
+
+Subscriptions may carry an expires_at column (epoch seconds) and messages a time column:
+a subscription is not delivered messages whose time is >= its expires_at (the rule of
+'roadpubsub serve'; without a time column the clock decides).
 
 The output has one row per delivery: message_id, subscription_id, distance (network
 metres from the subscription to the message) and score (SIM). It is written atomically:
@@ -135,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
             parts.append(matcher.match(messages.take(rows)))
             bar.update(rows.size)
     deliveries = Deliveries.concat(parts)
+    if args.subscriptions:
+        deliveries = _drop_expired(deliveries, args.subscriptions, args.messages)
     t_match = time.perf_counter()
     write_deliveries(deliveries, out)
     t_write = time.perf_counter()
@@ -164,6 +174,42 @@ def run(args: argparse.Namespace) -> int:
               f"subscriptions (index {index_name}, Dmax {dmax:g} m, {rate}; "
               f"{t_write - t0:.1f} s in all) -> {out}")
     return 0
+
+
+def _drop_expired(deliveries: Deliveries, subscriptions: str, messages: str) -> Deliveries:
+    """The expiry rule of 'roadpubsub serve': a subscription whose ``expires_at`` (epoch
+    seconds; null: never) is <= a message's ``time`` (epoch seconds; the clock now when the
+    messages have no such column) is not delivered that message.
+
+    Deliveries are decided pair by pair, so dropping the expired pairs afterwards gives
+    exactly what matching without the expired subscriptions gives.
+    """
+    import numpy as np
+
+    from index.io import read_table
+    from pruning.deliveries import Deliveries
+
+    subs = read_table(subscriptions)
+    if "expires_at" not in subs.column_names or len(deliveries) == 0:
+        return deliveries
+    sid = np.asarray(subs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    exp = np.asarray(subs.column("expires_at").to_numpy(zero_copy_only=False),
+                     dtype=np.float64)  # nulls are NaN: never
+    msgs = read_table(messages)
+    mid = np.asarray(msgs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    if "time" in msgs.column_names:
+        when = np.asarray(msgs.column("time").to_numpy(zero_copy_only=False), dtype=np.float64)
+        when = np.where(np.isnan(when), time.time(), when)
+    else:
+        when = np.full(mid.size, time.time())
+    s_order, m_order = np.argsort(sid), np.argsort(mid)
+    d_exp = exp[s_order[np.searchsorted(sid[s_order], deliveries.subscription_id)]]
+    d_time = when[m_order[np.searchsorted(mid[m_order], deliveries.message_id)]]
+    keep = ~(d_exp <= d_time)
+    if keep.all():
+        return deliveries
+    return Deliveries(deliveries.message_id[keep], deliveries.subscription_id[keep],
+                      deliveries.distance[keep], deliveries.score[keep])
 
 
 def _status(quiet: bool) -> Callable[[str], None]:

@@ -1,0 +1,226 @@
+"""``roadpubsub serve``: the durable live matching service over HTTP and WebSocket."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from roadnet.settings import DEFAULTS
+from roadpubsub.cli.sources import add_source_arguments, check_dmax
+
+__all__ = ["register", "run"]
+
+_EXAMPLE = """\
+example:
+  roadpubsub serve --state work/live --network ../shared/data/osm/andorra-latest.osm.pbf \\
+      --dmax 5000                      # creates work/live, then serves on 127.0.0.1:8000
+  roadpubsub serve --state work/live   # reopens it (after a crash too) and serves
+  curl -s localhost:8000/health
+
+The network, keyword weights (--weights, or idf over --corpus), Dmax and --directed are
+fixed when DIR is created (or taken from --index-file, an index built by 'roadpubsub index
+build', or --subscriptions to start with). Every event is logged and fsynced before its
+answer; snapshots are written in the background every --snapshot-every events. See
+GET /openapi.json for the API.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``serve`` subcommand."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run the durable live pub/sub service (HTTP JSON API + WebSocket)",
+        description="Create or reopen a service folder and serve subscribe, unsubscribe, "
+                    "move and publish events, each durable before it is answered.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--state", required=True, metavar="DIR",
+                   help="the service's folder: created when it holds no service yet")
+    add_source_arguments(p, required=False, dmax_default=None)
+    p.add_argument("--index-file", metavar="FILE", default=None,
+                   help="create DIR from an index built by 'roadpubsub index build' instead "
+                        "of --network, --subscriptions, --weights/--corpus, --dmax, --directed")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                   "127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--snapshot-every", type=int, default=20_000, metavar="N",
+                   help="events between background snapshots (default 20000; a batch of "
+                        "n rows counts 1 + n/25): a restart replays at most about this many")
+    p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
+                   help="published messages between deliveries-log segments (default 2000)")
+    p.add_argument("--group-max", type=int, default=64, metavar="N",
+                   help="most queued move or publish requests applied together as one "
+                        "index update or matcher call and one log record (default 64; 1: "
+                        "one by one)")
+    p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
+                   help="also take events from an MQTT broker's topics and publish each "
+                        "delivery on roadpubsub/deliveries/<subscription id>")
+    p.add_argument("--mqtt-prefix", default="roadpubsub", metavar="TOPIC",
+                   help="topic prefix of the MQTT connector (default roadpubsub)")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="do not fsync the log before answering (measurements only: a "
+                        "power loss can then lose acknowledged events)")
+    p.add_argument("--quiet", action="store_true", help="no start-up lines")
+    p.set_defaults(func=run)
+
+    g = subparsers.add_parser(
+        "loadgen",
+        help="drive a running 'roadpubsub serve' with a bounded mixed stream (loopback only)",
+        description="Replay a mixed stream (80%% moves, 15%% publishes of 5-25 real tweet "
+                    "keywords, 5%% subscribes/unsubscribes) of single requests from "
+                    "concurrent connections, or batches of moves, and report rates and "
+                    "latency percentiles.",
+        epilog=_LOAD_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--url", default="http://127.0.0.1:8000",
+                   help="the service (loopback only; default http://127.0.0.1:8000)")
+    g.add_argument("--network", required=True, metavar="PATH",
+                   help="the service's road network file (locations are built on it)")
+    g.add_argument("--existing", type=int, required=True, metavar="N",
+                   help="subscriptions 0 .. N-1 exist in the service (moves pick among them)")
+    g.add_argument("--clients", type=int, default=8, help="concurrent connections (default 8)")
+    g.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="moves per request; > 1 sends batches of moves only (default 1)")
+    g.add_argument("--events", type=int, default=20_000, metavar="N",
+                   help="most events to send (default 20000)")
+    g.add_argument("--seconds", type=float, default=60.0,
+                   help="most seconds to run (default 60)")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=run_loadgen)
+
+
+_LOAD_EXAMPLE = """\
+example:
+  roadpubsub generate --network ../shared/data/dimacs/rome.gr.gz --out-dir work/rome \\
+      --subscriptions 1000000 --messages 1000
+  roadpubsub serve --state work/rome-live --network ../shared/data/dimacs/rome.gr.gz \\
+      --subscriptions work/rome/subscriptions.parquet --weights work/rome/weights.parquet &
+  roadpubsub loadgen --network ../shared/data/dimacs/rome.gr.gz --existing 1000000 \\
+      --clients 8 --events 20000
+  roadpubsub loadgen --network ../shared/data/dimacs/rome.gr.gz --existing 1000000 \\
+      --batch 10000 --events 500000
+"""
+
+
+def run_loadgen(args: argparse.Namespace) -> int:
+    """Run the load generator and print its JSON report."""
+    import json
+
+    import httpx
+
+    from roadnet.io import load_network
+    from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
+
+    check_loopback(args.url)
+    if args.existing < 1:
+        msg = "--existing must be >= 1"
+        raise ValueError(msg)
+    network = load_network(args.network)
+    # New ids (subscriptions and messages) from the clock: a second run must not repeat
+    # the first one's ids (repeated messages are answered from the record, not matched).
+    first = int(time.time() * 1000) * 1000
+    stream = build_stream(network, n_points=20_000, n_messages=2_000,
+                          first_new_id=first, seed=args.seed)
+    before = httpx.get(args.url + "/health", timeout=30).json()
+    report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
+                      batch=args.batch, events=args.events, seconds=args.seconds,
+                      seed=args.seed, first_message_id=first)
+    after = httpx.get(args.url + "/health", timeout=30).json()
+    out = {**report.summary(), "clients": args.clients if args.batch == 1 else 1,
+           "batch": args.batch, "server_before": before, "server_after": after}
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _creation_flags(args: argparse.Namespace) -> list[str]:
+    return [flag for flag, value in (
+        ("--network", args.network), ("--subscriptions", args.subscriptions),
+        ("--weights", args.weights), ("--corpus", args.corpus), ("--dmax", args.dmax),
+        ("--index-file", args.index_file), ("--directed", args.directed or None))
+        if value is not None]
+
+
+def _create(args: argparse.Namespace, folder: Path) -> None:
+    import numpy as np
+
+    from index.base import load_index
+    from index.eia import EnhancedIndex
+    from index.io import read_subscriptions
+    from index.model import Subscriptions
+    from index.spatial import SpatialIndex
+    from roadnet.io import load_network
+    from roadnet.locations import EdgePoints
+    from roadpubsub.cli.sources import read_weights_option
+    from roadpubsub.service.state import create_state
+
+    if args.index_file:
+        others = [f for f in _creation_flags(args) if f != "--index-file"]
+        if others:
+            msg = f"--index-file already holds everything; drop {', '.join(others)}"
+            raise ValueError(msg)
+        index = load_index(args.index_file)
+        if not isinstance(index, EnhancedIndex):
+            msg = f"--index-file {args.index_file}: the service needs an EIA index"
+            raise ValueError(msg)
+        about = {"source": str(args.index_file)}
+    else:
+        if not args.network:
+            msg = f"{folder} holds no service yet: give --network (or --index-file) to create it"
+            raise ValueError(msg)
+        dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
+        network = load_network(args.network, directed=args.directed)
+        weights = read_weights_option(args)
+        if args.subscriptions:
+            subs = read_subscriptions(args.subscriptions, network, weights,
+                                      max_snap_m=args.max_snap)
+        else:
+            subs = Subscriptions(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0),
+                                 np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
+        index = EnhancedIndex(SpatialIndex.build(network), subs, weights, dmax_m=dmax)
+        about = {"source": str(args.network)}
+    create_state(folder, index, about=about)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create or open the service folder, then serve until interrupted."""
+    import uvicorn
+
+    from roadpubsub.service.app import build_app
+    from roadpubsub.service.snapshot import read_manifest
+    from roadpubsub.service.state import ServiceOptions, ServiceState
+
+    for name in ("snapshot_every", "flush_every", "group_max"):
+        if getattr(args, name) < 1:
+            msg = f"--{name.replace('_', '-')} must be >= 1"
+            raise ValueError(msg)
+    if not 0 <= args.port < 65536:
+        msg = f"--port must lie in [0, 65535], got {args.port}"
+        raise ValueError(msg)
+    mqtt = None
+    if args.mqtt:
+        from roadpubsub.service.mqtt import parse_broker
+
+        mqtt = parse_broker(args.mqtt)
+    folder = Path(args.state)
+    t0 = time.perf_counter()
+    if read_manifest(folder) is None:
+        _create(args, folder)
+    elif _creation_flags(args):
+        msg = (f"{folder} already holds a service (its network, weights and Dmax are fixed); "
+               f"drop {', '.join(_creation_flags(args))}")
+        raise ValueError(msg)
+    options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
+                             fsync=not args.no_fsync, max_snap_m=args.max_snap)
+    state = ServiceState.open(folder, options)
+    if not args.quiet:
+        print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
+              f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
+              f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
+              file=sys.stderr, flush=True)
+    app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=10)
+    return 0

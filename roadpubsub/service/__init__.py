@@ -1,0 +1,9 @@
+"""The live service of ``roadpubsub serve``: a durable, single-machine pub/sub stream.
+
+Modules: :mod:`~roadpubsub.service.events` (request bodies), :mod:`~roadpubsub.service.wal`
+(the write-ahead log), :mod:`~roadpubsub.service.snapshot` (background snapshots and the
+manifest), :mod:`~roadpubsub.service.deliveries_log` (Parquet segments of deliveries),
+:mod:`~roadpubsub.service.state` (events applied through the index, recovery),
+:mod:`~roadpubsub.service.app` (HTTP/WebSocket routes), :mod:`~roadpubsub.service.metrics`
+and :mod:`~roadpubsub.service.loadgen`.
+"""

@@ -1,0 +1,236 @@
+"""The one thread that applies events, in arrival order, grouping what it can.
+
+Requests queue up while the previous ones are applied. The thread takes everything queued
+(up to ``group_max`` requests) and applies runs of consecutive moves, or of consecutive
+publishes, as one index update or one matcher call and one log record: the apply stage's
+counterpart of the log's group commit. Each request is still checked on its own (a bad one
+is refused alone) and answered with its own part of the result.
+
+A run applied together equals the same requests applied one by one in arrival order:
+
+* moves: each subscription ends where the last move of the run put it, and no message is
+  matched in between;
+* publishes: messages do not change the subscriptions, except through expiry, which the
+  service applies in ascending time; so a run only continues while the requests' times do
+  not decrease and no message id repeats one of the run.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pruning.deliveries import Deliveries
+from roadnet.locations import EdgePoints
+from roadpubsub.service.events import BodyParser, MessageBatch, MoveBatch
+from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+
+__all__ = ["Applier"]
+
+
+@dataclass
+class _Item:
+    kind: str  # "move", "publish" or "call"
+    payload: Any
+    future: Future[Any]
+    path_id: int | None = None
+
+
+class Applier:
+    """Runs ``state``'s operations on one thread (see the module docstring).
+
+    Parameters
+    ----------
+    state
+        The service state (only this thread touches it).
+    parser
+        Turns bodies into batches.
+    group_max
+        Most requests applied together (1: one by one).
+    """
+
+    def __init__(self, state: ServiceState, parser: BodyParser, *, group_max: int = 64) -> None:
+        self.state = state
+        self.parser = parser
+        self.group_max = max(1, int(group_max))
+        self.groups = 0
+        self.grouped_requests = 0
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="apply", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ submitting
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` on the apply thread, in order with the events."""
+        fut: Future[Any] = Future()
+        self._queue.put(_Item("call", fn, fut))
+        return fut
+
+    def move(self, body: Any, *, path_id: int | None = None) -> Future[Applied]:
+        """A move request (one or a batch)."""
+        fut: Future[Applied] = Future()
+        self._queue.put(_Item("move", body, fut, path_id))
+        return fut
+
+    def publish(self, body: Any) -> Future[Applied]:
+        """A publish request (one or a batch)."""
+        fut: Future[Applied] = Future()
+        self._queue.put(_Item("publish", body, fut))
+        return fut
+
+    def stop(self) -> None:
+        """Finish what is queued, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout=60)
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            items = [first]
+            while len(items) < self.group_max:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._process(items)
+                    return
+                items.append(nxt)
+            self._process(items)
+
+    def _process(self, items: list[_Item]) -> None:
+        i = 0
+        while i < len(items):
+            j = i + 1
+            if items[i].kind != "call":
+                while j < len(items) and items[j].kind == items[i].kind:
+                    j += 1
+            run = items[i:j]
+            try:
+                if run[0].kind == "move":
+                    self._moves(run)
+                elif run[0].kind == "publish":
+                    self._publishes(run)
+                else:
+                    _settle(run[0].future, run[0].payload)
+            except BaseException as exc:  # a failure of the run as a whole
+                for it in run:
+                    if not it.future.done():
+                        it.future.set_exception(exc)
+            i = j
+
+    def _moves(self, run: list[_Item]) -> None:
+        batches: list[tuple[_Item, MoveBatch]] = []
+        for it in run:
+            try:
+                batch = self.parser.moves(it.payload, id_from_path=it.path_id)
+                self.state._require_live(batch.ids)
+            except Exception as exc:
+                it.future.set_exception(exc)
+                continue
+            batches.append((it, batch))
+        if not batches:
+            return
+        if len(batches) == 1:
+            it, batch = batches[0]
+            _settle(it.future, lambda: self.state.move(batch))
+            return
+        ids = np.concatenate([b.ids for _, b in batches])
+        edge = np.concatenate([b.points.edge for _, b in batches])
+        offset = np.concatenate([b.points.offset for _, b in batches])
+        # the last move of each subscription wins, as applied one by one
+        _, first_reversed = np.unique(ids[::-1], return_index=True)
+        last = np.sort(ids.size - 1 - first_reversed)
+        applied = self.state.move(MoveBatch(ids[last], EdgePoints(edge[last], offset[last])))
+        self._count(len(batches))
+        for it, batch in batches:
+            it.future.set_result(Applied(applied.seq, {"moved": len(batch),
+                                                       "seq": applied.seq}))
+
+    def _publishes(self, run: list[_Item]) -> None:
+        now = time.time()
+        parsed: list[tuple[_Item, MessageBatch]] = []
+        for it in run:
+            try:
+                batch = self.parser.messages(it.payload)
+            except Exception as exc:
+                it.future.set_exception(exc)
+                continue
+            times = np.where(np.isnan(batch.time), now, batch.time)
+            parsed.append((it, MessageBatch(batch.ids, batch.points, batch.keywords, times)))
+        # split into runs whose times do not decrease and whose ids do not repeat
+        group: list[tuple[_Item, MessageBatch]] = []
+        seen: set[int] = set()
+        latest = -np.inf
+        for it, batch in parsed:
+            ids = set(batch.ids.tolist())
+            if group and (float(batch.time.min()) < latest or ids & seen):
+                self._publish_group(group)
+                group, seen, latest = [], set(), -np.inf
+            group.append((it, batch))
+            seen |= ids
+            latest = max(latest, float(batch.time.max()))
+        if group:
+            self._publish_group(group)
+
+    def _publish_group(self, group: list[tuple[_Item, MessageBatch]]) -> None:
+        if len(group) == 1:
+            it, batch = group[0]
+            _settle(it.future, lambda: self.state.publish(batch))
+            return
+        combined = MessageBatch(
+            np.concatenate([b.ids for _, b in group]),
+            EdgePoints(np.concatenate([b.points.edge for _, b in group]),
+                       np.concatenate([b.points.offset for _, b in group])),
+            [k for _, b in group for k in b.keywords],
+            np.concatenate([b.time for _, b in group]))
+        try:
+            applied = self.state.publish(combined)
+        except Exception as exc:
+            for it, _ in group:
+                it.future.set_exception(exc)
+            return
+        self._count(len(group))
+        everything = applied.everything if applied.everything is not None \
+            else Deliveries.empty()
+        fresh = applied.deliveries if applied.deliveries is not None else Deliveries.empty()
+        repeats = set(applied.body.get("duplicates", []))
+        for it, batch in group:
+            mine = _only(everything, batch.ids)
+            body: dict[str, Any] = {"deliveries": deliveries_json(mine), "seq": applied.seq}
+            dup = [m for m in batch.ids.tolist() if m in repeats]
+            if dup:
+                body["duplicates"] = dup
+            located = None
+            if applied.messages is not None:
+                keep = np.isin(applied.messages[0], batch.ids)
+                located = (applied.messages[0][keep], applied.messages[1][keep])
+            it.future.set_result(Applied(applied.seq, body, _only(fresh, batch.ids), mine,
+                                         located))
+
+    def _count(self, n: int) -> None:
+        self.groups += 1
+        self.grouped_requests += n
+
+
+def _only(d: Deliveries, message_ids: np.ndarray) -> Deliveries:
+    keep = np.isin(d.message_id, message_ids)
+    return Deliveries(d.message_id[keep], d.subscription_id[keep], d.distance[keep],
+                      d.score[keep])
+
+
+def _settle(fut: Future[Any], fn: Callable[[], Any]) -> None:
+    try:
+        fut.set_result(fn())
+    except BaseException as exc:
+        fut.set_exception(exc)

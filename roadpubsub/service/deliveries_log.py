@@ -1,0 +1,125 @@
+"""The deliveries log of the live service: Parquet segments in ``DIR/deliveries``.
+
+A segment covers the log sequence numbers ``(first, last]`` and is two files:
+
+* ``<first>-<last>.published.parquet``: ``message_id``, ``seq``, ``time`` of every message
+  published in that range (a message with no delivery is listed too), written first;
+* ``<first>-<last>.parquet``: the deliveries, with the columns of the deliveries file
+  (``message_id``, ``subscription_id``, ``distance``, ``score``), written second.
+
+Each file is written under a temporary name, fsynced and renamed. A segment counts only
+when both files exist; a lone ``.published`` file (a crash between the two) is deleted
+and its range recomputed from the write-ahead log, which is kept until a segment covers
+it. The service writes a segment every few hundred publishes, at each snapshot and at a
+clean stop; a restart writes the segment of whatever the log holds beyond the last one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pruning.deliveries import Deliveries
+from roadnet.files import atomic_paths
+from roadpubsub.service.wal import fsync_dir
+
+__all__ = ["DeliveriesLog", "Published"]
+
+_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+
+
+@dataclass
+class Published:
+    """Messages of a range: ids, log sequence numbers, times (epoch seconds)."""
+
+    message_id: npt.NDArray[np.int64]
+    seq: npt.NDArray[np.int64]
+    time: npt.NDArray[np.float64]
+
+
+def _write_fsynced(table: pa.Table, target: Path) -> None:
+    with atomic_paths(target) as (tmp,):
+        pq.write_table(table, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class DeliveriesLog:
+    """Reads and appends the segments of ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.segments = 0
+
+    def _ranges(self) -> list[tuple[int, int, Path]]:
+        out = []
+        for p in self.dir.iterdir():
+            m = _NAME.match(p.name)
+            if m:
+                out.append((int(m.group(1)), int(m.group(2)), p))
+        return sorted(out)
+
+    def clean(self) -> None:
+        """Delete temporary files and ``.published`` files without their deliveries."""
+        for p in self.dir.iterdir():
+            if p.name.startswith(".") and p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+            elif p.name.endswith(".published.parquet"):
+                base = p.name[: -len(".published.parquet")] + ".parquet"
+                if not (self.dir / base).exists():
+                    p.unlink(missing_ok=True)
+
+    def read_all(self) -> tuple[Published, Deliveries, int]:
+        """Every segment: published messages, deliveries and the last covered seq."""
+        self.clean()
+        pubs: list[pa.Table] = []
+        dels: list[pa.Table] = []
+        last = 0
+        ranges = self._ranges()
+        for _first, end, path in ranges:
+            pubs.append(pq.read_table(path.with_name(path.stem + ".published.parquet")))
+            dels.append(pq.read_table(path))
+            last = max(last, end)
+        self.segments = len(ranges)
+        if not pubs:
+            return (Published(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)),
+                    Deliveries.empty(), last)
+        pub = pa.concat_tables(pubs)
+        dl = pa.concat_tables(dels)
+        def ints(t: pa.Table, c: str) -> npt.NDArray[np.int64]:
+            return np.asarray(t.column(c).to_numpy(), dtype=np.int64)
+
+        def floats(t: pa.Table, c: str) -> npt.NDArray[np.float64]:
+            return np.asarray(t.column(c).to_numpy(), dtype=np.float64)
+
+        published = Published(ints(pub, "message_id"), ints(pub, "seq"), floats(pub, "time"))
+        deliveries = Deliveries.concat([Deliveries(
+            ints(dl, "message_id"), ints(dl, "subscription_id"), floats(dl, "distance"),
+            floats(dl, "score"))])
+        return published, deliveries, last
+
+    def write(self, first: int, last: int, published: Published,
+              deliveries: Deliveries) -> Path:
+        """Write the segment of ``(first, last]`` (published file first, then deliveries)."""
+        name = f"{first:020d}-{last:020d}"
+        _write_fsynced(pa.table({"message_id": pa.array(published.message_id, pa.int64()),
+                                 "seq": pa.array(published.seq, pa.int64()),
+                                 "time": pa.array(published.time, pa.float64())}),
+                       self.dir / f"{name}.published.parquet")
+        target = self.dir / f"{name}.parquet"
+        _write_fsynced(pa.table({k: pa.array(v) for k, v in deliveries.to_columns().items()}),
+                       target)
+        fsync_dir(self.dir)
+        self.segments += 1
+        return target

@@ -1,0 +1,353 @@
+"""Request bodies of the live service, checked and turned into columnar batches.
+
+Bodies use the field names of the Parquet schemas (:mod:`index.io`): a subscription is
+``{"id", "keywords", "alpha", "tau"}`` plus a location (``u``, ``v``, ``offset`` or ``lon``,
+``lat``) and an optional ``expires_at`` (seconds since the Unix epoch); a message is
+``{"id", "keywords"}`` plus a location and an optional ``time`` (epoch seconds; the
+server's clock when absent); a move is ``{"id"}`` plus a location. A batch is a JSON array
+of such objects, and a single object is a batch of one. Every problem is reported with the
+row, the field and the value, and a batch with any problem is refused whole.
+
+Locations are resolved here with :mod:`roadnet.locations` (the network never changes);
+keywords stay strings until the service maps them to term ids, in log order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pyproj import CRS, Transformer
+
+from roadnet.errors import InvalidLocationError, RoadPubSubError
+from roadnet.locations import EdgePoints, locate_uv, locate_xy
+from roadnet.network import RoadNetwork
+
+__all__ = [
+    "BodyParser",
+    "MessageBatch",
+    "MoveBatch",
+    "RequestError",
+    "SubscriptionBatch",
+    "parse_ids",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_LOCATION = ("u", "v", "offset", "lon", "lat")
+_SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", *_LOCATION})
+_MSG_FIELDS = frozenset({"id", "keywords", "time", *_LOCATION})
+_MOVE_FIELDS = frozenset({"id", *_LOCATION})
+#: Largest batch one request may carry (rows).
+MAX_BATCH = 1_000_000
+
+
+class RequestError(RoadPubSubError, ValueError):
+    """A request the service refuses; ``status`` is the HTTP status of the answer."""
+
+    def __init__(self, message: str, *, status: int = 422, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+@dataclass(frozen=True, eq=False)
+class SubscriptionBatch:
+    """Subscriptions of one request, located, keywords still strings."""
+
+    ids: IntArray
+    points: EdgePoints
+    keywords: list[list[str]]
+    alpha: FloatArray
+    tau: FloatArray
+    expires_at: FloatArray  # NaN: never
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+
+@dataclass(frozen=True, eq=False)
+class MoveBatch:
+    """New locations of live subscriptions."""
+
+    ids: IntArray
+    points: EdgePoints
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+
+@dataclass(frozen=True, eq=False)
+class MessageBatch:
+    """Messages of one request, located; ``time`` NaN where the server's clock decides."""
+
+    ids: IntArray
+    points: EdgePoints
+    keywords: list[list[str]]
+    time: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+
+# ---------------------------------------------------------------------------- fields
+def _rows(body: Any, what: str) -> list[dict[str, Any]]:
+    rows = [body] if isinstance(body, dict) else body
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        msg = f"the body must be a {what} object or a JSON array of them, got " \
+              f"{type(body).__name__}"
+        raise RequestError(msg, status=400)
+    if not rows:
+        msg = f"the batch of {what}s is empty"
+        raise RequestError(msg)
+    if len(rows) > MAX_BATCH:
+        msg = f"a batch holds at most {MAX_BATCH:,} rows, got {len(rows):,}"
+        raise RequestError(msg, status=413)
+    return rows
+
+
+class _Problems:
+    """Collects 'row i (id x): field ...: value' lines; raises them as one error."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.lines: list[str] = []
+
+    def add(self, row: int, rec: dict[str, Any], text: str) -> None:
+        if len(self.lines) < 20:
+            ident = rec.get("id")
+            who = f"row {row}" + (f" (id {ident!r})" if "id" in rec else "")
+            self.lines.append(f"{who}: {text}")
+        else:
+            self.lines.append("")
+
+    def raise_if_any(self) -> None:
+        if self.lines:
+            shown = [x for x in self.lines if x]
+            more = len(self.lines) - len(shown)
+            tail = f"; and {more} more" if more else ""
+            msg = f"invalid {self.what}: " + "; ".join(shown) + tail
+            raise RequestError(msg)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and -(2**63) <= value < 2**63
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _check_fields(rows: list[dict[str, Any]], allowed: frozenset[str], problems: _Problems
+                  ) -> None:
+    for i, rec in enumerate(rows):
+        unknown = sorted(set(rec) - allowed)
+        if unknown:
+            problems.add(i, rec, f"unknown field(s) {', '.join(map(repr, unknown))} "
+                                 f"(allowed: {', '.join(sorted(allowed))})")
+
+
+def _ids(rows: list[dict[str, Any]], problems: _Problems) -> IntArray:
+    ids = np.zeros(len(rows), dtype=np.int64)
+    for i, rec in enumerate(rows):
+        value: Any = rec.get("id")
+        if _is_int(value):
+            ids[i] = value
+        else:
+            problems.add(i, rec, f"field 'id' must be a 64-bit integer, got {value!r}")
+    uniq, counts = np.unique(ids, return_counts=True)
+    dup = uniq[counts > 1]
+    if dup.size:
+        problems.lines.append(f"duplicate ids in the batch: {dup[:10].tolist()}")
+    return ids
+
+
+def _keywords(rows: list[dict[str, Any]], problems: _Problems) -> list[list[str]]:
+    out: list[list[str]] = []
+    for i, rec in enumerate(rows):
+        kw = rec.get("keywords")
+        if not isinstance(kw, list) or not kw or \
+                not all(isinstance(k, str) and k for k in kw):
+            problems.add(i, rec, "field 'keywords' must be a non-empty list of non-empty "
+                                 f"strings, got {kw!r}")
+            out.append([])
+        else:
+            out.append(kw)
+    return out
+
+
+def _numbers(rows: list[dict[str, Any]], field: str, problems: _Problems, *,
+             low: float, high: float, low_open: bool = False, optional: bool = False
+             ) -> FloatArray:
+    out = np.full(len(rows), np.nan)
+    lo = "(" if low_open else "["
+    for i, rec in enumerate(rows):
+        value: Any = rec.get(field)
+        if value is None and optional:
+            continue
+        if not _is_number(value):
+            problems.add(i, rec, f"field {field!r} must be a finite number, got {value!r}")
+        elif value < low or (low_open and value == low) or value > high:
+            problems.add(i, rec, f"field {field!r} must lie in {lo}{low:g}, {high:g}], "
+                                 f"got {value!r}")
+        else:
+            out[i] = value
+    return out
+
+
+class _Locator:
+    """Resolves location fields of rows to edge points (one projection per network)."""
+
+    def __init__(self, network: RoadNetwork, *, max_snap_m: float) -> None:
+        self.network = network
+        self.max_snap_m = max_snap_m
+        self._to_metric = Transformer.from_crs(CRS.from_epsg(4326),
+                                               CRS.from_user_input(network.crs),
+                                               always_xy=True)
+
+    def points(self, rows: list[dict[str, Any]], ids: IntArray, problems: _Problems
+               ) -> EdgePoints:
+        n = len(rows)
+        edge = np.zeros(n, dtype=np.int32)
+        offset = np.zeros(n)
+        uv_rows: list[int] = []
+        ll_rows: list[int] = []
+        u = np.zeros(n, dtype=np.int64)
+        v = np.zeros(n, dtype=np.int64)
+        off = np.zeros(n)
+        lon = np.full(n, np.nan)
+        lat = np.full(n, np.nan)
+        for i, rec in enumerate(rows):
+            has_uv = any(rec.get(k) is not None for k in ("u", "v", "offset"))
+            has_ll = any(rec.get(k) is not None for k in ("lon", "lat"))
+            if has_ll:
+                a: Any = rec.get("lon")
+                b: Any = rec.get("lat")
+                if not (_is_number(a) and _is_number(b)):
+                    problems.add(i, rec, f"fields 'lon', 'lat' must be finite numbers, got "
+                                         f"{a!r}, {b!r}")
+                    continue
+                if abs(a) > 180 or abs(b) > 90:
+                    problems.add(i, rec, f"lon/lat outside the valid range: {a!r}, {b!r}")
+                    continue
+                lon[i], lat[i] = a, b
+            if has_uv:
+                a = rec.get("u")
+                b = rec.get("v")
+                c: Any = rec.get("offset")
+                if not (_is_int(a) and _is_int(b) and _is_number(c)):
+                    problems.add(i, rec, "fields 'u', 'v' must be node ids (integers) and "
+                                         f"'offset' a finite number, got {a!r}, {b!r}, {c!r}")
+                    continue
+                u[i], v[i], off[i] = a, b, c
+                uv_rows.append(i)
+            elif has_ll:
+                ll_rows.append(i)
+            else:
+                problems.add(i, rec, "no location: give 'u', 'v', 'offset' or 'lon', 'lat'")
+        if problems.lines:
+            return EdgePoints(edge, offset)
+        xy = np.full((n, 2), np.nan)
+        given = np.isfinite(lon)
+        if given.any():
+            xy[given, 0], xy[given, 1] = self._to_metric.transform(lon[given], lat[given])
+        if uv_rows:
+            r = np.asarray(uv_rows, dtype=np.int64)
+            near = xy[r] if np.isfinite(xy[r]).all() else None
+            try:
+                pts = locate_uv(self.network, u[r], v[r], off[r], labels=ids[r], near_xy=near)
+            except InvalidLocationError as exc:
+                problems.lines.append(f"fields 'u', 'v', 'offset': {exc}")
+            else:
+                edge[r], offset[r] = pts.edge, pts.offset
+        if ll_rows:
+            r = np.asarray(ll_rows, dtype=np.int64)
+            try:
+                pts, _ = locate_xy(self.network, xy[r, 0], xy[r, 1],
+                                   max_snap_m=self.max_snap_m, labels=ids[r])
+            except InvalidLocationError as exc:
+                problems.lines.append(f"fields 'lon', 'lat': {exc}")
+            else:
+                edge[r], offset[r] = pts.edge, pts.offset
+        return EdgePoints(edge, offset)
+
+
+# ---------------------------------------------------------------------------- parsers
+class BodyParser:
+    """Parses request bodies against one network.
+
+    Parameters
+    ----------
+    network
+        The service's road network.
+    max_snap_m
+        Largest distance from a lon/lat to its road, metres.
+    """
+
+    def __init__(self, network: RoadNetwork, *, max_snap_m: float) -> None:
+        self.locator = _Locator(network, max_snap_m=max_snap_m)
+
+    def subscriptions(self, body: Any) -> SubscriptionBatch:
+        """A batch of new subscriptions (see the module docstring)."""
+        rows = _rows(body, "subscription")
+        problems = _Problems("subscriptions")
+        _check_fields(rows, _SUB_FIELDS, problems)
+        ids = _ids(rows, problems)
+        keywords = _keywords(rows, problems)
+        alpha = _numbers(rows, "alpha", problems, low=0.0, high=1.0)
+        tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
+        expires = _numbers(rows, "expires_at", problems, low=-math.inf, high=math.inf,
+                           optional=True)
+        problems.raise_if_any()
+        points = self.locator.points(rows, ids, problems)
+        problems.raise_if_any()
+        return SubscriptionBatch(ids, points, keywords, alpha, tau, expires)
+
+    def moves(self, body: Any, *, id_from_path: int | None = None) -> MoveBatch:
+        """A batch of moves; ``id_from_path`` fills the id of a single-move body."""
+        if id_from_path is not None:
+            if not isinstance(body, dict):
+                msg = "the body must be one location object"
+                raise RequestError(msg, status=400)
+            if "id" in body and body["id"] != id_from_path:
+                msg = f"field 'id' is {body['id']!r} but the path names {id_from_path}"
+                raise RequestError(msg)
+            body = {**body, "id": id_from_path}
+        rows = _rows(body, "move")
+        problems = _Problems("moves")
+        _check_fields(rows, _MOVE_FIELDS, problems)
+        ids = _ids(rows, problems)
+        problems.raise_if_any()
+        points = self.locator.points(rows, ids, problems)
+        problems.raise_if_any()
+        return MoveBatch(ids, points)
+
+    def messages(self, body: Any) -> MessageBatch:
+        """A batch of messages (see the module docstring)."""
+        rows = _rows(body, "message")
+        problems = _Problems("messages")
+        _check_fields(rows, _MSG_FIELDS, problems)
+        ids = _ids(rows, problems)
+        keywords = _keywords(rows, problems)
+        time = _numbers(rows, "time", problems, low=-math.inf, high=math.inf, optional=True)
+        problems.raise_if_any()
+        points = self.locator.points(rows, ids, problems)
+        problems.raise_if_any()
+        return MessageBatch(ids, points, keywords, time)
+
+
+def parse_ids(text: str, *, what: str = "subscription id") -> int:
+    """An id from a URL path segment."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not _is_int(value):
+        msg = f"the {what} in the path must be a 64-bit integer, got {text!r}"
+        raise RequestError(msg, status=400)
+    return value

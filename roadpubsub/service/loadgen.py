@@ -1,0 +1,257 @@
+"""A bounded load generator for ``roadpubsub serve`` (loopback only).
+
+It replays a mixed stream against a running service: by default 80% moves, 15% publishes
+of messages with 5-25 real tweet keywords, 5% subscribes and unsubscribes, each a single
+request, from ``clients`` concurrent keep-alive connections; or (``batch > 1``) batches of
+moves only, from one connection. Events are built before the clock starts (locations and
+keywords from :func:`index.workload.generate_workload`), and the run stops after
+``events`` requests or ``seconds``, whichever comes first.
+
+The HTTP client is a minimal HTTP/1.1 keep-alive client over asyncio streams: on a 2-core
+machine a general-purpose client would spend more CPU per request than the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from index.workload import generate_workload
+from roadnet.network import RoadNetwork
+
+__all__ = ["LoadReport", "build_stream", "check_loopback", "run_load"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_loopback(url: str) -> tuple[str, int]:
+    """(host, port) of ``url``; anything but a loopback address is refused."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in _LOOPBACK:
+        msg = f"the load generator only targets http://127.0.0.1 (loopback), got {url!r}"
+        raise ValueError(msg)
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes | None = None
+                      ) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + (body or b""))
+        status_line = await self.reader.readline()
+        status = int(status_line.split()[1])
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+@dataclass
+class LoadReport:
+    """What a run measured (seconds; latencies per kind)."""
+
+    seconds: float = 0.0
+    requests: int = 0
+    events: int = 0  # rows (a batch of moves counts each move)
+    errors: dict[int, int] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "seconds": round(self.seconds, 3), "requests": self.requests,
+            "events": self.events,
+            "requests_per_second": round(self.requests / self.seconds, 1),
+            "events_per_second": round(self.events / self.seconds, 1),
+            "errors": self.errors, "latency_ms": {}}
+        for kind, values in sorted(self.latency.items()):
+            a = np.asarray(values) * 1e3
+            out["latency_ms"][kind] = {"n": int(a.size),
+                                       "p50": round(float(np.percentile(a, 50)), 3),
+                                       "p99": round(float(np.percentile(a, 99)), 3),
+                                       "max": round(float(a.max()), 3)}
+        return out
+
+
+@dataclass
+class Stream:
+    """Pre-built request bodies."""
+
+    moves: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    subscriptions: list[dict[str, Any]]
+
+
+def build_stream(network: RoadNetwork, *, n_points: int, n_messages: int, first_new_id: int,
+                 seed: int) -> Stream:
+    """Locations to move to, messages (5-25 tweet keywords) and new subscriptions."""
+    wl = generate_workload(network, n_subscriptions=n_points, n_messages=n_messages,
+                           seed=seed)
+    pts = wl.subscriptions.points
+    e = pts.edge.astype(np.int64)
+    u = network.node_ids[network.edge_u[e]].tolist()
+    v = network.node_ids[network.edge_v[e]].tolist()
+    off = pts.offset.tolist()
+    moves = [{"u": a, "v": b, "offset": c} for a, b, c in zip(u, v, off, strict=True)]
+    terms = wl.weights.terms
+    s = wl.subscriptions
+    subs = [{"id": first_new_id + i, **moves[i],
+             "keywords": [terms[t] for t in s.keywords(i).tolist()],
+             "alpha": float(s.alpha[i]), "tau": float(s.tau[i])} for i in range(len(s))]
+    m = wl.messages
+    me = m.points.edge.astype(np.int64)
+    messages = [{"u": int(network.node_ids[network.edge_u[me[i]]]),
+                 "v": int(network.node_ids[network.edge_v[me[i]]]),
+                 "offset": float(m.points.offset[i]),
+                 "keywords": [terms[t] for t in m.keywords(i).tolist()]}
+                for i in range(len(m))]
+    return Stream(moves, messages, subs)
+
+
+async def _mixed_client(conn: _Connection, stream: Stream, state: dict[str, Any],
+                        report: LoadReport, rng: random.Random, *, existing: int,
+                        mix: tuple[float, float, float], deadline: float, budget: list[int]
+                        ) -> None:
+    moves_p, publish_p, _ = mix
+    while budget[0] > 0 and time.perf_counter() < deadline:
+        budget[0] -= 1
+        p = rng.random()
+        if p < moves_p:
+            kind = "move"
+            sid = rng.randrange(existing)
+            body = json.dumps(stream.moves[rng.randrange(len(stream.moves))]).encode()
+            call = conn.request("PUT", f"/subscriptions/{sid}/location", body)
+        elif p < moves_p + publish_p:
+            kind = "publish"
+            state["message_id"] += 1
+            msg = {**stream.messages[rng.randrange(len(stream.messages))],
+                   "id": state["message_id"]}
+            call = conn.request("POST", "/messages", json.dumps(msg).encode())
+        elif state["live"] and rng.random() < 0.5:
+            kind = "unsubscribe"
+            sid = state["live"].pop(rng.randrange(len(state["live"])))
+            call = conn.request("DELETE", f"/subscriptions/{sid}")
+        else:
+            kind = "subscribe"
+            if state["next_sub"] >= len(stream.subscriptions):
+                continue
+            row = stream.subscriptions[state["next_sub"]]
+            state["next_sub"] += 1
+            call = conn.request("POST", "/subscriptions", json.dumps(row).encode())
+        t0 = time.perf_counter()
+        status, _ = await call
+        report.latency.setdefault(kind, []).append(time.perf_counter() - t0)
+        report.requests += 1
+        if status >= 300:
+            report.errors[status] = report.errors.get(status, 0) + 1
+            continue
+        report.events += 1
+        if kind == "subscribe":
+            state["live"].append(row["id"])
+
+
+async def _batch_client(conn: _Connection, stream: Stream, report: LoadReport,
+                        rng: random.Random, *, existing: int, batch: int, deadline: float,
+                        budget: list[int]) -> None:
+    n = len(stream.moves)
+    while budget[0] > 0 and time.perf_counter() < deadline:
+        size = min(batch, budget[0])
+        budget[0] -= size
+        ids = rng.sample(range(existing), size)
+        start = rng.randrange(n)
+        rows = [{"id": i, **stream.moves[(start + k) % n]} for k, i in enumerate(ids)]
+        body = json.dumps(rows).encode()
+        t0 = time.perf_counter()
+        status, _ = await conn.request("POST", "/subscriptions/moves", body)
+        report.latency.setdefault("move_batch", []).append(time.perf_counter() - t0)
+        report.requests += 1
+        if status >= 300:
+            report.errors[status] = report.errors.get(status, 0) + 1
+        else:
+            report.events += size
+
+
+async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: int,
+               events: int, seconds: float, mix: tuple[float, float, float], seed: int,
+               first_message_id: int) -> LoadReport:
+    host, port = check_loopback(url)
+    report = LoadReport()
+    budget = [events]
+    conns = [_Connection(host, port) for _ in range(clients if batch <= 1 else 1)]
+    state: dict[str, Any] = {"message_id": first_message_id, "live": [], "next_sub": 0}
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    if batch > 1:
+        tasks = [_batch_client(conns[0], stream, report, random.Random(seed),
+                               existing=existing, batch=batch, deadline=deadline,
+                               budget=budget)]
+    else:
+        tasks = [_mixed_client(c, stream, state, report, random.Random(seed + k),
+                               existing=existing, mix=mix, deadline=deadline, budget=budget)
+                 for k, c in enumerate(conns)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for c in conns:
+            c.close()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch: int = 1,
+             events: int = 10_000, seconds: float = 60.0,
+             mix: tuple[float, float, float] = (0.80, 0.15, 0.05), seed: int = 0,
+             first_message_id: int = 10**12) -> LoadReport:
+    """Drive the service at ``url`` (loopback only) and measure it.
+
+    Parameters
+    ----------
+    url
+        ``http://127.0.0.1:PORT`` of a running service.
+    stream
+        Bodies from :func:`build_stream` (on the service's network).
+    existing
+        Subscriptions ``0 .. existing - 1`` exist (moves pick among them).
+    clients
+        Concurrent connections of the mixed stream (1 for batches).
+    batch
+        Moves per request; > 1 sends batches of moves only.
+    events
+        Most rows to send (> 0); ``seconds`` bounds the run too.
+    mix
+        Shares of moves, publishes and subscribe/unsubscribe events.
+    """
+    if events < 1 or seconds <= 0 or clients < 1 or batch < 1:
+        msg = "events, clients and batch must be >= 1 and seconds > 0"
+        raise ValueError(msg)
+    return asyncio.run(_run(url, stream, existing=existing, clients=clients, batch=batch,
+                            events=events, seconds=seconds, mix=mix, seed=seed,
+                            first_message_id=first_message_id))

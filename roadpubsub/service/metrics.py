@@ -1,0 +1,118 @@
+"""Prometheus text exposition of the live service's figures (format 0.0.4).
+
+Counters and histograms are kept here, updated by the HTTP layer on the event loop; gauges
+are read from the state when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Histogram", "Metrics", "rss_bytes"]
+
+#: Latency buckets, seconds.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+                   5.0)
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+class Histogram:
+    """Cumulative buckets, a sum and a count (Prometheus semantics)."""
+
+    def __init__(self, buckets: Iterable[float] = LATENCY_BUCKETS) -> None:
+        self.bounds = tuple(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(f'{name}_bucket{{{labels}{"," if labels else ""}le="{le}"}} {running}')
+        tail = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{tail} {self.sum!r}")
+        out.append(f"{name}_count{tail} {self.count}")
+        return out
+
+
+class Metrics:
+    """Request latencies per event kind and HTTP error counts."""
+
+    KINDS = ("subscribe", "unsubscribe", "move", "publish")
+
+    def __init__(self) -> None:
+        self.latency = {k: Histogram() for k in self.KINDS}
+        self.errors: dict[int, int] = {}
+
+    def observe(self, kind: str, seconds: float) -> None:
+        """One answered request of ``kind``, from arrival to durable answer."""
+        self.latency[kind].observe(seconds)
+
+    def error(self, status: int) -> None:
+        """One refused request."""
+        self.errors[status] = self.errors.get(status, 0) + 1
+
+    def render(self, state: Any) -> str:
+        """The exposition text, with gauges read from ``state`` (a ServiceState)."""
+        out: list[str] = []
+
+        def head(name: str, kind: str, text: str) -> None:
+            out.append(f"# HELP {name} {text}")
+            out.append(f"# TYPE {name} {kind}")
+
+        head("roadpubsub_events_total", "counter",
+             "Rows applied per kind since the process started (replay included).")
+        for kind, n in state.counts.items():
+            out.append(f'roadpubsub_events_total{{kind="{kind}"}} {n}')
+        head("roadpubsub_request_seconds", "histogram",
+             "Time from a request's arrival to its durable answer, per event kind.")
+        for kind, h in self.latency.items():
+            out.extend(h.lines("roadpubsub_request_seconds", f'kind="{kind}"'))
+        head("roadpubsub_match_seconds", "histogram",
+             "Time of each matcher call (one publish batch, or a run of queued publishes).")
+        out.extend(state.match_seconds.lines("roadpubsub_match_seconds", ""))
+        head("roadpubsub_request_errors_total", "counter", "Refused requests per HTTP status.")
+        for status, n in sorted(self.errors.items()):
+            out.append(f'roadpubsub_request_errors_total{{status="{status}"}} {n}')
+        head("roadpubsub_subscriptions", "gauge", "Live subscriptions.")
+        out.append(f"roadpubsub_subscriptions {len(state.index)}")
+        head("roadpubsub_deliveries_total", "counter", "Deliveries made (replay included).")
+        out.append(f"roadpubsub_deliveries_total {state.delivered}")
+        head("roadpubsub_compactions_total", "counter", "Index compactions (delta folded).")
+        out.append(f"roadpubsub_compactions_total {state.compactions}")
+        head("roadpubsub_snapshots_total", "counter", "Snapshots completed.")
+        out.append(f"roadpubsub_snapshots_total {state.snapshots.completed}")
+        head("roadpubsub_snapshot_failures_total", "counter", "Snapshots that failed.")
+        out.append(f"roadpubsub_snapshot_failures_total {state.snapshots.failures}")
+        head("roadpubsub_snapshot_seconds", "gauge", "Duration of the last snapshot.")
+        out.append(f"roadpubsub_snapshot_seconds {state.snapshots.last_seconds!r}")
+        head("roadpubsub_log_bytes", "gauge", "Bytes in the write-ahead log's segments.")
+        out.append(f"roadpubsub_log_bytes {state.wal.size_bytes()}")
+        head("roadpubsub_log_seq", "gauge", "Last logged sequence number.")
+        out.append(f"roadpubsub_log_seq {state.wal.next_seq - 1}")
+        head("roadpubsub_fsyncs_total", "counter", "fsync calls of the log (group commits).")
+        out.append(f"roadpubsub_fsyncs_total {state.wal.fsyncs}")
+        head("roadpubsub_recovery_seconds", "gauge", "Time the last start took to recover.")
+        out.append(f"roadpubsub_recovery_seconds {state.recovery_seconds!r}")
+        head("process_resident_memory_bytes", "gauge", "Resident memory of the service.")
+        out.append(f"process_resident_memory_bytes {rss_bytes()}")
+        return "\n".join(out) + "\n"

@@ -1,0 +1,200 @@
+"""Snapshots of the live service: the index file, the expiry table and the manifest.
+
+``DIR/manifest.json`` names the current snapshot and the log sequence number it covers;
+it is replaced atomically (temporary file, fsync, rename, fsync of DIR), so a crash leaves
+either the old or the new one. A snapshot is ``DIR/snapshots/<seq>.npz`` (written by the
+index's own :meth:`~index.base.SubscriptionIndex.save`, which writes a temporary file and
+renames it) and ``DIR/snapshots/<seq>.expiry.npz`` (ids and ``expires_at`` of the live
+subscriptions that expire).
+
+Snapshots are taken in the background by a forked child process: the fork is a
+copy-on-write image of the index at one sequence number, so the service keeps applying
+events on its own core while the child compacts and saves. The child dies with its parent
+(``PR_SET_PDEATHSIG``) and closes its copies of the listening sockets, so a killed service
+restarts on the same port at once. Only when the child has exited successfully does the
+parent write the manifest and drop the log segments the snapshot covers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.base import SubscriptionIndex
+from roadnet.files import atomic_paths
+from roadpubsub.service.wal import fsync_dir
+
+__all__ = ["Manifest", "SnapshotWorker", "read_manifest", "snapshot_paths", "write_manifest",
+           "write_snapshot"]
+
+Manifest = dict[str, Any]
+_FORMAT = 1
+
+
+def snapshot_paths(state_dir: Path, seq: int) -> tuple[Path, Path]:
+    """(index file, expiry file) of the snapshot at ``seq``."""
+    base = state_dir / "snapshots" / f"{seq:020d}"
+    return base.with_suffix(".npz"), base.with_name(base.name + ".expiry.npz")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(state_dir: Path) -> Manifest | None:
+    """The manifest of ``state_dir``, or None when the folder holds no service."""
+    path = state_dir / "manifest.json"
+    if not path.exists():
+        return None
+    manifest: Manifest = json.loads(path.read_text())
+    if manifest.get("format") != _FORMAT:
+        msg = f"{path}: not a roadpubsub service manifest of format {_FORMAT}"
+        raise ValueError(msg)
+    return manifest
+
+
+def write_manifest(state_dir: Path, manifest: Manifest) -> None:
+    """Replace the manifest atomically and durably."""
+    target = state_dir / "manifest.json"
+    with atomic_paths(target) as (tmp,):
+        tmp.write_text(json.dumps({**manifest, "format": _FORMAT}, indent=1))
+        _fsync_file(tmp)
+    fsync_dir(state_dir)
+
+
+def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
+                   expiry: tuple[np.ndarray, np.ndarray]) -> None:
+    """Write the snapshot files of ``seq`` durably (the manifest is not touched)."""
+    index_path, expiry_path = snapshot_paths(state_dir, seq)
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    index.save(index_path)
+    _fsync_file(index_path)
+    with atomic_paths(expiry_path) as (tmp,):
+        with tmp.open("wb") as fh:
+            np.savez(fh, ids=expiry[0], expires_at=expiry[1])
+        _fsync_file(tmp)
+    fsync_dir(index_path.parent)
+
+
+def clean_snapshots(state_dir: Path, keep_seq: int) -> None:
+    """Delete temporary files and every snapshot but the one of ``keep_seq``."""
+    folder = state_dir / "snapshots"
+    keep = {p.name for p in snapshot_paths(state_dir, keep_seq)}
+    for p in folder.iterdir():
+        if p.name not in keep:
+            p.unlink(missing_ok=True)
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _close_sockets() -> None:
+    """Close inherited sockets (the listening one above all) in a forked child."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            with contextlib.suppress(OSError):
+                if fd > 2 and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.close(fd)
+
+
+class SnapshotWorker:
+    """Takes one background snapshot at a time.
+
+    Parameters
+    ----------
+    state_dir
+        The service's folder.
+    on_done
+        Called in the watcher thread with (seq, seconds) after the child succeeded and
+        before older files are dropped: the caller writes the manifest there.
+    """
+
+    def __init__(self, state_dir: Path, on_done: Callable[[int, float], None]) -> None:
+        self.state_dir = state_dir
+        self.on_done = on_done
+        self.pid: int | None = None
+        self.failures = 0
+        self.completed = 0
+        self.last_seconds = 0.0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a snapshot is being written."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, seq: int, index: SubscriptionIndex,
+              expiry: tuple[np.ndarray, np.ndarray], *, close_fds: tuple[int, ...] = ()
+              ) -> None:
+        """Fork a child writing the snapshot of ``seq`` (the caller's state at this point);
+        the child closes ``close_fds``."""
+        t0 = time.perf_counter()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (measured by the crash test)
+            code = 1
+            try:
+                _die_with_parent()
+                _close_sockets()
+                for fd in close_fds:  # e.g. the folder's lock: it must die with the parent
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                write_snapshot(self.state_dir, seq, index, expiry)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        self.pid = pid
+        self._thread = threading.Thread(target=self._watch, args=(pid, seq, t0),
+                                        name="snapshot-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self, pid: int, seq: int, t0: float) -> None:
+        _, status = os.waitpid(pid, 0)
+        self.pid = None
+        if os.waitstatus_to_exitcode(status) != 0:
+            self.failures += 1
+            print(f"roadpubsub serve: snapshot of seq {seq} failed (status {status}); "
+                  "the log is kept", file=sys.stderr, flush=True)
+            return
+        seconds = time.perf_counter() - t0
+        try:
+            self.on_done(seq, seconds)
+        except Exception:
+            self.failures += 1
+            traceback.print_exc()
+            return
+        self.completed += 1
+        self.last_seconds = seconds
+
+    def stop(self) -> None:
+        """Kill a running child and wait for the watcher (its files are cleaned later)."""
+        pid = self.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self._thread is not None:
+            self._thread.join(timeout=30)

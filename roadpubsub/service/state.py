@@ -1,0 +1,528 @@
+"""The live service's state: the index, its log, its snapshots, its deliveries.
+
+Every event goes through one thread, in order: it is checked against the current state
+(a batch is refused whole), applied with the index's own ``subscribe``/``unsubscribe``/
+``move`` or matched with :class:`~pruning.indexed.IndexMatcher`, then appended to the
+write-ahead log (:mod:`roadpubsub.service.wal`). The HTTP layer answers once an fsync has
+covered the record. Restarting replays the log after the last snapshot through the same
+functions, so the recovered state, and every delivery, equals the original.
+
+Expiry rule (exact and replayable): a message published at time t (its ``time`` field, or
+the server's clock, recorded in the log) is matched only after every subscription with
+``expires_at <= t`` has been unsubscribed. The unsubscribes are not logged separately:
+replaying the publish repeats them. Messages of one batch are matched in ascending order of
+their time. An expired subscription is gone for good (later messages with an earlier time
+do not see it), and the index purges it at its next compaction.
+
+Idempotent publishing: a message whose id was published before is not matched again; its
+recorded deliveries are returned (``"duplicate": true``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from index.base import SubscriptionIndex, load_index
+from index.io import subscriptions_table
+from index.model import Messages, Subscriptions
+from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher
+from roadnet.errors import describe_rows
+from roadnet.locations import EdgePoints
+from roadpubsub.service.deliveries_log import DeliveriesLog, Published
+from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
+from roadpubsub.service.expiry import Expiry
+from roadpubsub.service.metrics import Histogram
+from roadpubsub.service.snapshot import (
+    SnapshotWorker,
+    clean_snapshots,
+    read_manifest,
+    snapshot_paths,
+    write_manifest,
+    write_snapshot,
+)
+from roadpubsub.service.wal import WriteAheadLog, read_records
+
+__all__ = ["Applied", "ServiceOptions", "ServiceState", "create_state"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """Tunables of a running service.
+
+    Attributes
+    ----------
+    snapshot_every
+        Replay cost between background snapshots (>= 1), in single-row events; a batch of
+        n rows counts 1 + n // 25.
+    flush_every
+        Published messages between deliveries-log segments (>= 1).
+    fsync
+        fsync the log before answering (False only to measure what it costs).
+    max_snap_m
+        Largest snap distance of lon/lat locations, metres.
+    """
+
+    snapshot_every: int = 20_000
+    flush_every: int = 2_000
+    fsync: bool = True
+    max_snap_m: float = 250.0
+
+
+@dataclass
+class Applied:
+    """What one event did: its log sequence number and the answer's body."""
+
+    seq: int
+    body: dict[str, Any]
+    deliveries: Deliveries | None = None  # new deliveries (pushed to WebSocket clients)
+    everything: Deliveries | None = None  # the answer's deliveries, repeats included
+    messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
+
+
+def _tolist(a: npt.NDArray[Any]) -> list[Any]:
+    return [None if x != x else x for x in a.tolist()]  # NaN -> null
+
+
+class ServiceState:
+    """A service folder opened for events (use :meth:`open`)."""
+
+    def __init__(self, state_dir: Path, index: SubscriptionIndex, manifest: dict[str, Any],
+                 options: ServiceOptions) -> None:
+        self.dir = state_dir
+        self.index = index
+        self.manifest = manifest
+        self.options = options
+        self.matcher = IndexMatcher(index)
+        self.expiry = Expiry()
+        self.messages: dict[int, tuple[int, float, Deliveries]] = {}
+        self.dlog = DeliveriesLog(state_dir / "deliveries")
+        self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
+        self.flushed_through = 0
+        self.snapshot_seq = int(manifest["seq"])
+        self.events_since_snapshot = 0
+        self.compactions = 0
+        self.counts: dict[str, int] = {"subscribe": 0, "unsubscribe": 0, "move": 0,
+                                       "publish": 0, "expire": 0}
+        self.delivered = 0
+        self.failed: BaseException | None = None
+        self.wal: WriteAheadLog
+        self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
+        self.recovery_seconds = 0.0
+        self._lock: int | None = None
+        self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, state_dir: str | Path, options: ServiceOptions | None = None
+             ) -> ServiceState:
+        """Open a folder made by :func:`create_state`: load the snapshot, replay the log,
+        complete the deliveries log, and start logging."""
+        t0 = time.perf_counter()
+        folder = Path(state_dir)
+        manifest = read_manifest(folder)
+        if manifest is None:
+            msg = f"{folder}: no roadpubsub service here (manifest.json missing)"
+            raise FileNotFoundError(msg)
+        lock = _lock_folder(folder)
+        seq = int(manifest["seq"])
+        clean_snapshots(folder, seq)
+        index_path, expiry_path = snapshot_paths(folder, seq)
+        state = cls(folder, load_index(index_path), manifest, options or ServiceOptions())
+        state._lock = lock
+        with np.load(expiry_path) as z:
+            state.expiry.add(z["ids"], z["expires_at"])
+        published, deliveries, state.flushed_through = state.dlog.read_all()
+        state._load_messages(published, deliveries)
+        last = seq
+        rows = records = 0
+        moves: list[dict[str, Any]] = []
+        for rec in read_records(folder / "wal", after=seq):
+            if rec["op"] == "move":
+                moves.append(rec)  # consecutive moves are replayed as one
+            else:
+                state._replay_moves(moves)
+                moves = []
+                state._replay(rec)
+            last = int(rec["seq"])
+            records += 1
+            rows += len(rec["id"])
+        state._replay_moves(moves)
+        state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
+                                  fsync=state.options.fsync)
+        state.flush_deliveries()  # the restart completes the deliveries log
+        state.events_since_snapshot = records + rows // 25
+        state.recovery_seconds = time.perf_counter() - t0
+        return state
+
+    def _load_messages(self, published: Published, deliveries: Deliveries) -> None:
+        mids = deliveries.message_id
+        starts = np.searchsorted(mids, published.message_id, side="left")
+        stops = np.searchsorted(mids, published.message_id, side="right")
+        for k, (m, s, t) in enumerate(zip(published.message_id.tolist(),
+                                          published.seq.tolist(), published.time.tolist(),
+                                          strict=True)):
+            a, b = int(starts[k]), int(stops[k])
+            self.messages[m] = (s, t, Deliveries(mids[a:b], deliveries.subscription_id[a:b],
+                                                 deliveries.distance[a:b],
+                                                 deliveries.score[a:b]))
+
+    def _replay_moves(self, records: list[dict[str, Any]]) -> None:
+        """Consecutive logged moves as one vectorised move: each id goes where its last
+        move put it (no message was matched in between, so nothing else can tell)."""
+        if not records:
+            return
+        ids = np.concatenate([np.asarray(r["id"], dtype=np.int64) for r in records])
+        edge = np.concatenate([np.asarray(r["edge"], dtype=np.int64) for r in records])
+        offset = np.concatenate([np.asarray(r["offset"], dtype=np.float64) for r in records])
+        _, first_in_reversed = np.unique(ids[::-1], return_index=True)
+        last = np.sort(ids.size - 1 - first_in_reversed)
+        self._move(ids[last], EdgePoints.of(edge[last], offset[last]))
+        self.counts["move"] += ids.size - last.size  # _move counted the merged rows
+
+    def _replay(self, rec: dict[str, Any]) -> None:
+        op = rec["op"]
+        ids = np.asarray(rec["id"], dtype=np.int64)
+        seq = int(rec["seq"])
+        if op == "subscribe":
+            self._subscribe(ids, EdgePoints.of(rec["edge"], rec["offset"]), rec["keywords"],
+                            np.asarray(rec["alpha"], float), np.asarray(rec["tau"], float),
+                            np.asarray([np.nan if x is None else x for x in rec["expires_at"]],
+                                       dtype=float))
+        elif op == "unsubscribe":
+            self._unsubscribe(ids)
+        elif op == "move":
+            self._move(ids, EdgePoints.of(rec["edge"], rec["offset"]))
+        elif op == "publish":
+            times = np.asarray(rec["time"], dtype=float)
+            if all(self.messages.get(m, (None,))[0] == seq for m in ids.tolist()):
+                # In the deliveries log already: only the expiry it caused is state.
+                for t in np.unique(times):
+                    self._expire(float(t))
+                self.counts["publish"] += ids.size
+                return
+            found = self._publish(ids, EdgePoints.of(rec["edge"], rec["offset"]),
+                                  rec["keywords"], times)
+            self._record(seq, ids, times, found, replay=True)
+        else:
+            msg = f"unknown operation {op!r} in the log at seq {seq}"
+            raise ValueError(msg)
+
+    # ------------------------------------------------------------------ the operations
+    def _watch_compaction(self, before: Subscriptions) -> None:
+        if self.index.subs is not before:
+            self.compactions += 1
+
+    def _subscribe(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
+                   alpha: FloatArray, tau: FloatArray, expires: FloatArray) -> None:
+        subs = Subscriptions.from_rows(ids=ids, points=points, keywords=keywords,
+                                       alpha=alpha, tau=tau, weights=self.index.weights)
+        before = self.index.subs
+        self.index.subscribe(subs)
+        self._watch_compaction(before)
+        self.expiry.add(ids, expires)
+        self.counts["subscribe"] += ids.size
+
+    def _unsubscribe(self, ids: IntArray) -> None:
+        self.index.unsubscribe(ids)
+        self.expiry.remove(ids)
+        self.counts["unsubscribe"] += ids.size
+
+    def _move(self, ids: IntArray, points: EdgePoints) -> None:
+        before = self.index.subs
+        self.index.move(ids, points)
+        self._watch_compaction(before)
+        self.counts["move"] += ids.size
+
+    def _expire(self, t: float) -> None:
+        """Unsubscribe every subscription with expires_at <= t (the expiry rule)."""
+        due = self.expiry.due(t)
+        if due.size:
+            self.index.unsubscribe(due)
+            self.counts["expire"] += due.size
+
+    def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
+                 times: FloatArray) -> Deliveries:
+        messages = Messages.from_rows(ids=ids, points=points, keywords=keywords,
+                                      weights=self.index.weights)
+        parts = []
+        for t in np.unique(times):  # ascending
+            self._expire(float(t))
+            rows = np.flatnonzero(times == t)
+            batch = messages if rows.size == len(messages) else messages.take(rows)
+            t0 = time.perf_counter()
+            parts.append(self.matcher.match(batch)[0])
+            self.match_seconds.observe(time.perf_counter() - t0)
+        self.counts["publish"] += ids.size
+        found = Deliveries.concat(parts)
+        self.delivered += len(found)
+        return found
+
+    def _record(self, seq: int, ids: IntArray, times: FloatArray, found: Deliveries, *,
+                replay: bool) -> None:
+        """Remember the deliveries of each message (for repeats and the deliveries log)."""
+        mids = found.message_id
+        order = np.argsort(mids, kind="stable")  # already sorted; kept cheap and safe
+        mids = mids[order]
+        starts = np.searchsorted(mids, ids, side="left")
+        stops = np.searchsorted(mids, ids, side="right")
+        for k, (m, t) in enumerate(zip(ids.tolist(), times.tolist(), strict=True)):
+            rows = order[int(starts[k]):int(stops[k])]
+            mine = Deliveries(found.message_id[rows], found.subscription_id[rows],
+                              found.distance[rows], found.score[rows])
+            known = self.messages.get(m)
+            if known is not None:
+                if replay and known[0] == seq:
+                    _check_same(m, known[2], mine)
+                    continue
+                msg = f"message {m} is logged twice (seq {known[0]} and {seq})"
+                raise RuntimeError(msg)
+            self.messages[m] = (seq, t, mine)
+        if seq > self.flushed_through:
+            self._pending.append((seq, ids, times, found))
+
+    # ------------------------------------------------------------------ checked events
+    def _log(self, record: dict[str, Any]) -> int:
+        try:
+            return self.wal.append(record)
+        except BaseException as exc:
+            # The event is applied but not logged: refuse everything from now on, so no
+            # answer reflects a state the log cannot rebuild.
+            self.failed = exc
+            raise
+
+    def _check_alive(self) -> None:
+        if self.failed is not None:
+            msg = f"the service stopped accepting events after a log failure: {self.failed}"
+            raise RequestError(msg, status=503)
+
+    def _require_live(self, ids: IntArray) -> None:
+        live = self.index.contains(ids)
+        if not live.all():
+            missing = ids[~live]
+            names = describe_rows(missing[:10].tolist(), total=missing.size)
+            msg = f"unknown subscription ids: {names}"
+            raise RequestError(msg, status=404)
+
+    def subscribe(self, batch: SubscriptionBatch) -> Applied:
+        """Add a batch of subscriptions (their ids must be new)."""
+        self._check_alive()
+        clash = self.index.contains(batch.ids)
+        if clash.any():
+            taken = batch.ids[clash]
+            msg = ("subscription ids already exist: "
+                   f"{describe_rows(taken[:10].tolist(), total=taken.size)}")
+            raise RequestError(msg, status=409)
+        self._subscribe(batch.ids, batch.points, batch.keywords, batch.alpha, batch.tau,
+                        batch.expires_at)
+        seq = self._log({"op": "subscribe", "id": batch.ids.tolist(),
+                         "edge": batch.points.edge.tolist(),
+                         "offset": batch.points.offset.tolist(),
+                         "alpha": batch.alpha.tolist(), "tau": batch.tau.tolist(),
+                         "keywords": batch.keywords,
+                         "expires_at": _tolist(batch.expires_at)})
+        return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
+
+    def unsubscribe(self, ids: IntArray) -> Applied:
+        """Remove live subscriptions."""
+        self._check_alive()
+        self._require_live(ids)
+        self._unsubscribe(ids)
+        seq = self._log({"op": "unsubscribe", "id": ids.tolist()})
+        return self._after(Applied(seq, {"unsubscribed": int(ids.size), "seq": seq}))
+
+    def move(self, batch: MoveBatch) -> Applied:
+        """Give live subscriptions new locations (one vectorised index update)."""
+        self._check_alive()
+        self._require_live(batch.ids)
+        self._move(batch.ids, batch.points)
+        seq = self._log({"op": "move", "id": batch.ids.tolist(),
+                         "edge": batch.points.edge.tolist(),
+                         "offset": batch.points.offset.tolist()})
+        return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
+
+    def publish(self, batch: MessageBatch, *, now: float | None = None) -> Applied:
+        """Match new messages; repeated ids get their recorded deliveries."""
+        self._check_alive()
+        seen = np.fromiter((m in self.messages for m in batch.ids.tolist()), dtype=bool,
+                           count=len(batch))
+        new = np.flatnonzero(~seen)
+        seq = self.wal.next_seq - 1  # a batch of repeats waits for what is logged so far
+        fresh = Deliveries.empty()
+        if new.size:
+            ids = batch.ids[new]
+            times = batch.time[new]
+            times = np.where(np.isnan(times), time.time() if now is None else now, times)
+            keywords = [batch.keywords[i] for i in new.tolist()]
+            points = batch.points[new]
+            fresh = self._publish(ids, points, keywords, times)
+            seq = self._log({"op": "publish", "id": ids.tolist(),
+                             "edge": points.edge.tolist(), "offset": points.offset.tolist(),
+                             "keywords": keywords, "time": times.tolist()})
+            self._record(seq, ids, times, fresh, replay=False)
+        parts = [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()]
+        everything = Deliveries.concat(parts)
+        body = {"deliveries": deliveries_json(everything), "seq": seq}
+        if seen.any():
+            body["duplicates"] = batch.ids[seen].tolist()
+        located = (batch.ids[new], batch.points[new]) if new.size else None
+        return self._after(Applied(seq, body, fresh, everything, located),
+                           max(int(new.size), 1))
+
+    def _after(self, applied: Applied, rows: int = 1) -> Applied:
+        # What a restart would replay, in units of one single-row event: a record costs
+        # about a millisecond to replay, a row of a large batch about 1/25 of that (511,000
+        # moved rows in 10,700 records replayed in 8.7 s on Rome at 1M subscriptions).
+        self.events_since_snapshot += 1 + rows // 25
+        if len(self._pending) and sum(p[1].size for p in self._pending) >= \
+                self.options.flush_every:
+            self.flush_deliveries()
+        if self.events_since_snapshot >= self.options.snapshot_every:
+            self.start_snapshot()
+        return applied
+
+    # ------------------------------------------------------------------ durability
+    def flush_deliveries(self) -> None:
+        """Write the deliveries of messages not yet in a segment (one new segment)."""
+        if not self._pending:
+            return
+        first = self.flushed_through
+        last = self._pending[-1][0]
+        ids = np.concatenate([p[1] for p in self._pending])
+        seqs = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64)
+                               for p in self._pending])
+        times = np.concatenate([p[2] for p in self._pending])
+        found = Deliveries.concat([p[3] for p in self._pending])
+        self.dlog.write(first, last, Published(ids, seqs, times), found)
+        self.flushed_through = last
+        self._pending = []
+
+    def start_snapshot(self) -> bool:
+        """Fork a background snapshot of the state as of the last logged event."""
+        if self.snapshots.running:
+            return False
+        seq = self.wal.next_seq - 1
+        self.wal.rotate()
+        self.flush_deliveries()
+        self.flushed_through = max(self.flushed_through, seq)
+        self.snapshots.start(seq, self.index, self.expiry.arrays(),
+                             close_fds=() if self._lock is None else (self._lock,))
+        self.events_since_snapshot = 0
+        return True
+
+    def _snapshot_done(self, seq: int, seconds: float) -> None:
+        self.wal.sync()  # the manifest never runs ahead of the log
+        write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds})
+        self.manifest = {**self.manifest, "seq": seq}
+        self.snapshot_seq = seq
+        clean_snapshots(self.dir, seq)
+        self.wal.drop_through(seq)
+
+    def close(self) -> None:
+        """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
+        snapshot (so the next start replays nothing), and close the log."""
+        self.snapshots.stop()
+        self.flush_deliveries()
+        seq = self.wal.next_seq - 1
+        if seq > self.snapshot_seq and self.failed is None:
+            self.wal.rotate()
+            self.wal.sync()
+            t0 = time.perf_counter()
+            write_snapshot(self.dir, seq, self.index, self.expiry.arrays())
+            self._snapshot_done(seq, time.perf_counter() - t0)
+        self.wal.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    # ------------------------------------------------------------------ reading
+    def subscription_rows(self, ids: IntArray) -> list[dict[str, Any]]:
+        """Live subscriptions as rows of the subscriptions schema, with ``expires_at``."""
+        subs = self.index._rows_of(ids)  # one lookup per id, no pass over the index
+        return self._rows(subs)
+
+    def _rows(self, subs: Subscriptions) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = subscriptions_table(
+            subs, network=self.index.network, weights=self.index.weights).to_pylist()
+        for r in rows:
+            r["expires_at"] = self.expiry.at.get(r["id"])
+        return rows
+
+    def list_subscriptions(self, *, after: int | None, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` live subscriptions with ids above ``after``, by id."""
+        live = self.index.subscriptions()
+        start = 0 if after is None else int(np.searchsorted(live.ids, after, side="right"))
+        return self._rows(live.take(np.arange(start, min(start + limit, len(live)))))
+
+    def message(self, message_id: int) -> dict[str, Any] | None:
+        """A published message's seq, time and deliveries, or None."""
+        known = self.messages.get(message_id)
+        if known is None:
+            return None
+        return {"message_id": message_id, "seq": known[0], "time": known[1],
+                "deliveries": deliveries_json(known[2])}
+
+
+def _lock_folder(folder: Path) -> int:
+    """An exclusive lock on the folder for this process (two services would corrupt it)."""
+    fd = os.open(folder / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        msg = f"{folder}: another roadpubsub service is running on this folder"
+        raise RuntimeError(msg) from exc
+    return fd
+
+
+def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:
+    """Deliveries as the objects of the HTTP answers and the WebSocket stream."""
+    return [{"message_id": m, "subscription_id": s, "distance": x, "score": y}
+            for m, s, x, y in zip(d.message_id.tolist(), d.subscription_id.tolist(),
+                                  d.distance.tolist(), d.score.tolist(), strict=True)]
+
+
+def _check_same(message_id: int, a: Deliveries, b: Deliveries) -> None:
+    same = (len(a) == len(b) and np.array_equal(a.subscription_id, b.subscription_id)
+            and np.array_equal(a.distance, b.distance) and np.array_equal(a.score, b.score))
+    if not same:
+        msg = (f"replaying message {message_id} gave other deliveries than the deliveries "
+               f"log holds ({len(b)} vs {len(a)})")
+        raise RuntimeError(msg)
+
+
+def create_state(state_dir: str | Path, index: SubscriptionIndex, *,
+                 about: dict[str, Any] | None = None) -> Path:
+    """Make a new service folder around ``index`` (its network, weights and Dmax are fixed
+    from now on).
+
+    Raises
+    ------
+    FileExistsError
+        The folder already holds a service.
+    """
+    folder = Path(state_dir)
+    if read_manifest(folder) is not None:
+        msg = f"{folder} already holds a roadpubsub service"
+        raise FileExistsError(msg)
+    folder.mkdir(parents=True, exist_ok=True)
+    for sub in ("snapshots", "wal", "deliveries"):
+        (folder / sub).mkdir(exist_ok=True)
+    write_snapshot(folder, 0, index, (np.empty(0, np.int64), np.empty(0)))
+    net = index.network
+    write_manifest(folder, {"seq": 0, "kind": index.kind, "dmax_m": index.dmax_m,
+                            "network": {"name": net.name, "directed": net.directed,
+                                        "nodes": net.n_nodes, "edges": net.n_edges},
+                            **(about or {})})
+    return folder

@@ -1,0 +1,316 @@
+"""The write-ahead log of the live service: framed JSON records, group-committed fsyncs.
+
+Layout: ``DIR/wal/<first seq, 20 digits>.log`` segments. A record is framed as
+``b"R" + length (4 bytes, little endian) + crc32 (4 bytes) + payload`` where the payload is
+UTF-8 JSON holding at least ``seq`` (1, 2, 3, ... with no gap) and ``op``. Reading stops at
+the first short, corrupt or out-of-sequence record and cuts the segment there: such a tail
+was never acknowledged, because an answer waits until an fsync covering its record has
+returned, and fsyncs cover a prefix of the file.
+
+Group commit: :meth:`WriteAheadLog.append` writes the record (no fsync) and returns its
+sequence number; :meth:`WriteAheadLog.wait_durable` resolves once one fsync issued after
+the write has returned. One thread issues fsyncs back to back, so records written while an
+fsync runs share the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from roadnet.errors import RoadPubSubError
+
+__all__ = ["WalCorruptError", "WriteAheadLog", "fsync_dir", "read_records"]
+
+_HEADER = struct.Struct("<cII")
+_MAGIC = b"R"
+
+
+class WalCorruptError(RoadPubSubError, RuntimeError):
+    """A log segment that cannot be read past a point that is not its tail."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames and new files inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _segment_name(first_seq: int) -> str:
+    return f"{first_seq:020d}.log"
+
+
+def segments(wal_dir: Path) -> list[tuple[int, Path]]:
+    """(first seq, path) of every segment, in order."""
+    out = []
+    for p in wal_dir.glob("*.log"):
+        try:
+            out.append((int(p.stem), p))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def _frame(payload: bytes) -> bytes:
+    return _HEADER.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+def _scan(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Records of one segment and the byte length of its valid prefix."""
+    data = path.read_bytes()
+    pos = 0
+    out: list[dict[str, Any]] = []
+    while pos + _HEADER.size <= len(data):
+        magic, length, crc = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + length
+        if magic != _MAGIC or end > len(data):
+            break
+        payload = data[pos + _HEADER.size:end]
+        if zlib.crc32(payload) != crc:
+            break
+        try:
+            rec = json.loads(payload)
+        except ValueError:
+            break
+        out.append(rec)
+        pos = end
+    return out, pos
+
+
+def read_records(wal_dir: Path, *, after: int, repair: bool = True
+                 ) -> Iterator[dict[str, Any]]:
+    """Records with ``seq > after``, in order; a torn tail of the last segment is cut.
+
+    Raises
+    ------
+    WalCorruptError
+        A gap in the sequence, or a damaged record that is followed by another segment.
+    """
+    segs = segments(wal_dir)
+    expect: int | None = None
+    for k, (_, path) in enumerate(segs):
+        records, valid = _scan(path)
+        size = path.stat().st_size
+        if valid < size:
+            if k != len(segs) - 1:
+                msg = f"{path}: damaged record at byte {valid} in a segment that is not the last"
+                raise WalCorruptError(msg, hint="restore DIR from a backup")
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(valid)
+                    os.fsync(fh.fileno())
+        for rec in records:
+            seq = int(rec["seq"])
+            if expect is not None and seq != expect:
+                msg = f"{path}: log sequence jumps from {expect - 1} to {seq}"
+                raise WalCorruptError(msg, hint="restore DIR from a backup")
+            expect = seq + 1
+            if seq > after:
+                yield rec
+
+
+class WriteAheadLog:
+    """Appends records to the current segment; one thread fsyncs them in groups.
+
+    Parameters
+    ----------
+    wal_dir
+        The segments' folder (created when missing).
+    next_seq
+        Sequence number of the next record.
+    fsync
+        False skips fsync (for measurements of what it costs; never for real use).
+    """
+
+    def __init__(self, wal_dir: Path, *, next_seq: int, fsync: bool = True) -> None:
+        self.dir = wal_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.next_seq = next_seq
+        self.fsync_enabled = fsync
+        self._io = threading.Lock()        # the file descriptor and its position
+        self._cond = threading.Condition()  # written/durable counters
+        self._written = next_seq - 1
+        self._durable = next_seq - 1
+        self._waiters: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
+        self._closed = False
+        self._error: BaseException | None = None
+        self.bytes_written = 0
+        self.fsyncs = 0
+        existing = segments(self.dir)
+        # After a restart the (repaired) last segment takes the next records.
+        first = existing[-1][1] if existing else self.dir / _segment_name(next_seq)
+        self._fd = self._open_segment(first)
+        self._thread = threading.Thread(target=self._sync_loop, name="wal-fsync", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ files
+    def _open_segment(self, path: Path) -> int:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self.dir)
+        self.path = path
+        return fd
+
+    def size_bytes(self) -> int:
+        """Bytes in every segment."""
+        return sum(p.stat().st_size for _, p in segments(self.dir))
+
+    def rotate(self) -> int:
+        """Start a new segment at the next sequence number (returns it); older segments can
+        be dropped once a snapshot covers them."""
+        with self._io:
+            old = self._fd
+            if self.fsync_enabled:
+                os.fsync(old)
+            self._fd = self._open_segment(self.dir / _segment_name(self.next_seq))
+            os.close(old)
+            return self.next_seq
+
+    def drop_through(self, seq: int) -> int:
+        """Delete segments whose records all have ``seq`` or less; returns how many."""
+        segs = segments(self.dir)
+        n = 0
+        for (_first, path), (nxt, _) in itertools.pairwise(segs):
+            if nxt - 1 <= seq and path != self.path:
+                path.unlink()
+                n += 1
+        if n:
+            fsync_dir(self.dir)
+        return n
+
+    # ------------------------------------------------------------------ appending
+    def append(self, record: dict[str, Any]) -> int:
+        """Write one record (``seq`` is set here) and return its sequence number.
+
+        Not thread-safe with itself: the service appends from one thread, in event order.
+        """
+        if self._error is not None:
+            msg = f"the write-ahead log failed earlier: {self._error}"
+            raise RuntimeError(msg) from self._error
+        seq = self.next_seq
+        record["seq"] = seq
+        frame = _frame(json.dumps(record, separators=(",", ":")).encode())
+        with self._io:
+            written = os.write(self._fd, frame)
+            if written != len(frame):  # a full disk: nothing after this may be acknowledged
+                self._error = OSError(f"short write to {self.path}")
+                raise self._error
+        self.next_seq = seq + 1
+        self.bytes_written += len(frame)
+        with self._cond:
+            self._written = seq
+            self._cond.notify_all()
+        return seq
+
+    def wait_durable(self, seq: int) -> asyncio.Future[None]:
+        """A future of the running loop, done when record ``seq`` is on disk."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            if self._durable >= seq:
+                fut.set_result(None)
+            else:
+                self._waiters.append((seq, fut, loop))
+                self._cond.notify_all()
+        return fut
+
+    def sync(self) -> None:
+        """Block until everything written so far is on disk."""
+        with self._cond:
+            target = self._written
+            while self._durable < target and self._error is None:
+                self._cond.wait(0.05)
+
+    def wait_durable_blocking(self, seq: int, timeout: float = 60.0) -> None:
+        """Block the calling thread until record ``seq`` is on disk.
+
+        Raises
+        ------
+        TimeoutError
+            Not durable within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._cond.notify_all()
+            while self._durable < seq:
+                if self._error is not None:
+                    msg = f"the write-ahead log failed: {self._error}"
+                    raise RuntimeError(msg) from self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    msg = f"record {seq} not durable after {timeout:g} s"
+                    raise TimeoutError(msg)
+                self._cond.wait(min(left, 0.05))
+
+    @property
+    def durable_seq(self) -> int:
+        """The last sequence number known to be on disk."""
+        return self._durable
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._written <= self._durable and not self._closed:
+                    self._cond.wait(0.5)
+                if self._closed and self._written <= self._durable:
+                    return
+                target = self._written
+            try:
+                with self._io:
+                    fd = self._fd
+                    if self.fsync_enabled:
+                        t0 = time.perf_counter()
+                        os.fdatasync(fd)
+                        self.last_fsync_s = time.perf_counter() - t0
+                self.fsyncs += 1
+            except OSError as exc:  # nothing after this is acknowledged
+                self._error = exc
+                self._fail_waiters(exc)
+                return
+            with self._cond:
+                self._durable = target
+                done = [w for w in self._waiters if w[0] <= target]
+                self._waiters = [w for w in self._waiters if w[0] > target]
+                self._cond.notify_all()
+            for _, fut, loop in done:
+                loop.call_soon_threadsafe(_resolve, fut)
+
+    last_fsync_s = 0.0
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        with self._cond:
+            waiters, self._waiters = self._waiters, []
+            self._cond.notify_all()
+        for _, fut, loop in waiters:
+            loop.call_soon_threadsafe(_reject, fut, exc)
+
+    def close(self) -> None:
+        """Flush, stop the fsync thread and close the segment."""
+        self.sync()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+        with self._io:
+            os.close(self._fd)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _reject(fut: asyncio.Future[None], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

@@ -1,0 +1,86 @@
+"""Queued requests applied together equal the same requests applied one by one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live import DMAX_M, location_of, message_rows, subscription_rows, tweet_weights
+from oracle import Oracle, as_deliveries, assert_same
+
+from index.workload import Workload
+from pruning.deliveries import Deliveries
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+from roadpubsub.service.applier import Applier
+from roadpubsub.service.events import BodyParser, RequestError
+from roadpubsub.service.state import ServiceOptions, ServiceState
+
+
+def _queued(applier: Applier, submit: list[Any]) -> list[Future[Any]]:
+    """Submit while the apply thread is held, so that everything queues up together."""
+    gate = threading.Event()
+    applier.call(lambda: gate.wait(10))
+    futures = [f() for f in submit]
+    time.sleep(0.05)
+    gate.set()
+    return futures
+
+
+def test_runs_of_moves_and_publishes_equal_one_by_one(
+        service_dir: Path, workload: Workload, move_points: EdgePoints, andorra: RoadNetwork,
+        tweets: list[list[str]]) -> None:
+    state = ServiceState.open(service_dir, ServiceOptions())
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    applier = Applier(state, parser, group_max=64)
+    oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
+    try:
+        subs = subscription_rows(workload, andorra)[:400]
+        subs = [{**s, "expires_at": 150.0 if i % 5 == 0 else None} for i, s in enumerate(subs)]
+        applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+        oracle.apply("subscribe", subs)
+        # moves: the same subscription twice in one run (the last wins), a bad request
+        # refused alone
+        moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, k)}]
+                 for k, i in enumerate([1, 2, 1, 3, 4])]
+        futures = _queued(applier, [lambda m=m: applier.move(m) for m in moves] + [
+            lambda: applier.move([{"id": 999_999, **location_of(andorra, move_points, 9)}])])
+        seqs = [f.result(30).seq for f in futures[:5]]
+        with pytest.raises(RequestError, match="999999"):
+            futures[5].result(30)
+        assert len(set(seqs)) == 1  # one record
+        for m in moves:
+            oracle.apply("move", m)
+        # publishes: times 100, 200, then 50 (decreasing: a new run), a repeated id
+        msgs = message_rows(workload, andorra)
+        pubs = [[{**msgs[0], "time": 100.0}], [{**msgs[1], "time": 200.0}],
+                [{**msgs[2], "time": 50.0}, {**msgs[3], "time": 175.0}],
+                [{**msgs[1], "time": 300.0}]]
+        futures = _queued(applier, [lambda p=p: applier.publish(p) for p in pubs])
+        answers = [f.result(30) for f in futures]
+        assert answers[0].seq == answers[1].seq != answers[2].seq
+        assert answers[3].body["duplicates"] == [msgs[1]["id"]]
+        for p in pubs[:3]:
+            oracle.apply("publish", p)
+        for p, a in zip(pubs, answers, strict=True):
+            want = Deliveries.concat([oracle.deliveries[r["id"]] for r in p])
+            assert_same(as_deliveries(a.body["deliveries"]), want,
+                        f"publish {[r['id'] for r in p]}")
+        assert applier.groups >= 2
+    finally:
+        applier.call(state.close).result(60)
+        applier.stop()
+
+
+def test_a_second_service_on_one_folder_is_refused(service_dir: Path) -> None:
+    state = ServiceState.open(service_dir, ServiceOptions())
+    try:
+        with pytest.raises(RuntimeError, match="another roadpubsub service"):
+            ServiceState.open(service_dir, ServiceOptions())
+    finally:
+        state.close()
+    ServiceState.open(service_dir, ServiceOptions()).close()  # free again

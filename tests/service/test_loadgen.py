@@ -1,0 +1,44 @@
+"""The load generator against a real server: bounded, loopback only, every request answered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from live import subscription_rows
+
+from index.workload import Workload
+from roadnet.network import RoadNetwork
+from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
+
+
+def test_mixed_stream_and_batches(serve: Any, workload: Workload,
+                                  andorra: RoadNetwork) -> None:
+    server = serve()
+    with server.client() as c:
+        assert c.post("/subscriptions", json=subscription_rows(workload, andorra)[:200]
+                      ).status_code == 201
+    stream = build_stream(andorra, n_points=500, n_messages=50, first_new_id=10**9, seed=1)
+    assert all(5 <= len(m["keywords"]) <= 25 for m in stream.messages)
+    report = run_load(server.url, stream, existing=200, clients=4, events=400, seconds=60)
+    s = report.summary()
+    assert s["requests"] == 400 and s["errors"] == {}
+    assert {"move", "publish"} <= set(s["latency_ms"])
+    assert s["latency_ms"]["move"]["n"] > s["latency_ms"]["publish"]["n"]  # 80% vs 15%
+    batches = run_load(server.url, stream, existing=200, batch=50, events=1000, seconds=60)
+    assert batches.summary()["events"] == 1000 and batches.requests == 20
+    with server.client() as c:
+        health = c.get("/health").json()
+    # every request was logged; queued moves and publishes may share a record
+    assert 20 < health["seq"] <= 1 + 400 + 20
+    assert health["seq"] + health["grouped_requests"] - health["groups"] == 1 + 400 + 20
+    # bounded in time as well as in count
+    short = run_load(server.url, stream, existing=200, clients=2, events=10**9, seconds=1.0)
+    assert short.seconds < 10 and short.requests < 10**9
+
+
+@pytest.mark.parametrize("url", ["http://10.1.2.3:8000", "https://127.0.0.1:8000",
+                                 "http://example.org"])
+def test_only_loopback(url: str) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        check_loopback(url)

@@ -1,0 +1,159 @@
+"""The MQTT connector against a real Mosquitto broker on loopback (skips without one)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live import free_port, message_rows, subscription_rows
+from oracle import as_deliveries, assert_same
+
+from index.workload import Workload
+from roadnet.network import RoadNetwork
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[int]:
+    binary = shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
+    if binary is None:
+        pytest.skip("needs the mosquitto broker (apt-get install mosquitto)")
+    port = free_port()
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            probe = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+            try:
+                probe.connect("127.0.0.1", port)
+                probe.disconnect()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_broker_events_and_deliveries(serve: Any, broker: int, workload: Workload,
+                                      andorra: RoadNetwork) -> None:
+    server = serve("--mqtt", f"127.0.0.1:{broker}")
+    got: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    ready = threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-vehicle")
+
+    def on_connect(c: Any, *_: Any) -> None:
+        c.subscribe("roadpubsub/deliveries/#", qos=1)
+        c.subscribe("roadpubsub/errors", qos=1)
+
+    def on_subscribe(c: Any, *_: Any) -> None:
+        ready.set()
+
+    def on_message(c: Any, userdata: Any, msg: Any) -> None:
+        body = json.loads(msg.payload)
+        if msg.topic == "roadpubsub/errors":
+            errors.append(body)
+        else:
+            assert msg.topic == f"roadpubsub/deliveries/{body['subscription_id']}"
+            got.append(body)
+
+    client.on_connect = on_connect
+    client.on_subscribe = on_subscribe
+    client.on_message = on_message
+    client.connect("127.0.0.1", broker)
+    client.loop_start()
+    try:
+        assert ready.wait(20)
+        subs = subscription_rows(workload, andorra)[:600]
+        client.publish("roadpubsub/subscriptions", json.dumps(subs), qos=1).wait_for_publish(20)
+        move = {"id": subs[0]["id"], "u": subs[1]["u"], "v": subs[1]["v"],
+                "offset": subs[1]["offset"]}
+        client.publish("roadpubsub/moves", json.dumps(move), qos=1).wait_for_publish(20)
+        client.publish("roadpubsub/unsubscriptions", json.dumps({"id": subs[2]["id"]}),
+                       qos=1).wait_for_publish(20)
+        msgs = message_rows(workload, andorra)[:30]
+        for m in msgs:
+            client.publish("roadpubsub/messages", json.dumps(m), qos=1).wait_for_publish(20)
+        client.publish("roadpubsub/messages", json.dumps({"id": "bad"}),
+                       qos=1).wait_for_publish(20)
+        with server.client() as c:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if all(c.get(f"/messages/{m['id']}").status_code == 200 for m in msgs):
+                    break
+                time.sleep(0.2)
+            own = [d for m in msgs for d in c.get(f"/messages/{m['id']}").json()["deliveries"]]
+            assert c.get(f"/subscriptions/{subs[2]['id']}").status_code == 404
+            moved = c.get(f"/subscriptions/{subs[0]['id']}").json()
+            assert (moved["u"], moved["v"], moved["offset"]) == (move["u"], move["v"],
+                                                                 move["offset"])
+            # HTTP and MQTT share one log: a message published over HTTP reaches the topics
+            extra = {**message_rows(workload, andorra)[40]}
+            own += c.post("/messages", json=extra).json()["deliveries"]
+        assert len(own) > 20
+        deadline = time.monotonic() + 30
+        while len(got) < len(own) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # nothing more may come
+        assert_same(as_deliveries(got), as_deliveries(own), "MQTT topics vs the service")
+        assert errors and "'id'" in errors[0]["error"] and errors[0]["topic"].endswith("messages")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_unacknowledged_broker_events_survive_kill_9(serve: Any, broker: int,
+                                                    workload: Workload,
+                                                    andorra: RoadNetwork) -> None:
+    """The broker redelivers what the killed service had not acknowledged; every message
+    ends up logged once, with one set of deliveries."""
+    server = serve("--mqtt", f"127.0.0.1:{broker}")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-sensor")
+    client.connect("127.0.0.1", broker)
+    client.loop_start()
+    try:
+        subs = subscription_rows(workload, andorra)[:600]
+        client.publish("roadpubsub/subscriptions", json.dumps(subs), qos=1).wait_for_publish(20)
+        msgs = [{**m, "id": 5000 + k} for k, m in enumerate(message_rows(workload, andorra))]
+        infos = [client.publish("roadpubsub/messages", json.dumps(m), qos=1)
+                 for m in msgs[:150]]
+        time.sleep(0.3)
+        server.kill()  # some events applied, some queued at the broker, some in between
+        for m in msgs[150:300]:  # published while the service is down
+            infos.append(client.publish("roadpubsub/messages", json.dumps(m), qos=1))
+        for info in infos:
+            info.wait_for_publish(20)
+        server.start()
+        with server.client() as c:
+            deadline = time.monotonic() + 90
+            missing = msgs[:300]
+            while missing and time.monotonic() < deadline:
+                missing = [m for m in missing
+                           if c.get(f"/messages/{m['id']}").status_code != 200]
+                time.sleep(0.2)
+            assert not missing, f"{len(missing)} broker messages never applied"
+            assert len(c.get(f"/subscriptions/{subs[5]['id']}").json()["keywords"]) > 0
+        server.stop()
+        import pyarrow.parquet as pq
+
+        folder = server.state_dir / "deliveries"
+        published = [m for p in sorted(folder.glob("*.published.parquet"))
+                     for m in pq.read_table(p).column("message_id").to_pylist()]
+        assert sorted(published) == sorted(m["id"] for m in msgs[:300])  # each once
+    finally:
+        client.loop_stop()
+        client.disconnect()
