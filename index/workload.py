@@ -52,6 +52,7 @@ __all__ = [
     "default_tweets_path",
     "find_poi_source",
     "generate_workload",
+    "hotspot",
     "keyword_histogram",
     "load_pois",
     "read_li_pois",
@@ -319,18 +320,20 @@ def _canonical_edges(network: RoadNetwork) -> npt.NDArray[np.bool_]:
     Among parallel edges only the shortest one is reachable by (u, v); uniform locations
     are drawn on canonical edges so the written u/v/offset round-trip exactly.
     """
-    key = "workload:canonical_edges"
-    if key not in network._cache:
+    def build() -> npt.NDArray[np.bool_]:
         und = network.with_direction(directed=False)
         ids = network.node_ids
         e = np.arange(network.n_edges)
         pts = locate_uv(und, ids[network.edge_u], ids[network.edge_v], np.zeros(e.size))
-        network._cache[key] = np.asarray((pts.edge == e) & (pts.offset == 0.0))
-    return network._cache[key]
+        return np.asarray((pts.edge == e) & (pts.offset == 0.0))
+
+    return network.memo("workload.canonical_edges", build)
 
 
-def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator) -> EdgePoints:
-    weight = np.where(_canonical_edges(network), network.edge_length, 0.0)
+def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator,
+                    *, within: npt.NDArray[np.bool_] | None = None) -> EdgePoints:
+    keep = _canonical_edges(network) if within is None else _canonical_edges(network) & within
+    weight = np.where(keep, network.edge_length, 0.0)
     cum = np.cumsum(weight)
     if n == 0:
         return EdgePoints.of([], [])
@@ -341,6 +344,39 @@ def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator) -> E
     edge = np.minimum(edge, network.n_edges - 1)
     offset = rng.random(n) * network.edge_length[edge]
     return EdgePoints.of(edge, offset)
+
+
+def hotspot(workload: Workload, network: RoadNetwork, *, share: float = 0.5,
+            radius_m: float = 3000.0, seed: int = 0) -> Workload:
+    """The workload with messages crowding where subscribers crowd (a centre at rush hour).
+
+    Every message and a ``share`` of the subscriptions (in [0, 1]) move to uniform
+    positions on the roads within ``radius_m`` metres (straight-line, of the edges' middle
+    points) of the network's centre (the node nearest the median of the node positions);
+    keywords, alpha and tau stay. Deliveries per message then run into the thousands.
+    """
+    if not (0.0 <= share <= 1.0 and radius_m > 0):
+        msg = f"need 0 <= share <= 1 and radius_m > 0, got {share!r}, {radius_m!r}"
+        raise ValueError(msg)
+    rng = np.random.default_rng(seed)
+    cx, cy = float(np.median(network.node_x)), float(np.median(network.node_y))
+    centre = int(np.argmin(np.hypot(network.node_x - cx, network.node_y - cy)))
+    mx = (network.node_x[network.edge_u] + network.node_x[network.edge_v]) / 2
+    my = (network.node_y[network.edge_u] + network.node_y[network.edge_v]) / 2
+    near = np.hypot(mx - network.node_x[centre], my - network.node_y[centre]) <= radius_m
+    subs = workload.subscriptions
+    moved = rng.random(len(subs)) < share
+    edge = subs.points.edge.copy()
+    offset = subs.points.offset.copy()
+    pts = _uniform_points(network, int(moved.sum()), rng, within=near)
+    edge[moved], offset[moved] = pts.edge, pts.offset
+    msgs = workload.messages
+    mpts = _uniform_points(network, len(msgs), rng, within=near)
+    return Workload(
+        subscriptions=Subscriptions(subs.ids, EdgePoints.of(edge, offset), subs.alpha,
+                                    subs.tau, subs.kw_ptr, subs.kw_terms),
+        messages=Messages(msgs.ids, mpts, msgs.kw_ptr, msgs.kw_terms),
+        weights=workload.weights, timings=dict(workload.timings))
 
 
 def _spread(rng: np.random.Generator, n: int, centre: float, spread: float, lo: float,

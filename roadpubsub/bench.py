@@ -252,6 +252,13 @@ class ThroughputConfig:
         in the same rounds (method ``eia_1thread``), for the speed-up.
     latency_messages
         One-message calls timed for EIA's latency percentiles (0 skips them).
+    dense
+        Also time a dense workload (section ``dense``): every message and half of the
+        subscriptions within 3 km of the network's centre (:func:`index.workload.hotspot`),
+        with ``dense_messages`` messages (brute force on a tenth of them) and the
+        verification floor (one search per message that knows its farthest delivery).
+    dense_messages
+        Messages of the dense workload.
     """
 
     network: str | None = None
@@ -272,6 +279,8 @@ class ThroughputConfig:
     hilbert_order: bool = True
     threads: int | None = None
     latency_messages: int = 1000
+    dense: bool = False
+    dense_messages: int = 200
 
 
 # ---------------------------------------------------------------------------- machine
@@ -1018,7 +1027,7 @@ def run_throughput(
         msg = "need n_subscriptions >= 1, n_messages >= 1, n_brute >= 0 and repeats >= 1"
         raise ValueError(msg)
     t_start = time.perf_counter()
-    steps = Steps(9, quiet=quiet)
+    steps = Steps(10, quiet=quiet)
     rss: dict[str, float] = {}
     path, network, spatial, source, dmax, cells_info = _setup(
         config.network, config.keywords_from, config.tweets, config.cell_capacity,
@@ -1141,6 +1150,15 @@ def run_throughput(
         else:
             info["note"] = "skipped"
     del matchers["eia_1thread"]
+    dense_doc: dict[str, Any] | None = None
+    with steps.step("dense", "the dense workload (messages among crowds of subscribers)"
+                    ) as info:
+        if config.dense:
+            dense_doc = dense_workload(spatial, subs, msgs, weights, dmax, config)
+            info["note"] = ", ".join(f"{k} {v['messages_per_second']:,.1f} msg/s"
+                                     for k, v in dense_doc["methods"].items())
+        else:
+            info["note"] = "skipped (--dense runs it)"
     with steps.step("updates", "one-subscription updates on each index") as info:
         for kind in matchers:
             results[kind]["update_ms"] = update_latency(indexes[kind], matchers[kind], subs,
@@ -1192,6 +1210,7 @@ def run_throughput(
                    "bia_over_brute": ratio("bia", "brute"),
                    "eia_threads_over_1thread": ratio("eia", "eia_1thread")},
         "agree": agree,
+        "dense": dense_doc,
         "memory": {"max_rss_mib": _maxrss_mib(), "max_rss_mib_after_phase": rss},
         "timing_notes": ("messages_per_second: median of `repeats` rounds; each round times "
                          "one matching call over all messages for eia and for bia, then "
@@ -1209,6 +1228,99 @@ def run_throughput(
         doc["files"] = {"json": str(target)}
         atomic_write_bytes(target, (dumps_json(doc) + "\n").encode())
     return doc
+
+
+def dense_workload(spatial: Any, subs: Any, msgs: Any, weights: Any, dmax: float,
+                   config: ThroughputConfig) -> dict[str, Any]:
+    """EIA (all threads and one), BIA and brute force on :func:`index.workload.hotspot` of
+    the workload, with the verification floor; medians of ``config.repeats`` rounds."""
+    from index.bia import BasicIndex
+    from index.eia import EnhancedIndex
+    from index.workload import Workload, hotspot
+    from pruning.brute import BruteMatcher
+    from pruning.indexed import IndexMatcher
+
+    k = min(config.dense_messages, len(msgs))
+    wl = hotspot(Workload(subs, msgs.take(np.arange(k)), weights), spatial.network,
+                 share=0.5, radius_m=3000.0, seed=config.seed)
+    built: dict[str, float] = {}
+    matchers: dict[str, Any] = {}
+    for cls in (EnhancedIndex, BasicIndex):
+        t0 = time.perf_counter()
+        index = cls(spatial, wl.subscriptions, weights, dmax_m=dmax)
+        built[cls.kind] = round(time.perf_counter() - t0, 3)
+        matchers[cls.kind] = IndexMatcher(index, threads=config.threads)
+        if cls is EnhancedIndex:
+            matchers["eia_1thread"] = IndexMatcher(index, threads=1)
+    n_brute = max(1, k // 10)
+    brute = BruteMatcher(spatial.network, wl.subscriptions, weights, dmax_m=dmax)
+    sample = wl.messages.take(np.arange(n_brute))
+    times: dict[str, list[float]] = {name: [] for name in (*matchers, "brute", "floor")}
+    last: dict[str, Any] = {}
+    for _ in range(config.repeats):
+        for name, matcher in matchers.items():
+            t0 = time.perf_counter()
+            last[name] = matcher.match(wl.messages)
+            times[name].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        last["brute"] = brute.match(sample)
+        times["brute"].append(time.perf_counter() - t0)
+        times["floor"].append(verification_floor(spatial, wl, last["eia"][0], dmax))
+    methods: dict[str, Any] = {}
+    for name in (*matchers, "brute", "floor"):
+        count = n_brute if name == "brute" else k
+        med = statistics.median(times[name])
+        methods[name] = {"messages": count, "seconds": round(med, 4),
+                         "messages_per_second": round(count / med, 2),
+                         "ms_per_message": round(1000 * med / count, 4)}
+    eia, stats = last["eia"]
+    totals = stats.totals()
+    ref = last["brute"]
+    mine = np.isin(eia.message_id, sample.ids)
+    agree = (np.array_equal(ref.message_id, eia.message_id[mine])
+             and np.array_equal(ref.subscription_id, eia.subscription_id[mine])
+             and all(np.array_equal(last[n][0].subscription_id, eia.subscription_id)
+                     for n in ("bia", "eia_1thread")))
+    return {
+        "workload": {"share_in_hotspot": 0.5, "radius_m": 3000.0, "messages": k,
+                     "subscriptions": len(wl.subscriptions)},
+        "build_seconds": built,
+        "deliveries_per_message": round(len(eia) / k, 2),
+        "candidates_per_message": round(totals["candidates"] / k, 2),
+        "vertices_settled_per_message": round(totals["vertices_settled"] / k, 2),
+        "methods": methods,
+        "ratios": {"eia_over_bia": round(methods["eia"]["messages_per_second"]
+                                         / methods["bia"]["messages_per_second"], 3),
+                   "eia_over_brute": round(methods["eia"]["messages_per_second"]
+                                           / methods["brute"]["messages_per_second"], 3),
+                   "eia_1thread_over_floor": round(
+                       methods["eia_1thread"]["seconds"] / methods["floor"]["seconds"], 3)},
+        "agree": bool(agree),
+    }
+
+
+def verification_floor(spatial: Any, wl: Any, deliveries: Any, dmax: float) -> float:
+    """Seconds for one search per message that already knows its deliveries: a reverse
+    search from the message bounded by its farthest delivery, then the delivered points'
+    distances. No matcher's verification can settle fewer junctions; pruning is free."""
+    from roadnet.distance import NodeSearch, distances_to_point
+
+    graph = spatial.graph
+    search = NodeSearch(graph, reverse=True)
+    row_of = np.argsort(wl.subscriptions.ids)
+    ids_sorted = wl.subscriptions.ids[row_of]
+    starts = np.searchsorted(deliveries.message_id, wl.messages.ids, side="left")
+    ends = np.searchsorted(deliveries.message_id, wl.messages.ids, side="right")
+    t0 = time.perf_counter()
+    for j in range(len(wl.messages)):
+        a, b = starts[j], ends[j]
+        if a == b:
+            continue
+        rows = row_of[np.searchsorted(ids_sorted, deliveries.subscription_id[a:b])]
+        limit = float(deliveries.distance[a:b].max())
+        distances_to_point(graph, wl.messages.points[j:j + 1],
+                           wl.subscriptions.points[rows], limit=limit, search=search)
+    return time.perf_counter() - t0
 
 
 def single_message_latency(matcher: Any, msgs: Any, count: int) -> dict[str, float]:

@@ -125,6 +125,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="throughput: threads of EIA and BIA per batch (default: every core); "
                         "EIA also runs on one thread in the same rounds, for the speed-up")
+    p.add_argument("--dense", action="store_true",
+                   help="throughput: also time a dense workload (every message and half of "
+                        "the subscriptions within 3 km of the centre; JSON section 'dense')")
     p.add_argument("--input-order", action="store_true",
                    help="throughput: EIA and BIA match the messages in input order instead "
                         "of Hilbert order of their locations (for comparison)")
@@ -162,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
                      "cell_capacity": args.cell_capacity, "seed": args.seed}
         config = ThroughputConfig(**{k: v for k, v in overrides.items() if v is not None},
                                   trace_memory=not args.no_trace_memory,
-                                  hilbert_order=not args.input_order, threads=args.threads)
+                                  hilbert_order=not args.input_order, threads=args.threads,
+                                  dense=args.dense)
         doc = run_throughput(config, out_dir=args.out_dir, quiet=quiet)
         ok = doc["agree"] is not False
     else:
