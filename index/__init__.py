@@ -9,6 +9,7 @@ The public API is the union of the modules' ``__all__``::
 from index import (
     base,
     bia,
+    delta,
     eia,
     io,
     limits,
@@ -22,6 +23,7 @@ from index import (
 )
 from index.base import *  # noqa: F403
 from index.bia import *  # noqa: F403
+from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
 from index.io import *  # noqa: F403
 from index.limits import *  # noqa: F403
@@ -34,7 +36,7 @@ from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, base, bia, eia,
-               workload)
+API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, delta, base, bia,
+               eia, workload)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -24,10 +24,11 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
+from index.delta import DeltaBuffer
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
-from index.spatial import PointFacts, SpatialIndex, astuple_facts
+from index.spatial import PointFacts, SpatialIndex
 from index.terms import TermWeights
 from index.validate import IndexFileError, array_digest, check_index_arrays
 from roadnet.errors import describe_rows
@@ -193,10 +194,17 @@ class SubscriptionIndex:
     def _set_delta(self, delta: Subscriptions) -> None:
         """Replace the delta batch, computing its facts and limits."""
         self._bump_version()
-        self.delta = delta
-        self.delta_facts = self.spatial.facts(delta.points)
-        self.delta_dn_limit, self.delta_wildcard = self._limits(delta)
+        self._delta = DeltaBuffer()
+        self._publish_delta()
         self.term_rank = self.weights.rank()
+        if len(delta):
+            self._append_delta(delta)
+
+    def _publish_delta(self) -> None:
+        # The matchers read these four attributes; they are views of the buffer's rows.
+        buf = self._delta
+        self.delta, self.delta_facts = buf.subs, buf.facts
+        self.delta_dn_limit, self.delta_wildcard = buf.dn_limit, buf.wildcard
 
     def _limits(self, subs: Subscriptions) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
         """DNlimit and the wildcard flag of each row (what the delta scan tests)."""
@@ -209,21 +217,14 @@ class SubscriptionIndex:
     def _append_delta(self, new: Subscriptions) -> None:
         """Add rows to the delta, computing facts and limits for the new rows only."""
         self._bump_version()
-        facts = self.spatial.facts(new.points)
         limit, wildcard = self._limits(new)
-        self.delta = concat_subscriptions([self.delta, new])
-        self.delta_facts = PointFacts(*(np.concatenate([a, b]) for a, b in zip(  # type: ignore[arg-type]
-            astuple_facts(self.delta_facts), astuple_facts(facts), strict=True)))
-        self.delta_dn_limit = np.concatenate([self.delta_dn_limit, limit])
-        self.delta_wildcard = np.concatenate([self.delta_wildcard, wildcard])
+        self._delta.append(new, self.spatial.facts(new.points), limit, wildcard)
+        self._publish_delta()
 
     def _keep_delta_rows(self, rows: IntArray) -> None:
         self._bump_version()
-        self.delta = self.delta.take(rows)
-        self.delta_facts = PointFacts(
-            *(a[rows] for a in astuple_facts(self.delta_facts)))  # type: ignore[arg-type]
-        self.delta_dn_limit = self.delta_dn_limit[rows]
-        self.delta_wildcard = self.delta_wildcard[rows]
+        self._delta.keep(rows)
+        self._publish_delta()
 
     # ------------------------------------------------------------------ updates
     def __len__(self) -> int:
