@@ -537,6 +537,10 @@ def read_messages(
     p = Path(path)
     error = InvalidMessageError
     table = read_table(p, error=error)
+    if {"alpha", "tau"} <= set(table.column_names):
+        msg = (f"{p}: has alpha and tau columns, so it holds subscriptions, not messages "
+               f"(was it given as the messages by mistake?)")
+        raise error(msg)
     has_uv, has_ll = _check_columns(table, p, error, kind="messages", extra=())
     problems: list[str] = []
     ids, labels = _ids(table, problems)

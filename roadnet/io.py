@@ -20,7 +20,7 @@ import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,13 +44,17 @@ def _suffix(path: Path) -> str:
     return path.suffix.lower()
 
 
-def load_network(path: str | os.PathLike[str], *, directed: bool = False) -> RoadNetwork:
-    """Read a road network file (see the module table for the formats).
+def load_network(path: str | os.PathLike[str] | Any, *, directed: bool = False
+                 ) -> RoadNetwork:
+    """Read a road network file (see the module table for the formats), or convert an
+    osmnx graph.
 
     Parameters
     ----------
     path
-        The file; its suffix selects the reader.
+        The file; its suffix selects the reader. A networkx ``MultiDiGraph`` from osmnx
+        (``ox.graph_from_place``, ``ox.load_graphml``, ...) is converted directly
+        (:func:`roadnet.osm.from_osmnx_graph`).
     directed
         Honour one-way roads (distances run from a subscription to a message).
 
@@ -63,6 +67,14 @@ def load_network(path: str | os.PathLike[str], *, directed: bool = False) -> Roa
     NetworkFormatError
         The file is malformed.
     """
+    if _is_networkx_graph(path):
+        from roadnet import osm
+
+        return osm.from_osmnx_graph(path).with_direction(directed=directed)
+    if not isinstance(path, str | os.PathLike):
+        msg = (f"load_network takes a file path or an osmnx MultiDiGraph, got "
+               f"{type(path).__name__}")
+        raise TypeError(msg)
     p = Path(path)
     suffix = _suffix(p)
     readers: dict[str, Callable[[Path], RoadNetwork]] = {
@@ -92,6 +104,12 @@ def load_network(path: str | os.PathLike[str], *, directed: bool = False) -> Roa
 
         network = osm.read_osm_file(p)
     return network.with_direction(directed=directed)
+
+
+def _is_networkx_graph(obj: object) -> bool:
+    # Checked by duck type, so networkx is imported only when a graph is passed.
+    return hasattr(obj, "graph") and hasattr(obj, "edges") and hasattr(obj, "nodes") \
+        and not isinstance(obj, str | os.PathLike)
 
 
 def _open_text(path: Path) -> IO[str]:

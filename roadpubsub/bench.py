@@ -119,7 +119,7 @@ SWEEPS: dict[str, tuple[str, str]] = {
 KeywordSource = Literal["tweets", "pois"]
 PathLike = str | os.PathLike[str]
 _MIB = 1024 * 1024
-_STYLE = {"eia": ("#1f77b4", "o", "EIAB (enhanced)"), "bia": ("#ff7f0e", "s", "BIAB (basic)"),
+_STYLE = {"eia": ("#1f77b4", "o", "EIA (enhanced)"), "bia": ("#ff7f0e", "s", "BIA (basic)"),
           "brute": ("#7f7f7f", "^", "brute force")}
 
 
@@ -993,7 +993,7 @@ def figures_grid(doc: dict[str, Any], *, metric: str = "ms_per_message") -> Figu
         plot_sweep(sweep, ax, metric=metric)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.suptitle("PSTPSN Sec. VII reproduced: EIAB vs BIAB vs brute force\n" + _caption(doc),
+    fig.suptitle("PSTPSN Sec. VII reproduced: EIA vs BIA vs brute force\n" + _caption(doc),
                  fontsize=10)
     fig.tight_layout()
     return fig

@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Spatio-textual publish/subscribe on road networks (PSTPSN).",
         epilog="Run 'roadpubsub COMMAND --help' for a command's options and an example.",
     )
+    from roadpubsub import __version__
+
+    parser.add_argument("--version", action="version", version=f"roadpubsub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         try:

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,11 @@ def _run_info(args: argparse.Namespace) -> int:
     if args.save:
         from roadnet.network import RoadNetwork
 
+        suffix = Path(args.save).suffix.lower()
+        if suffix not in ("", ".npz"):
+            msg = (f"--save {args.save}: networks are saved as .npz (a {suffix} name would "
+                   f"become {RoadNetwork.save_path(args.save).name})")
+            raise ValueError(msg)
         check_output_path(RoadNetwork.save_path(args.save), what="--save",
                           inputs=(args.path,))
     start = time.perf_counter()

@@ -313,3 +313,17 @@ def test_outputs_carry_page_checksums_that_reads_verify(andorra_files, tmp_path)
     bad.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"bad\.parquet"):
         read_deliveries(bad)
+
+
+def test_new_user_rough_edges(andorra_files, tmp_path, capsys) -> None:
+    """--version; a .graphml --save is refused rather than written as .graphml.npz; a
+    subscriptions file given as --messages is refused."""
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("roadpubsub ")
+    assert main(["network", "info", str(andorra_files["network"]), "--save",
+                 str(tmp_path / "x.graphml")]) == 2
+    assert ".npz" in capsys.readouterr().err and not list(tmp_path.iterdir())
+    files = {**andorra_files, "messages": andorra_files["subscriptions"]}
+    assert main(argv(files, tmp_path / "o.parquet")) == 2
+    assert "holds subscriptions, not messages" in capsys.readouterr().err

@@ -186,3 +186,19 @@ def test_npz_bad_version(tmp_path: Path) -> None:
     np.savez(saved, **arrays)
     with pytest.raises(NetworkFormatError, match="version"):
         load_network(saved)
+
+
+def test_load_network_takes_an_osmnx_graph(shared) -> None:
+    """The design card loads road graphs through osmnx: its graph objects are accepted."""
+    import osmnx as ox
+
+    from roadnet.osm import from_osmnx_graph
+
+    graph = ox.graph_from_xml(shared("osm/West-Oakland.osm.bz2"))
+    got = load_network(graph)
+    want = from_osmnx_graph(graph)
+    assert got.n_edges == want.n_edges > 0
+    np.testing.assert_array_equal(got.edge_length, want.edge_length)
+    assert load_network(graph, directed=True).directed
+    with pytest.raises(TypeError, match="osmnx MultiDiGraph"):
+        load_network(42)  # type: ignore[arg-type]
