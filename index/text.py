@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["STOP_WORDS", "read_text_corpus", "read_tweet_tokens", "tokenize", "tokenize_many"]
+__all__ = ["STOP_WORDS", "read_text_corpus", "read_tweet_tokens", "split_lines", "tokenize",
+           "tokenize_many"]
 
 #: English stop words: NLTK's English list, the common contractions (with and without
 #: apostrophe, as tweets write them) and a few tokens of tweet markup (rt, amp, via).
@@ -139,6 +140,28 @@ def read_tweet_tokens(path: str | os.PathLike[str], *, column: str = "text") -> 
     return tokenize_many(frame[column].fillna("").tolist())
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Documents of a plain-text corpus: lines ended by ``\\n``, ``\\r\\n`` or ``\\r``.
+
+    The rule of Spark's (Hadoop's) text reader, so ``roadpubsub spark idf`` and the local
+    readers count the same documents; other Unicode line breaks (U+2028, U+0085, form
+    feed), which :meth:`str.splitlines` would split on, stay inside a document. A final
+    line end does not start an empty document; empty lines in between are documents.
+
+    Examples
+    --------
+    >>> split_lines("a\\nb\\u2028c\\r\\nd\\x0ce\\n")
+    ['a', 'b\\u2028c', 'd\\x0ce']
+    """
+    parts = _LINE_END.split(text)
+    if parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
 def read_text_corpus(path: str | os.PathLike[str]) -> list[list[str]]:
     """Tokenised documents of a corpus file: a ``.csv`` with a ``text`` column, or plain text
     with one document per line (any other suffix)."""
@@ -149,4 +172,4 @@ def read_text_corpus(path: str | os.PathLike[str]) -> list[list[str]]:
         msg = f"text corpus not found: {p}"
         raise FileNotFoundError(msg)
     with p.open("r", encoding="utf-8") as fh:
-        return tokenize_many(fh.read().splitlines())
+        return tokenize_many(split_lines(fh.read()))

@@ -14,7 +14,8 @@ The driver collects the (term, weight) rows, sorts them by term as ``from_idf`` 
 writes one weights file with :func:`index.io.write_weights` (``term`` string, ``weight``
 float64, the weight of unseen terms in the schema metadata), atomically.
 
-Inputs: plain text (one document per line; ``\\n``, ``\\r\\n`` or ``\\r`` ends a line), CSV with
+Inputs: plain text (one document per line; ``\\n``, ``\\r\\n`` or ``\\r`` ends a line, the rule of
+:func:`index.text.split_lines` that the local readers share), CSV with
 a header and a text column (quoted fields may span lines), or Parquet with a text column.
 A path may be a file, a directory or a glob, as Spark reads them.
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from roadnet.errors import RoadPubSubError, format_error
+from roadnet.files import release_output_locks
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
@@ -236,6 +237,8 @@ def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:
     except (RoadPubSubError, ValueError, OSError, RuntimeError) as exc:
         print(f"{name}: error: {format_error(exc)}", file=sys.stderr)
         return 2
+    finally:
+        release_output_locks()
 
 
 # ---------------------------------------------------------------------------- progress

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from index.io import read_weights
 from index.terms import TermWeights
-from index.text import read_tweet_tokens, tokenize
+from index.text import read_text_corpus, read_tweet_tokens, tokenize
 from roadpubsub.cli import main as cli_main
 from spark_jobs.idf import compute_idf, read_corpus, write_idf
 
@@ -51,6 +51,24 @@ def test_idf_of_text_and_parquet_inputs(spark: SparkSession, tweets_csv: Path,
                  want_pq)
     with pytest.raises(ValueError, match="no 'text' column"):
         read_corpus(spark, str(parquet_file))
+
+
+@pytest.mark.spark
+def test_text_corpus_line_breaks_agree_with_spark(spark: SparkSession, tweets_csv: Path,
+                                                  tmp_path: Path) -> None:
+    """Unicode line breaks (U+2028, U+0085, form feed) stay inside a document on both
+    sides; \\n, \\r\\n and \\r end one on both sides (issue 19, item 5)."""
+    texts = pd.read_csv(tweets_csv, usecols=["text"], dtype={"text": "string"})["text"]
+    docs = [str(t).replace("\r", " ").replace("\n", " ") for t in texts.fillna("")][:600]
+    seps = ["\u2028", "\x85", "\x0c", "\u2029", "\x1c"]
+    body = "".join(d + (seps[i % len(seps)] + "extra" if i % 3 == 0 else "")
+                   + ("\r\n", "\r", "\n")[i % 3] for i, d in enumerate(docs))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(body.encode("utf-8"))
+    local = read_text_corpus(corpus)
+    assert len(local) == len(docs)
+    _assert_same(compute_idf(spark, read_corpus(spark, str(corpus))),
+                 TermWeights.from_idf(local))
 
 
 @pytest.mark.spark
