@@ -221,8 +221,14 @@ def graphframes_problem(spark: SparkSession) -> str | None:
     """Why the graphframes engine cannot run on ``spark`` (one line), or None if it can."""
     try:
         import graphframes  # noqa: F401
+        from graphframes.lib import Pregel
     except ImportError:
         return "the graphframes-py package is not installed: pip install graphframes-py"
+    if not hasattr(Pregel, "required_edge_columns"):
+        from importlib.metadata import version
+
+        return (f"graphframes-py {version('graphframes-py')} lacks the Pregel API this engine "
+                f"calls (required_edge_columns): pip install 'graphframes-py>=0.12'")
     jvm = getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:  # Spark Connect: the server side decides
         return None
