@@ -136,8 +136,11 @@ def compute_idf(spark: SparkSession, corpus: DataFrame) -> TermWeights:
     from pyspark.storagelevel import StorageLevel
 
     with stage(spark, "idf: tokenise and count document frequencies"):
+        # Tens of thousands of terms: as many partitions as cores, not the 200 of
+        # spark.sql.shuffle.partitions (each a task of the weights stage).
         counts = (corpus.mapInArrow(_count_task(), "term string, docs long")
                   .groupBy("term").agg(F.sum("docs").alias("docs"))
+                  .coalesce(max(1, spark.sparkContext.defaultParallelism))
                   .persist(StorageLevel.MEMORY_AND_DISK))
         total = counts.filter(F.col("term").isNull()).select("docs").toArrow()
     n_documents = int(sum(v or 0 for v in total.column(0).to_pylist()))

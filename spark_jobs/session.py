@@ -140,6 +140,7 @@ def get_spark(
     master: str | None = None,
     app_name: str = "roadpubsub",
     packages: Sequence[str] = (),
+    jars: Sequence[str] = (),
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
@@ -155,6 +156,8 @@ def get_spark(
         Application name shown in the Spark UI.
     packages
         Maven coordinates for ``spark.jars.packages`` (e.g. the GraphFrames JVM package).
+    jars
+        Jar files or URLs for ``spark.jars`` (an offline package, for example).
     config
         Further Spark settings.
     log_level
@@ -192,6 +195,9 @@ def get_spark(
                                                          "4g")
     if packages:
         settings["spark.jars.packages"] = ",".join(packages)
+    if jars:
+        settings["spark.jars"] = ",".join(str(Path(j).resolve()) if "://" not in j else j
+                                          for j in jars)
     settings.update(config or {})
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -207,7 +213,7 @@ def get_spark(
 
 
 def add_spark_arguments(parser: Any) -> None:
-    """Add ``--master`` and ``--packages`` to an argparse parser."""
+    """Add ``--master``, ``--packages`` and ``--jars`` to an argparse parser."""
     parser.add_argument("--master", default=None,
                         help=f"Spark master URL (default: spark-submit's --master, else "
                              f"{DEFAULT_MASTER}: every local core)")
@@ -215,12 +221,21 @@ def add_spark_arguments(parser: Any) -> None:
                         help="Maven coordinate to add to the Spark classpath (repeatable), "
                              "e.g. the GraphFrames JVM package (under spark-submit, give "
                              "--packages to spark-submit itself)")
+    parser.add_argument("--jars", action="append", default=[], metavar="JAR",
+                        help="jar file or URL to add to the driver and executor classpaths "
+                             "(repeatable), e.g. an offline GraphFrames jar; a local file is "
+                             "checked before Spark starts")
 
 
 def session_from_args(args: Any, *, app_name: str) -> SparkSession:
     """A session for parsed :func:`add_spark_arguments` options."""
+    jars = tuple(getattr(args, "jars", ()) or ())
+    for jar in jars:
+        if "://" not in jar and not Path(jar).is_file():
+            msg = f"--jars {jar}: no such file"
+            raise FileNotFoundError(msg)
     return get_spark(master=args.master, app_name=app_name,
-                     packages=tuple(getattr(args, "packages", ()) or ()))
+                     packages=tuple(getattr(args, "packages", ()) or ()), jars=jars)
 
 
 def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:

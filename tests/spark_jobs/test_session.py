@@ -70,3 +70,23 @@ def test_atomic_output_dir_replaces_and_keeps_on_failure(tmp_path: Path) -> None
         (tmp / "c").write_text("second", encoding="utf-8")
     assert sorted(os.listdir(out)) == ["c"]
     assert sorted(os.listdir(tmp_path)) == ["result.parquet"]  # no temporaries left
+
+
+def test_every_spark_command_takes_jars_and_checks_them_first(tmp_path, capsys,
+                                                              monkeypatch) -> None:
+    """--jars on every job; a missing local jar is one line, before Spark starts."""
+    from roadpubsub.cli import main as cli_main
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr("spark_jobs.session.get_spark", no_spark)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("lost bag\n")
+    assert cli_main(["spark", "idf", str(corpus), "--out", str(tmp_path / "w.parquet"),
+                     "--jars", str(tmp_path / "missing.jar")]) == 2
+    assert "missing.jar: no such file" in capsys.readouterr().err
+    for job in ("precompute-bounds", "batch-match"):
+        with pytest.raises(SystemExit):
+            cli_main(["spark", job, "--help"])
+        assert "--jars" in capsys.readouterr().out
