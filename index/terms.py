@@ -167,6 +167,24 @@ class TermWeights:
             out.append(tid)
         return np.asarray(out, dtype=np.int32)
 
+    def reweigh_by_idf(self, *rows: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]
+                       ) -> int:
+        """Replace every weight by smoothed idf over keyword rows, in place.
+
+        Each ``(ptr, terms)`` pair is a CSR of term-id sets (subscriptions' or messages'
+        keywords); every row is one document. For runs with no corpus: the run's own
+        subscriptions and messages stand in for it. Returns the number of documents.
+        """
+        n_docs = 0
+        df = np.zeros(len(self), dtype=np.int64)
+        for ptr, terms in rows:
+            n_docs += int(np.asarray(ptr).size - 1)
+            df += np.bincount(np.asarray(terms, dtype=np.int64), minlength=len(self))[:len(self)]
+        self._weight[:len(self)] = smoothed_idf(n_docs, df.tolist())
+        self.default_weight = float(smoothed_idf(n_docs, [0])[0])
+        self._rank = None
+        return n_docs
+
     def rank(self) -> npt.NDArray[np.int64]:
         """Position of each term id in the general keyword order (weight desc, id asc).
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from roadnet.settings import shared_data_hint
+
 __all__ = ["STOP_WORDS", "read_text_corpus", "read_tweet_tokens", "split_lines", "tokenize",
            "tokenize_many"]
 
@@ -132,7 +134,9 @@ def read_tweet_tokens(path: str | os.PathLike[str], *, column: str = "text") -> 
     p = Path(path)
     if not p.exists():
         msg = f"tweet corpus not found: {p}"
-        raise FileNotFoundError(msg)
+        exc = FileNotFoundError(msg)
+        exc.hint = shared_data_hint()  # type: ignore[attr-defined]
+        raise exc
     frame = pd.read_csv(p, usecols=lambda c: c == column, dtype={column: "string"})
     if column not in frame.columns:
         msg = f"{p}: no {column!r} column"

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULTS", "Settings", "shared_data_candidates", "shared_data_dir"]
+__all__ = ["DEFAULTS", "Settings", "shared_data_candidates", "shared_data_dir",
+           "shared_data_hint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +105,10 @@ def shared_data_dir() -> Path:
         if folder.is_dir():
             return folder
     return candidates[0]
+
+
+def shared_data_hint() -> str:
+    """Where the shared data was looked for, and how to point at it (for error hints)."""
+    looked = ", ".join(str(p) for p in shared_data_candidates())
+    return (f"looked in {looked}; set ROADPUBSUB_SHARED_DATA to the folder holding text/ "
+            "and dimacs/, or run from the folder beside it")

@@ -102,9 +102,15 @@ def run_build(args: argparse.Namespace) -> int:
     if args.cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
         raise ValueError(msg)
+    def say(text: str) -> None:
+        if not args.quiet and not args.json:
+            print(f"index build: {text}", file=sys.stderr, flush=True)
+
     t0 = time.perf_counter()
+    say("reading the network, weights and subscriptions")
     network, weights, subs = read_sources(args)
     t_read = time.perf_counter()
+    say(f"read {len(subs):,} subscriptions in {t_read - t0:.1f} s; building cells and bounds")
     cells = build_cells(network, capacity=args.cell_capacity)
     if args.bounds:
         # The table of the Spark job, checked against this network and these cells.
@@ -118,14 +124,17 @@ def run_build(args: argparse.Namespace) -> int:
             spatial = SpatialIndex.build(network, cells=cells, progress=bar.update)
     t_spatial = time.perf_counter()
     architecture = EnhancedIndex if args.kind == "eia" else BasicIndex
+    say(f"building the {args.kind} index")
     index = architecture(spatial, subs, weights, dmax_m=args.dmax)
     t_index = time.perf_counter()
+    say(f"built in {t_index - t_spatial:.1f} s; saving {out}")
     index.save(out)
     t_save = time.perf_counter()
     summary = {
         "kind": args.kind, "network": str(args.network), "directed": bool(args.directed),
         "dmax_m": args.dmax, "subscriptions": len(subs), "cells": cells.n_cells,
         "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
+        "weights_from": getattr(args, "weights_from", "file"),
         "bounds": str(args.bounds) if args.bounds else "computed",
         "bytes_per_subscription": round(index.nbytes_per_subscription(), 1),
         "file": str(out), "file_bytes": out.stat().st_size,

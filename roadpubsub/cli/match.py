@@ -120,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         network, weights, subs = read_sources(args)
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
+        if args.weights_from == "own keywords":  # no corpus: the run's keywords are one
+            weights.reweigh_by_idf((subs.kw_ptr, subs.kw_terms),
+                                   (messages.kw_ptr, messages.kw_terms))
         index_name, n_subs = args.index or "eia", len(subs)
         t_read = time.perf_counter()
         say(f"read {n_subs:,} subscriptions and {len(messages):,} messages in "
@@ -160,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         "messages": n,
         "deliveries": len(deliveries),
         "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
+        "weights_from": getattr(args, "weights_from", "index file"),
         "out": str(out),
         "seconds": {"read": round(t_read - t0, 3), "build": round(t_build - t_read, 3),
                     "match": round(match_s, 3), "write": round(t_write - t_match, 3)},

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roadnet import lengths
-from roadnet.settings import DEFAULTS
+from roadnet.settings import DEFAULTS, shared_data_hint
 
 if TYPE_CHECKING:
     from index.model import Subscriptions
@@ -93,9 +93,19 @@ def read_weights_option(args: argparse.Namespace) -> TermWeights:
     from index.workload import default_tweets_path
 
     normalize = not getattr(args, "exact_keywords", False)
+    args.weights_from = "file"
     if args.weights:
         return read_weights(args.weights, normalize=normalize)
     corpus = Path(args.corpus) if args.corpus else default_tweets_path()
+    if not args.corpus and not corpus.exists():
+        # No corpus anywhere: the run's own keyword lists stand in for one (reweighed
+        # once they are read; see read_sources and the match command).
+        args.weights_from = "own keywords"
+        if not getattr(args, "quiet", False):
+            print(f"note: no tweet corpus found ({shared_data_hint()}); keyword weights are "
+                  "idf over this run's own subscriptions and messages", file=sys.stderr)
+        return TermWeights({}, default_weight=1.0, normalize=normalize)
+    args.weights_from = "corpus"
     return TermWeights.from_idf(read_text_corpus(corpus), normalize=normalize)
 
 
@@ -109,6 +119,9 @@ def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Su
     known = len(weights)
     subs = read_subscriptions(args.subscriptions, network, weights, max_snap_m=args.max_snap)
     added = len(weights) - known
+    if args.weights_from == "own keywords":
+        weights.reweigh_by_idf((subs.kw_ptr, subs.kw_terms))
+        added = 0  # every keyword is weighed by the run itself
     args.keywords_not_in_weights = added  # for the command's JSON summary, even with --quiet
     if added and not getattr(args, "quiet", False):
         # Legal (they weigh the default), but a mistyped keyword shows up here.

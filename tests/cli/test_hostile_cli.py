@@ -327,3 +327,19 @@ def test_new_user_rough_edges(andorra_files, tmp_path, capsys) -> None:
     files = {**andorra_files, "messages": andorra_files["subscriptions"]}
     assert main(argv(files, tmp_path / "o.parquet")) == 2
     assert "holds subscriptions, not messages" in capsys.readouterr().err
+
+
+def test_without_any_corpus_the_run_weighs_its_own_keywords(andorra_files, tmp_path,
+                                                            monkeypatch, capsys) -> None:
+    """No --weights, no --corpus and no shared tweets: idf over the run's own subscriptions
+    and messages, said in a note and in the summary, rather than a failure."""
+    monkeypatch.setenv("ROADPUBSUB_SHARED_DATA", str(tmp_path / "nowhere"))
+    out = tmp_path / "d.parquet"
+    args = [a for a in argv(andorra_files, out) if a != "--quiet"]
+    i = args.index("--weights")
+    del args[i:i + 2]
+    assert main([*args, "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["weights_from"] == "own keywords" and summary["deliveries"] > 0
+    assert "nowhere" in captured.err and "idf over this run's own" in captured.err
