@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from pruning.deliveries import Deliveries
 from roadnet.files import atomic_paths
-from roadpubsub.service.wal import fsync_dir
+from roadpubsub.service.wal import fsync_path
 
 __all__ = ["DeliveriesLog", "Published"]
 
@@ -120,6 +120,6 @@ class DeliveriesLog:
         target = self.dir / f"{name}.parquet"
         _write_fsynced(pa.table({k: pa.array(v) for k, v in deliveries.to_columns().items()}),
                        target)
-        fsync_dir(self.dir)
+        fsync_path(self.dir)
         self.segments += 1
         return target

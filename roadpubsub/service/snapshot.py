@@ -35,7 +35,7 @@ import numpy as np
 
 from index.base import SubscriptionIndex
 from roadnet.files import atomic_paths
-from roadpubsub.service.wal import fsync_dir
+from roadpubsub.service.wal import fsync_path
 
 __all__ = ["Manifest", "SnapshotWorker", "read_manifest", "snapshot_paths", "write_manifest",
            "write_snapshot"]
@@ -48,14 +48,6 @@ def snapshot_paths(state_dir: Path, seq: int) -> tuple[Path, Path]:
     """(index file, expiry file) of the snapshot at ``seq``."""
     base = state_dir / "snapshots" / f"{seq:020d}"
     return base.with_suffix(".npz"), base.with_name(base.name + ".expiry.npz")
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_manifest(state_dir: Path) -> Manifest | None:
@@ -75,8 +67,8 @@ def write_manifest(state_dir: Path, manifest: Manifest) -> None:
     target = state_dir / "manifest.json"
     with atomic_paths(target) as (tmp,):
         tmp.write_text(json.dumps({**manifest, "format": _FORMAT}, indent=1))
-        _fsync_file(tmp)
-    fsync_dir(state_dir)
+        fsync_path(tmp)
+    fsync_path(state_dir)
 
 
 def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
@@ -85,12 +77,12 @@ def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
     index_path, expiry_path = snapshot_paths(state_dir, seq)
     index_path.parent.mkdir(parents=True, exist_ok=True)
     index.save(index_path)
-    _fsync_file(index_path)
+    fsync_path(index_path)
     with atomic_paths(expiry_path) as (tmp,):
         with tmp.open("wb") as fh:
             np.savez(fh, ids=expiry[0], expires_at=expiry[1])
-        _fsync_file(tmp)
-    fsync_dir(index_path.parent)
+        fsync_path(tmp)
+    fsync_path(index_path.parent)
 
 
 def clean_snapshots(state_dir: Path, keep_seq: int) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from roadnet.errors import RoadPubSubError
 
-__all__ = ["WalCorruptError", "WriteAheadLog", "fsync_dir", "read_records"]
+__all__ = ["WalCorruptError", "WriteAheadLog", "fsync_path", "read_records"]
 
 _HEADER = struct.Struct("<cII")
 _MAGIC = b"R"
@@ -39,8 +39,8 @@ class WalCorruptError(RoadPubSubError, RuntimeError):
     """A log segment that cannot be read past a point that is not its tail."""
 
 
-def fsync_dir(path: Path) -> None:
-    """Make renames and new files inside ``path`` durable."""
+def fsync_path(path: Path) -> None:
+    """fsync ``path``: a file's bytes, or a folder's renames and new entries."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -158,7 +158,7 @@ class WriteAheadLog:
     # ------------------------------------------------------------------ files
     def _open_segment(self, path: Path) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        fsync_dir(self.dir)
+        fsync_path(self.dir)
         self.path = path
         return fd
 
@@ -186,7 +186,7 @@ class WriteAheadLog:
                 path.unlink()
                 n += 1
         if n:
-            fsync_dir(self.dir)
+            fsync_path(self.dir)
         return n
 
     # ------------------------------------------------------------------ appending
