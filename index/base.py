@@ -31,7 +31,7 @@ from index.postings import PostingLayout
 from index.spatial import PointFacts, SpatialIndex
 from index.terms import TermWeights
 from index.validate import IndexFileError, array_digest, check_index_arrays
-from roadnet.errors import describe_rows
+from roadnet.errors import InputError, describe_rows
 from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
@@ -168,11 +168,11 @@ class SubscriptionIndex:
             have = self.structure_arrays()
         except AttributeError as exc:
             msg = f"the saved {self.kind} index lacks part of its structures ({exc})"
-            raise ValueError(msg) from exc
+            raise InputError(msg) from exc
         if set(have) != set(arrays):
             msg = (f"the saved {self.kind} index does not hold the structures of this "
                    f"version: {sorted(set(have) ^ set(arrays))}")
-            raise ValueError(msg)
+            raise InputError(msg)
 
     def _edge_statistics(self, tau_e: FloatArray) -> None:
         """Per-edge min/max alpha and min tau_e of the slots (paper Fig. 3(b) statistics)."""

@@ -47,7 +47,7 @@ from pyproj import CRS, Transformer
 
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
-from roadnet.errors import InvalidLocationError, describe_rows
+from roadnet.errors import InputError, InvalidLocationError, describe_rows
 from roadnet.files import atomic_paths
 from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
 from roadnet.network import RoadNetwork
@@ -646,7 +646,7 @@ def read_deliveries(path: PathLike) -> dict[str, npt.NDArray[Any]]:
     missing = [c for c in names if c not in table.column_names]
     if missing:
         msg = f"{p}: not a deliveries file; missing columns: {', '.join(missing)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     mid, _ = _int_values(_column(table, "message_id"))
     sid, _ = _int_values(_column(table, "subscription_id"))
     order = np.lexsort((sid, mid))

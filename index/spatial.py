@@ -18,6 +18,7 @@ import numpy.typing as npt
 from roadnet.cell_bounds import CellBounds, cell_graph, compute_cell_bounds
 from roadnet.cells import Cells, build_cells, edge_bboxes
 from roadnet.chains import ChainGraph
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints, point_xy
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
@@ -88,7 +89,7 @@ class SpatialIndex:
         if bounds.n_cells != cells.n_cells:
             msg = (f"bound table has {bounds.n_cells} cells but the network has "
                    f"{cells.n_cells}; was it computed with another cell capacity?")
-            raise ValueError(msg)
+            raise InputError(msg)
         # din_out at any point of an edge is >= the smaller of its end nodes' values.
         edge_din = np.minimum(bounds.din_out[network.edge_u], bounds.din_out[network.edge_v])
         return cls(network=network, cells=cells, bounds=bounds,
@@ -122,5 +123,5 @@ class SpatialIndex:
             {k[7:]: v for k, v in arrays.items() if k.startswith("bounds.")})
         if cells.edge_cell.size != network.n_edges:
             msg = "saved cells do not belong to this network (edge counts differ)"
-            raise ValueError(msg)
+            raise InputError(msg)
         return cls.build(network, cells=cells, bounds=bounds)

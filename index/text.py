@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from roadnet.errors import InputError
 from roadnet.settings import shared_data_hint
 
 __all__ = ["STOP_WORDS", "read_text_corpus", "read_tweet_tokens", "split_lines", "tokenize",
@@ -140,7 +141,7 @@ def read_tweet_tokens(path: str | os.PathLike[str], *, column: str = "text") -> 
     frame = pd.read_csv(p, usecols=lambda c: c == column, dtype={column: "string"})
     if column not in frame.columns:
         msg = f"{p}: no {column!r} column"
-        raise ValueError(msg)
+        raise InputError(msg)
     return tokenize_many(frame[column].fillna("").tolist())
 
 

@@ -37,7 +37,7 @@ from index.io import messages_table, subscriptions_table, weights_table, write_t
 from index.model import Messages, Subscriptions
 from index.terms import TermWeights
 from index.text import read_tweet_tokens, tokenize
-from roadnet.errors import InvalidLocationError
+from roadnet.errors import InputError, InvalidLocationError
 from roadnet.locations import EdgePoints, locate_lonlat, locate_uv
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS, shared_data_dir
@@ -178,10 +178,10 @@ def load_pois(network: RoadNetwork, path: PathLike, *,
         pois = read_osm_pois(network, p, max_snap_m=max_snap_m)
     else:
         msg = f"{p}: not a POI file (expected *.poi_on_edges.txt or an OSM file)"
-        raise ValueError(msg)
+        raise InputError(msg)
     if len(pois) == 0:
         msg = f"{p}: no POI lies on the network {network.name!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return pois
 
 
@@ -203,7 +203,7 @@ def read_li_pois(network: RoadNetwork, path: PathLike, categories: PathLike) -> 
     cat = pd.read_csv(c)
     if not {"cat_name", "cat_id"} <= set(cat.columns):
         msg = f"{c}: expected columns cat_name, cat_id"
-        raise ValueError(msg)
+        raise InputError(msg)
     names = {int(i): str(n).strip().lower() for n, i in zip(cat["cat_name"], cat["cat_id"],
                                                             strict=True)}
     u_l: list[int] = []
@@ -225,7 +225,7 @@ def read_li_pois(network: RoadNetwork, path: PathLike, categories: PathLike) -> 
                     raise ValueError
             except (ValueError, StopIteration) as exc:
                 msg = f"{p}: malformed POI record near line {lineno}"
-                raise ValueError(msg) from exc
+                raise InputError(msg) from exc
             for k in range(count):
                 u_l.append(int(su))
                 v_l.append(int(sv))
@@ -239,7 +239,7 @@ def read_li_pois(network: RoadNetwork, path: PathLike, categories: PathLike) -> 
     unknown_cat = sorted({k for k in cat_l if k not in names})
     if unknown_cat:
         msg = f"{p}: unknown POI category ids {unknown_cat[:10]}"
-        raise ValueError(msg)
+        raise InputError(msg)
     rows = np.flatnonzero(known)
     points, ok = _locate_edges(network, u[rows], v[rows], frac[rows])
     rows = rows[ok]
@@ -339,7 +339,7 @@ def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator,
         return EdgePoints.of([], [])
     if cum[-1] <= 0:
         msg = f"network {network.name!r} has no edge of positive length to place points on"
-        raise ValueError(msg)
+        raise InputError(msg)
     edge = np.searchsorted(cum, rng.random(n) * cum[-1], side="right")
     edge = np.minimum(edge, network.n_edges - 1)
     offset = rng.random(n) * network.edge_length[edge]
@@ -357,7 +357,7 @@ def hotspot(workload: Workload, network: RoadNetwork, *, share: float = 0.5,
     """
     if not (0.0 <= share <= 1.0 and radius_m > 0):
         msg = f"need 0 <= share <= 1 and radius_m > 0, got {share!r}, {radius_m!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     rng = np.random.default_rng(seed)
     cx, cy = float(np.median(network.node_x)), float(np.median(network.node_y))
     centre = int(np.argmin(np.hypot(network.node_x - cx, network.node_y - cy)))
@@ -502,21 +502,21 @@ def generate_workload(
     t0 = time.perf_counter()
     if n_subscriptions < 0 or n_messages < 0:
         msg = "n_subscriptions and n_messages must be >= 0"
-        raise ValueError(msg)
+        raise InputError(msg)
     if not 0 <= alpha <= 1 or not 0 < tau <= 1:
         msg = f"alpha must lie in [0, 1] and tau in (0, 1]; got alpha={alpha}, tau={tau}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if alpha_spread < 0 or tau_spread < 0:
         msg = "alpha_spread and tau_spread must be >= 0"
-        raise ValueError(msg)
+        raise InputError(msg)
     if keywords_from not in ("tweets", "pois") or locations not in ("uniform", "pois"):
         msg = (f"keywords_from must be 'tweets' or 'pois' and locations 'uniform' or 'pois'; "
                f"got {keywords_from!r}, {locations!r}")
-        raise ValueError(msg)
+        raise InputError(msg)
     if (keywords_from == "pois" or locations == "pois") and (pois is None or len(pois) == 0):
         msg = (f"POIs are needed for keywords_from={keywords_from!r}, "
                f"locations={locations!r}, but none were given for network {network.name!r}")
-        raise ValueError(msg)
+        raise InputError(msg)
 
     if keywords_from == "pois":
         assert pois is not None
@@ -531,7 +531,7 @@ def generate_workload(
     eligible = np.flatnonzero(corpus.lengths > 0)
     if eligible.size == 0:
         msg = f"the {keywords_from} corpus holds no keywords"
-        raise ValueError(msg)
+        raise InputError(msg)
     t_corpus = time.perf_counter()
 
     streams = np.random.SeedSequence(seed).spawn(5)
@@ -547,7 +547,7 @@ def generate_workload(
                               else placeable)
         if pool.size == 0:
             msg = f"no POI of {pois.source or 'the POI set'} can hold a subscription"
-            raise ValueError(msg)
+            raise InputError(msg)
         poi_rows = pool[sub_loc.integers(0, pool.size, n_subscriptions)]
         sub_points = pois.points[poi_rows]
     else:

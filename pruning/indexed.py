@@ -30,6 +30,7 @@ from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
+from roadnet.errors import InputError
 from roadnet.network import spatial_order
 from roadnet.settings import DEFAULTS
 
@@ -295,12 +296,12 @@ class IndexMatcher:
         self.hilbert_order = bool(hilbert_order)
         if not (np.isfinite(bucket_width_m) and bucket_width_m > 0):
             msg = f"bucket_width_m must be a positive number of metres, got {bucket_width_m!r}"
-            raise ValueError(msg)
+            raise InputError(msg)
         self.bucket_width_m = float(bucket_width_m)
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
             msg = f"threads must be >= 1, got {threads!r}"
-            raise ValueError(msg)
+            raise InputError(msg)
         self._lanes: list[_Lane] = []
         self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
         bounds = index.spatial.bounds

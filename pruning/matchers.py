@@ -18,6 +18,7 @@ from index.terms import TermWeights
 from pruning.brute import BruteMatcher
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher, MatchStats
+from roadnet.errors import InputError
 from roadnet.network import RoadNetwork
 
 __all__ = ["MATCHERS", "ArchitectureMatcher", "LoadedIndexMatcher", "Matcher", "MatcherFactory",
@@ -65,7 +66,7 @@ class LoadedIndexMatcher:
     def threads(self, value: int) -> None:
         if int(value) < 1:
             msg = f"threads must be >= 1, got {value!r}"
-            raise ValueError(msg)
+            raise InputError(msg)
         self._matcher.threads = int(value)
 
     def match(self, messages: Messages) -> Deliveries:
@@ -121,5 +122,5 @@ def build_matcher(name: str, network: RoadNetwork, subs: Subscriptions,
     factory = MATCHERS.get(name)
     if factory is None:
         msg = f"unknown index {name!r}; choose one of {', '.join(sorted(MATCHERS))}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return factory(network, subs, weights, dmax_m=dmax_m)

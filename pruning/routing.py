@@ -24,6 +24,7 @@ from index.limits import distance_limit, effective_tau
 from index.model import Subscriptions
 from index.spatial import SpatialIndex
 from pruning.algorithm1 import cell_lower_bounds
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 from roadnet.settings import DEFAULTS
 
@@ -68,7 +69,7 @@ def partition_cells(cell_load: npt.ArrayLike, n_partitions: int) -> IntArray:
     """
     if n_partitions < 1:
         msg = f"n_partitions must be >= 1, got {n_partitions}"
-        raise ValueError(msg)
+        raise InputError(msg)
     load = np.asarray(cell_load, dtype=np.float64)
     total = float(load.sum())
     if total <= 0:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
@@ -110,7 +111,7 @@ def build_cells(
     """
     if capacity < 1:
         msg = f"capacity must be >= 1, got {capacity}"
-        raise ValueError(msg)
+        raise InputError(msg)
     mx = (network.node_x[network.edge_u] + network.node_x[network.edge_v]) / 2.0
     my = (network.node_y[network.edge_u] + network.node_y[network.edge_v]) / 2.0
     x0, y0 = float(mx.min()), float(my.min())

@@ -30,6 +30,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
 from roadnet.lengths import LONGEST_EXACT_M
 from roadnet.locations import EdgePoints
 from roadnet.network import Adjacency, RoadNetwork
@@ -191,7 +192,7 @@ class ChainGraph:
         out = self.node_junction[np.asarray(nodes, dtype=np.int64)]
         if (out < 0).any():
             msg = "some nodes lie inside chains; force them to be junctions"
-            raise ValueError(msg)
+            raise InputError(msg)
         return out
 
     @property

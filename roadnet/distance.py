@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 from roadnet.network import Adjacency, Topology
 
@@ -577,11 +578,11 @@ def distances_to_point(
     """
     if len(target) != 1:
         msg = f"target must be a single edge point, got {len(target)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     search = search or NodeSearch(network, reverse=True)
     if not search.reverse:
         msg = "distances_to_point needs a reverse NodeSearch"
-        raise ValueError(msg)
+        raise InputError(msg)
     a, ca, b, cb = entry_costs(network, target)
     res = search.run(np.r_[a, b], np.r_[ca, cb], limit=limit)
     return point_distances_to_target(network, res.dist, target, sources, limit=limit)
@@ -623,11 +624,11 @@ def distances_from_point(
     """Network distance from one source point to each target point, in metres."""
     if len(source) != 1:
         msg = f"source must be a single edge point, got {len(source)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     search = search or NodeSearch(network, reverse=False)
     if search.reverse:
         msg = "distances_from_point needs a forward NodeSearch"
-        raise ValueError(msg)
+        raise InputError(msg)
     a, ca, b, cb = exit_costs(network, source)
     res = search.run(np.r_[a, b], np.r_[ca, cb], limit=limit)
     via_nodes = point_distances_from_nodes(network, res.dist, targets, toward_points=True)

@@ -260,7 +260,7 @@ def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
         data = np.load(Path(path), allow_pickle=False)
         if not isinstance(data, NpzFile):  # a plain .npy array under an .npz name
             msg = "a single array, not an .npz archive"
-            raise ValueError(msg)
+            raise InputError(msg)
         with data:
             meta = json.loads(str(data["meta"]))
             names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
@@ -270,7 +270,7 @@ def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         # numpy's own advice on pickled arrays (allow_pickle=...) does not apply here.
         detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
-        raise ValueError(detail) from exc
+        raise InputError(detail) from exc
     return meta, arrays
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
+
 __all__ = [
     "LENGTH_GRID_M",
     "LONGEST_EXACT_M",
@@ -100,5 +102,5 @@ def check_dmax(dmax_m: float, *, name: str = "dmax_m") -> float:
     if not (np.isfinite(value) and 0 < value < LONGEST_EXACT_M):
         msg = (f"{name} must be a number of metres > 0 and below {LONGEST_EXACT_M:.0f},"
                f" got {dmax_m!r}")
-        raise ValueError(msg)
+        raise InputError(msg)
     return value

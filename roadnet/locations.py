@@ -14,7 +14,7 @@ import numpy.typing as npt
 from pyproj import CRS, Transformer
 from scipy.spatial import cKDTree
 
-from roadnet.errors import InvalidLocationError, describe_rows
+from roadnet.errors import InputError, InvalidLocationError, describe_rows
 from roadnet.lengths import snap_unless_on_grid
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
@@ -45,7 +45,7 @@ class EdgePoints:
     def __post_init__(self) -> None:
         if self.edge.shape != self.offset.shape:
             msg = "edge and offset must have one shape"
-            raise ValueError(msg)
+            raise InputError(msg)
         object.__setattr__(self, "offset", snap_unless_on_grid(self.offset))
 
     def __len__(self) -> int:
@@ -133,7 +133,7 @@ def locate_xy(
     """
     if not max_snap_m >= 0:  # also refuses NaN, which would switch the check off
         msg = f"the largest snap distance must be >= 0 metres (inf: any), got {max_snap_m!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     px = np.atleast_1d(np.asarray(x, dtype=np.float64))
     py = np.atleast_1d(np.asarray(y, dtype=np.float64))
     names = np.arange(px.size) if labels is None else np.asarray(labels)

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
 from roadnet.lengths import check_dmax
 from roadnet.settings import shared_data_dir
 from roadpubsub.demo import (
@@ -189,22 +190,22 @@ class BenchConfig:
         unknown = [s for s in self.sweeps if s not in SWEEPS]
         if unknown:
             msg = f"unknown sweeps {unknown}; choose from {', '.join(SWEEPS)}"
-            raise ValueError(msg)
+            raise InputError(msg)
         if self.n_messages < 1 or self.n_brute < 0 or self.repeats < 1:
             msg = "need n_messages >= 1, n_brute >= 0 and repeats >= 1"
-            raise ValueError(msg)
+            raise InputError(msg)
         if min((*self.subscription_counts, self.n_subscriptions)) < 1:
             msg = "subscription counts must be >= 1"
-            raise ValueError(msg)
+            raise InputError(msg)
         if min(self.sub_keywords) < 1 or min(self.msg_keywords) < 1:
             msg = "keyword counts must be >= 1"
-            raise ValueError(msg)
+            raise InputError(msg)
         bad_alphas = [a for a in self.alphas if not 0 <= a <= 1]
         bad_taus = [t for t in self.taus if not 0 < t <= 1]
         if bad_alphas or bad_taus:
             msg = "; ".join([f"alphas must lie in [0, 1], got {bad_alphas}"] * bool(bad_alphas)
                             + [f"taus must lie in (0, 1], got {bad_taus}"] * bool(bad_taus))
-            raise ValueError(msg)
+            raise InputError(msg)
         if self.dmax_m is not None:
             check_dmax(self.dmax_m, name="dmax")
 
@@ -433,7 +434,7 @@ def subsample_keywords(
     kmax = max(counts)
     if n and int(lengths.min()) < kmax:
         msg = f"every row needs at least {kmax} keywords; the shortest has {lengths.min()}"
-        raise ValueError(msg)
+        raise InputError(msg)
     width = int(lengths.max()) if n else 0
     keys = rng.random((n, width))
     keys[np.arange(width)[None, :] >= lengths[:, None]] = 2.0
@@ -468,7 +469,7 @@ def _long_rows(make: Callable[[int, int], tuple[npt.NDArray[np.int64], Any]], ne
             break
     if found == 0:
         msg = f"no generated row holds {kmin} keywords; lower the sweep's largest value"
-        raise ValueError(msg)
+        raise InputError(msg)
     if found < need:
         # Too few long rows (short POI descriptions): repeat the ones found.
         extra = rng.integers(0, found, need - found)
@@ -1025,7 +1026,7 @@ def run_throughput(
     if config.n_subscriptions < 1 or config.n_messages < 1 or config.n_brute < 0 \
             or config.repeats < 1:
         msg = "need n_subscriptions >= 1, n_messages >= 1, n_brute >= 0 and repeats >= 1"
-        raise ValueError(msg)
+        raise InputError(msg)
     t_start = time.perf_counter()
     steps = Steps(10, quiet=quiet)
     rss: dict[str, float] = {}
@@ -1345,5 +1346,5 @@ def scaled(name: str, **overrides: Any) -> BenchConfig:
     """A preset of :data:`SCALES` with some fields replaced (None values are ignored)."""
     if name not in SCALES:
         msg = f"unknown scale {name!r}; choose one of {', '.join(SCALES)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return replace(SCALES[name], **{k: v for k, v in overrides.items() if v is not None})

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from roadnet.errors import InputError
 from roadnet.lengths import check_dmax
 from roadnet.settings import DEFAULTS
 
@@ -470,15 +471,15 @@ def run_demo(
 
     if n_messages < 1 or n_subscriptions < 0 or n_brute < 0:
         msg = "need at least 1 message, and >= 0 subscriptions and brute messages"
-        raise ValueError(msg)
+        raise InputError(msg)
     if dmax_m is not None:
         check_dmax(dmax_m, name="--dmax")
     if cell_capacity is not None and cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {cell_capacity}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if (subscriptions is None) != (messages is None):
         msg = "--subscriptions and --messages go together: give both files or neither"
-        raise ValueError(msg)
+        raise InputError(msg)
     t_start = time.perf_counter()
     path = Path(network_path) if network_path is not None else helsinki_pbf()
     steps = Steps(7 if draw_map else 6, quiet=quiet)
@@ -496,7 +497,7 @@ def run_demo(
             n_subscriptions=n_subscriptions, n_messages=n_messages, seed=seed, info=info)
     if len(msgs) == 0:
         msg = "the workload holds no message"
-        raise ValueError(msg)
+        raise InputError(msg)
 
     with steps.step("cells_bounds", f"PMR cells (capacity {capacity}) and cell-pair "
                                     "distance bounds") as info:

@@ -63,6 +63,7 @@ from pruning.indexed import IndexMatcher
 from pruning.routing import CellRouter, cell_distance_limits, partition_cells
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import build_cells
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
@@ -272,7 +273,7 @@ def plan_match(
     n = n_partitions or spark.sparkContext.defaultParallelism
     if n < 1:
         msg = f"n_partitions must be >= 1, got {n}"
-        raise ValueError(msg)
+        raise InputError(msg)
     cell = spatial.cells.edge_cell[subs.points.edge].astype(np.int64)
     load = np.bincount(cell, minlength=spatial.cells.n_cells)
     cell_part = partition_cells(load, n)
@@ -368,7 +369,7 @@ def deliveries_frame(spark: SparkSession, plan: MatchPlan, subs: Subscriptions,
     """
     if fault is not None and fault not in FAULTS:
         msg = f"fault must be one of {FAULTS}, got {fault!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     bc = broadcast_payload(spark, plan.payload())
     sub_cell = plan.spatial.cells.edge_cell[subs.points.edge].astype(np.int64)
     sub_key = plan.keys[plan.router.cell_part[sub_cell]]

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from index.terms import TermWeights, smoothed_idf
 from index.text import tokenize
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from spark_jobs.session import add_spark_arguments, log, run_job, session_from_args, stage
 
@@ -81,7 +82,7 @@ def read_corpus(spark: SparkSession, path: str, *, fmt: str = "auto",
     """
     if fmt not in FORMATS:
         msg = f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     _check_local_corpus(path)
     kind = _detect_format(path, fmt)
     if kind == "text":
@@ -93,7 +94,7 @@ def read_corpus(spark: SparkSession, path: str, *, fmt: str = "auto",
         df = spark.read.parquet(path)
     if column not in df.columns:
         msg = f"{path}: no {column!r} column (columns: {', '.join(df.columns)})"
-        raise ValueError(msg)
+        raise InputError(msg)
     return df.select(df[column].cast("string").alias("text"))
 
 

@@ -557,7 +557,7 @@ def _compute_rows(spark: SparkSession, network: RoadNetwork, cells: Cells, *, en
 def _check_engine(engine: str) -> None:
     if engine not in ENGINES:
         msg = f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}"
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 def write_bounds_table(
@@ -748,7 +748,7 @@ def run(args: argparse.Namespace) -> int:
     if args.capacity < 1 or (args.partitions is not None and args.partitions < 1) \
             or args.batch_cells < 1 or not args.limit > 0:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
-        raise ValueError(msg)
+        raise InputError(msg)
     if "://" not in args.out:  # a local path: check it before any work
         check_output_path(args.out, folder=True, what="--out", inputs=(args.network,))
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ import argparse
 import sys
 from typing import Any
 
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from roadpubsub.bench import SCALES, SWEEPS
 
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "brute_messages" else 1):
             msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
-            raise ValueError(msg)
+            raise InputError(msg)
     check_output_path(args.out_dir, folder=True, what="--out-dir", inputs=(args.network,))
     quiet = args.quiet
     doc: dict[str, Any]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import snap_metres
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.subscriptions < 0 or args.messages < 0:
         msg = "--subscriptions and --messages must be >= 0"
-        raise ValueError(msg)
+        raise InputError(msg)
     check_output_path(args.out_dir, folder=True, what="--out-dir",
                       inputs=(args.network, getattr(args, "pois", None)))
     network = load_network(args.network)
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         if source is None:
             msg = (f"network {args.network} comes with no POIs; pass --pois PATH or use "
                    f"--keywords-from tweets --locations uniform")
-            raise ValueError(msg)
+            raise InputError(msg)
         pois = load_pois(network, source, max_snap_m=args.max_snap)
     workload = generate_workload(
         network,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
@@ -95,13 +96,13 @@ def run_build(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".npz":
         msg = f"--out {out}: an index file must end in .npz"
-        raise ValueError(msg)
+        raise InputError(msg)
     check_output_path(out, what="--out", inputs=(
         args.network, args.subscriptions, args.weights, args.corpus, args.bounds))
     check_dmax(args.dmax)
     if args.cell_capacity < 1:
         msg = f"--cell-capacity must be >= 1, got {args.cell_capacity}"
-        raise ValueError(msg)
+        raise InputError(msg)
     def say(text: str) -> None:
         if not args.quiet and not args.json:
             print(f"index build: {text}", file=sys.stderr, flush=True)

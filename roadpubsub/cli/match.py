@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in _OUT_SUFFIXES:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     check_output_path(out, what="--out", inputs=(
         args.network, args.subscriptions, args.messages, args.weights, args.corpus,
         args.index_file))
@@ -102,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
     dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
     if args.threads is not None and args.threads < 1:
         msg = f"--threads must be >= 1, got {args.threads}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if args.batch < 1:
         msg = "--batch must be >= 1"
-        raise ValueError(msg)
+        raise InputError(msg)
     t0 = time.perf_counter()
     say = _status(args.quiet)
     say("reading the inputs")
@@ -235,10 +236,10 @@ def _check_sources(args: argparse.Namespace) -> None:
         if given:
             msg = (f"--index-file already holds the network, subscriptions, weights, Dmax and "
                    f"architecture; drop {', '.join(given)}")
-            raise ValueError(msg)
+            raise InputError(msg)
         return
     missing = [flag for flag, value in (("--network", args.network),
                                         ("--subscriptions", args.subscriptions)) if not value]
     if missing:
         msg = f"give {' and '.join(missing)}, or --index-file"
-        raise ValueError(msg)
+        raise InputError(msg)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from roadnet.errors import InputError
 from roadnet.files import check_output_path
 
 __all__ = ["network_summary", "register"]
@@ -113,7 +114,7 @@ def _run_info(args: argparse.Namespace) -> int:
         if suffix not in ("", ".npz"):
             msg = (f"--save {args.save}: networks are saved as .npz (a {suffix} name would "
                    f"become {RoadNetwork.save_path(args.save).name})")
-            raise ValueError(msg)
+            raise InputError(msg)
         check_output_path(RoadNetwork.save_path(args.save), what="--save",
                           inputs=(args.path,))
     start = time.perf_counter()

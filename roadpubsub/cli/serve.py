@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax
 
@@ -116,7 +117,7 @@ def run_loadgen(args: argparse.Namespace) -> int:
     check_loopback(args.url)
     if args.existing < 1:
         msg = "--existing must be >= 1"
-        raise ValueError(msg)
+        raise InputError(msg)
     network = load_network(args.network)
     # New ids (subscriptions and messages) from the clock: a second run must not repeat
     # the first one's ids (repeated messages are answered from the record, not matched).
@@ -160,16 +161,16 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
         others = [f for f in _creation_flags(args) if f != "--index-file"]
         if others:
             msg = f"--index-file already holds everything; drop {', '.join(others)}"
-            raise ValueError(msg)
+            raise InputError(msg)
         index = load_index(args.index_file)
         if not isinstance(index, EnhancedIndex):
             msg = f"--index-file {args.index_file}: the service needs an EIA index"
-            raise ValueError(msg)
+            raise InputError(msg)
         about = {"source": str(args.index_file)}
     else:
         if not args.network:
             msg = f"{folder} holds no service yet: give --network (or --index-file) to create it"
-            raise ValueError(msg)
+            raise InputError(msg)
         dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
         network = load_network(args.network, directed=args.directed)
         weights = read_weights_option(args)
@@ -195,10 +196,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("snapshot_every", "flush_every", "group_max"):
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
-            raise ValueError(msg)
+            raise InputError(msg)
     if not 0 <= args.port < 65536:
         msg = f"--port must lie in [0, 65535], got {args.port}"
-        raise ValueError(msg)
+        raise InputError(msg)
     mqtt = None
     if args.mqtt:
         from roadpubsub.service.mqtt import parse_broker
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     elif _creation_flags(args):
         msg = (f"{folder} already holds a service (its network, weights and Dmax are fixed); "
                f"drop {', '.join(_creation_flags(args))}")
-        raise ValueError(msg)
+        raise InputError(msg)
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
                              fsync=not args.no_fsync, max_snap_m=args.max_snap)
     state = ServiceState.open(folder, options)

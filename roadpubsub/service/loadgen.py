@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from index.workload import generate_workload
+from roadnet.errors import InputError
 from roadnet.network import RoadNetwork
 
 __all__ = ["LoadReport", "build_stream", "check_loopback", "run_load"]
@@ -36,7 +37,7 @@ def check_loopback(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname not in _LOOPBACK:
         msg = f"the load generator only targets http://127.0.0.1 (loopback), got {url!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return parts.hostname or "127.0.0.1", parts.port or 80
 
 
@@ -251,7 +252,7 @@ def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch
     """
     if events < 1 or seconds <= 0 or clients < 1 or batch < 1:
         msg = "events, clients and batch must be >= 1 and seconds > 0"
-        raise ValueError(msg)
+        raise InputError(msg)
     return asyncio.run(_run(url, stream, existing=existing, clients=clients, batch=batch,
                             events=events, seconds=seconds, mix=mix, seed=seed,
                             first_message_id=first_message_id))

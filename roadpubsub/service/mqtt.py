@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from roadnet.errors import format_error
+from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.events import BodyParser, RequestError
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
@@ -42,7 +42,7 @@ def parse_broker(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         msg = f"--mqtt must be HOST:PORT, got {text!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return host, int(port)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from index.base import SubscriptionIndex
+from roadnet.errors import InputError
 from roadnet.files import atomic_paths
 from roadpubsub.service.wal import fsync_path
 
@@ -58,7 +59,7 @@ def read_manifest(state_dir: Path) -> Manifest | None:
     manifest: Manifest = json.loads(path.read_text())
     if manifest.get("format") != _FORMAT:
         msg = f"{path}: not a roadpubsub service manifest of format {_FORMAT}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return manifest
 
 

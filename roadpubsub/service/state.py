@@ -35,7 +35,7 @@ from index.io import subscriptions_table
 from index.model import Messages, Subscriptions
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
-from roadnet.errors import describe_rows
+from roadnet.errors import InputError, describe_rows
 from roadnet.locations import EdgePoints
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
@@ -217,7 +217,7 @@ class ServiceState:
             self._record(seq, ids, times, found, replay=True)
         else:
             msg = f"unknown operation {op!r} in the log at seq {seq}"
-            raise ValueError(msg)
+            raise InputError(msg)
 
     # ------------------------------------------------------------------ the operations
     def _watch_compaction(self, before: Subscriptions) -> None:
