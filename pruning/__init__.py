@@ -12,6 +12,7 @@ from pruning import (
     brute,
     deliveries,
     indexed,
+    kernel_args,
     matchers,
     routing,
     similarity,
@@ -21,12 +22,13 @@ from pruning.algorithm2 import *  # noqa: F403
 from pruning.brute import *  # noqa: F403
 from pruning.deliveries import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
+from pruning.kernel_args import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, indexed,
-               matchers)
+API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
+               indexed, matchers)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -36,6 +36,16 @@ COUNTER_NAMES = (
     "candidates",
 )
 
+# Their positions, by name (numba reads module-level ints as constants).
+CELLS_PRUNED_LEMMA2 = 0
+CELLS_PRUNED_LEMMA4 = 1
+CELLS_PRUNED_LEMMA8 = 2
+EDGES_SKIPPED_DISTANCE = 3
+EDGES_SKIPPED_SIMILARITY = 4
+POSTINGS_SCANNED = 5
+POSTINGS_PRUNED_LEMMA6 = 6
+CANDIDATES = 7
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -117,7 +127,7 @@ def eia_candidates(  # pragma: no cover - compiled
             cell_state[c] = 0
         elif not _keep(cell_lb[c], cell_dn_limit[c], slack_abs, slack_rel):
             cell_state[c] = 1
-            counters[0] += 1
+            counters[CELLS_PRUNED_LEMMA2] += 1
         else:
             cell_state[c] = 2
     n = 0
@@ -141,24 +151,24 @@ def eia_candidates(  # pragma: no cover - compiled
                     # dNmin(c, m) bounds dN for every subscription in c, so a posting
                     # whose DNUB is below it fails Lemma 6 on any edge; the edge groups are
                     # DNUB-descending, so no later one of IL(c|t) can pass either.
-                    counters[3] += grp_start[g + 1] - eg
+                    counters[EDGES_SKIPPED_DISTANCE] += grp_start[g + 1] - eg
                     break
                 e = eg_edge[eg]
                 lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
                                         edge_bbox, edge_din_out)
                 if not _keep(lbe, eg_value[eg], slack_abs, slack_rel):
-                    counters[3] += 1
+                    counters[EDGES_SKIPPED_DISTANCE] += 1
                     continue
                 # Paper Alg. 1 lines 14-17: the best SIM any subscription on e could reach.
                 if _max_similarity(lbe, dmax, 1.0, edge_min_alpha[e], edge_max_alpha[e]) \
                         + 1e-12 < edge_min_tau_e[e]:
-                    counters[4] += 1
+                    counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
                 for p in range(eg_start[eg], eg_start[eg + 1]):
                     v = post_value[p]
                     if not _keep(lbe, v, slack_abs, slack_rel):
                         break  # DNUB-descending: no later posting can pass
-                    counters[5] += 1
+                    counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
                     if not slot_active[s]:
                         continue
@@ -170,7 +180,7 @@ def eia_candidates(  # pragma: no cover - compiled
                     else:
                         lb = max(eta_col[c] * de, slot_din_out[s] + D_col[c] + m_din_in)
                     if not _keep(lb, v, slack_abs, slack_rel):
-                        counters[6] += 1
+                        counters[POSTINGS_PRUNED_LEMMA6] += 1
                         continue
                     if mark[s] != stamp:
                         mark[s] = stamp
@@ -181,10 +191,10 @@ def eia_candidates(  # pragma: no cover - compiled
                         cand_dnub[s] = v
     for c in range(n_cells):
         if cell_state[c] == 2:
-            counters[1] += 1
+            counters[CELLS_PRUNED_LEMMA4] += 1
         elif cell_state[c] == 3:
-            counters[2] += 1
-    counters[7] += n
+            counters[CELLS_PRUNED_LEMMA8] += 1
+    counters[CANDIDATES] += n
     return n
 
 
@@ -219,7 +229,7 @@ def bia_candidates(  # pragma: no cover - compiled
             cell_state[c] = 0
         elif not _keep(cell_lb[c], dmax, slack_abs, slack_rel):
             cell_state[c] = 1
-            counters[0] += 1
+            counters[CELLS_PRUNED_LEMMA2] += 1
         else:
             cell_state[c] = 2
     n_slots_terms = term_ptr.size - 1
@@ -233,12 +243,12 @@ def bia_candidates(  # pragma: no cover - compiled
                 cell_tsum[c] += grp_value[g]
     for c in range(n_cells):
         if cell_state[c] == 2:
-            counters[1] += 1
+            counters[CELLS_PRUNED_LEMMA4] += 1
         elif cell_state[c] == 3:
             sim = _max_similarity(cell_lb[c], dmax, min(1.0, cell_tsum[c] + 1e-12),
                                   cell_min_alpha[c], cell_max_alpha[c])
             if sim + 1e-12 < cell_min_tau_e[c]:
-                counters[2] += 1
+                counters[CELLS_PRUNED_LEMMA8] += 1
             else:
                 cell_state[c] = 4
     # Per-edge text bound: sum over m's keywords of the edge group's max normalised weight.
@@ -268,19 +278,19 @@ def bia_candidates(  # pragma: no cover - compiled
                 lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
                                         edge_bbox, edge_din_out)
                 if not _keep(lbe, dmax, slack_abs, slack_rel):
-                    counters[3] += 1
+                    counters[EDGES_SKIPPED_DISTANCE] += 1
                     continue
                 sim = _max_similarity(lbe, dmax, min(1.0, edge_tsum[e] + 1e-12),
                                       edge_min_alpha[e], edge_max_alpha[e])
                 if sim + 1e-12 < edge_min_tau_e[e]:
-                    counters[4] += 1
+                    counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
                 for p in range(eg_start[eg], eg_start[eg + 1]):
-                    counters[5] += 1
+                    counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
                     if slot_active[s] and mark[s] != stamp:
                         mark[s] = stamp
                         cand_out[n] = s
                         n += 1
-    counters[7] += n
+    counters[CANDIDATES] += n
     return n

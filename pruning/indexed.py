@@ -25,9 +25,23 @@ from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.limits import distance_upper_bound_kernel
 from index.model import InvalidMessageError, Messages
-from pruning.algorithm1 import COUNTER_NAMES, bia_candidates, eia_candidates
+from pruning.algorithm1 import CANDIDATES, COUNTER_NAMES, bia_candidates, eia_candidates
 from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
+from pruning.kernel_args import (
+    BiaCellArrays,
+    BoundArrays,
+    DeltaArrays,
+    EdgeArrays,
+    EiaCellArrays,
+    GraphArrays,
+    LayoutArrays,
+    MessageArrays,
+    OutputArrays,
+    QueueArrays,
+    ScratchArrays,
+    SlotArrays,
+)
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
@@ -40,7 +54,7 @@ __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "default_threads"]
 STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
 _DELIVERIES = len(COUNTER_NAMES)
 _SETTLED = _DELIVERIES + 1
-_CANDIDATES = COUNTER_NAMES.index("candidates")
+_CANDIDATES = CANDIDATES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -66,12 +80,14 @@ class MatchStats:
 @numba.njit(cache=True, nogil=True)
 def _delta_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din: float, kappa: float, D_col: FloatArray,
-    eta_col: FloatArray, delta: tuple, term_mark: IntArray, stamp: int,
+    eta_col: FloatArray, delta: DeltaArrays, term_mark: IntArray, stamp: int,
     slack_abs: float, slack_rel: float, out_rows: IntArray, out_limit: FloatArray,
 ) -> int:
     """Recent subscriptions passing Lemma 1 (distance <= DNlimit) and Lemma 3 (a shared
     keyword, or the wildcard)."""
-    d_x, d_y, d_cell, d_din_out, d_limit, d_wild, _, _, _, _, d_kw_ptr, d_kw_terms = delta
+    d_x, d_y, d_cell, d_din_out = delta.x, delta.y, delta.cell, delta.din_out
+    d_limit, d_wild, d_kw_ptr, d_kw_terms = (delta.dn_limit, delta.wildcard, delta.kw_ptr,
+                                             delta.kw_terms)
     n = 0
     for r in range(d_x.size):
         dx = d_x[r] - m_x
@@ -98,11 +114,12 @@ def _delta_candidates(  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int, order: IntArray,
-    msg: tuple, bounds: tuple, edges: tuple, lay: tuple,
-    eia_cells: tuple, bia_cells: tuple, slots: tuple, delta: tuple,
-    net: tuple, ws: tuple, buckets: tuple, scratch: tuple, queue: tuple, weights: FloatArray,
+    msg: MessageArrays, bounds: BoundArrays, edges: EdgeArrays, lay: LayoutArrays,
+    eia_cells: EiaCellArrays, bia_cells: BiaCellArrays, slots: SlotArrays,
+    delta: DeltaArrays, net: GraphArrays, ws: tuple, buckets: tuple,
+    scratch: ScratchArrays, queue: QueueArrays, weights: FloatArray,
     dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
-    out: tuple, n_out: int, stats: IntArray, bucket_width: float,
+    out: OutputArrays, n_out: int, stats: IntArray, bucket_width: float,
 ) -> tuple[int, int, int]:
     """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
@@ -114,21 +131,38 @@ def _match_batch(  # pragma: no cover - compiled
     Returns (next position in ``order``, rows written, stamp); next == start means the
     output buffers must grow. Statistics and output rows name messages by input index.
     """
-    m_chain, m_chain_offset, m_x, m_y, m_cell, m_din, m_kw_ptr, m_kw_terms = msg
-    kappa, D_t, eta_t, cell_bbox = bounds
-    edge_bbox, edge_din_out, edge_min_alpha, edge_max_alpha, edge_min_tau_e = edges
-    term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value, eg_start, post_slot, \
-        post_value = lay
-    (cell_dn_limit,) = eia_cells
-    cell_min_alpha, cell_max_alpha, cell_min_tau_e = bia_cells
-    (s_x, s_y, s_din_out, s_active, s_chain, s_chain_offset, s_alpha, s_tau, s_kw_ptr,
-     s_kw_terms) = slots
-    d_chain, d_chain_offset, d_alpha, d_tau, d_kw_ptr, d_kw_terms = (
-        delta[6], delta[7], delta[8], delta[9], delta[10], delta[11])
-    (cell_lb, cell_state, cell_tsum, edge_tsum, edge_stamp, mark, cand, cand_dnub, term_mark,
-     term_slots, d_rows, d_lim, t_nodes, t_limits) = scratch
-    q_ptr, q_row, q_src, q_edge, q_off, q_lim, q_alpha, q_tau, q_tsim, q_dist = queue
-    out_msg, out_src, out_row, out_dist, out_score = out
+    m_chain, m_chain_offset, m_x, m_y = msg.chain, msg.chain_offset, msg.x, msg.y
+    m_cell, m_din, m_kw_ptr, m_kw_terms = msg.cell, msg.din_in, msg.kw_ptr, msg.kw_terms
+    kappa, D_t, eta_t, cell_bbox = bounds.kappa, bounds.D_t, bounds.eta_t, bounds.cell_bbox
+    edge_bbox, edge_din_out = edges.bbox, edges.din_out
+    edge_min_alpha, edge_max_alpha, edge_min_tau_e = (edges.min_alpha, edges.max_alpha,
+                                                      edges.min_tau_e)
+    term_ptr, grp_cell, grp_value, grp_start = (lay.term_ptr, lay.grp_cell, lay.grp_value,
+                                                lay.grp_start)
+    eg_edge, eg_value, eg_start = lay.eg_edge, lay.eg_value, lay.eg_start
+    post_slot, post_value = lay.post_slot, lay.post_value
+    cell_dn_limit = eia_cells.dn_limit
+    cell_min_alpha, cell_max_alpha, cell_min_tau_e = (bia_cells.min_alpha,
+                                                      bia_cells.max_alpha,
+                                                      bia_cells.min_tau_e)
+    s_x, s_y, s_din_out, s_active = slots.x, slots.y, slots.din_out, slots.active
+    s_chain, s_chain_offset, s_alpha, s_tau = (slots.chain, slots.chain_offset, slots.alpha,
+                                               slots.tau)
+    s_kw_ptr, s_kw_terms = slots.kw_ptr, slots.kw_terms
+    d_chain, d_chain_offset, d_alpha, d_tau = (delta.chain, delta.chain_offset, delta.alpha,
+                                               delta.tau)
+    d_kw_ptr, d_kw_terms = delta.kw_ptr, delta.kw_terms
+    cell_lb, cell_state, cell_tsum = scratch.cell_lb, scratch.cell_state, scratch.cell_tsum
+    edge_tsum, edge_stamp, mark = scratch.edge_tsum, scratch.edge_stamp, scratch.mark
+    cand, cand_dnub, term_mark = scratch.cand, scratch.cand_dnub, scratch.term_mark
+    term_slots, d_rows, d_lim = scratch.term_slots, scratch.d_rows, scratch.d_lim
+    t_nodes, t_limits = scratch.t_nodes, scratch.t_limits
+    q_ptr, q_row, q_src, q_edge, q_off = (queue.ptr, queue.row, queue.src, queue.edge,
+                                          queue.offset)
+    q_lim, q_alpha, q_tau, q_tsim, q_dist = (queue.limit, queue.alpha, queue.tau, queue.tsim,
+                                             queue.dist)
+    out_msg, out_src, out_row, out_dist, out_score = (out.msg, out.src, out.row, out.dist,
+                                                      out.score)
     capacity = out_msg.size
     q_capacity = q_row.size
     # Phase 1: candidates and their verification limits, queued per message.
@@ -246,8 +280,8 @@ class _Lane:
 
     search: NodeSearch
     buckets: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
-    scratch: tuple[npt.NDArray[np.generic], ...] = ()
-    queue: tuple[npt.NDArray[np.generic], ...] = ()
+    scratch: ScratchArrays | None = None
+    queue: QueueArrays | None = None
     capacity: tuple[int, int, int] | None = None
     stamp: int = 0
     out_capacity: int = 1 << 16
@@ -322,7 +356,7 @@ class IndexMatcher:
             self._lanes.append(_Lane(search, buckets))
         return self._lanes[k]
 
-    def _scratch(self, lane: _Lane) -> tuple[npt.NDArray[np.generic], ...]:
+    def _scratch(self, lane: _Lane) -> ScratchArrays:
         """Scratch arrays of the compiled loop, reused while the index still fits them.
 
         Updates between calls (a subscribe grows the delta by one row) must not cost a new
@@ -341,22 +375,25 @@ class IndexMatcher:
             terms_cap = n_terms + n_terms // 8 + 64
             most = n_slots + delta_cap + 1
             lane.stamp = 0
-            lane.scratch = (
-                np.empty(n_cells), np.empty(n_cells, dtype=np.int8), np.empty(n_cells),
-                np.empty(m), np.zeros(m, dtype=np.int64), np.zeros(n_slots + 1, dtype=np.int64),
-                np.empty(n_slots + 1, dtype=np.int32), np.empty(n_slots + 1),
-                np.zeros(terms_cap, dtype=np.int64),
-                np.empty(1, dtype=np.int64),  # term slots, sized per batch below
-                np.empty(delta_cap + 1, dtype=np.int64), np.empty(delta_cap + 1),
-                np.empty(2 * most, dtype=np.int64), np.empty(2 * most),
+            lane.scratch = ScratchArrays(
+                cell_lb=np.empty(n_cells), cell_state=np.empty(n_cells, dtype=np.int8),
+                cell_tsum=np.empty(n_cells), edge_tsum=np.empty(m),
+                edge_stamp=np.zeros(m, dtype=np.int64),
+                mark=np.zeros(n_slots + 1, dtype=np.int64),
+                cand=np.empty(n_slots + 1, dtype=np.int32), cand_dnub=np.empty(n_slots + 1),
+                term_mark=np.zeros(terms_cap, dtype=np.int64),
+                term_slots=np.empty(1, dtype=np.int64),  # sized per batch
+                d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),
+                t_nodes=np.empty(2 * most, dtype=np.int64), t_limits=np.empty(2 * most),
             )
             # The verification queue of a chunk: any one message's candidates fit.
-            lane.queue = (
+            lane.queue = QueueArrays(
                 np.empty(self.chunk + 1, dtype=np.int64), np.empty(most, dtype=np.int64),
                 np.empty(most, dtype=np.int8), np.empty(most, dtype=np.int32),
                 *(np.empty(most) for _ in range(6)),
             )
             lane.capacity = (n_slots, delta_cap, terms_cap)
+        assert lane.scratch is not None
         return lane.scratch
 
     def match(
@@ -381,32 +418,37 @@ class IndexMatcher:
             problem = "invalid messages: keyword ids unknown to the index's weights"
             raise InvalidMessageError(problem)
         mf = sp.facts(messages.points)
-        msg = (mf.chain, mf.chain_offset, mf.x, mf.y, mf.cell, mf.din_in,
-               messages.kw_ptr, messages.kw_terms)
-        bounds = (sp.bounds.kappa, self._D_t, self._eta_t, sp.cells.bbox)
-        edges = (sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha, index.edge_max_alpha,
-                 index.edge_min_tau_e)
+        msg = MessageArrays(mf.chain, mf.chain_offset, mf.x, mf.y, mf.cell, mf.din_in,
+                            messages.kw_ptr, messages.kw_terms)
+        bounds = BoundArrays(sp.bounds.kappa, self._D_t, self._eta_t, sp.cells.bbox)
+        edges = EdgeArrays(sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha,
+                           index.edge_max_alpha, index.edge_min_tau_e)
         lay = index.layout
-        layout = (lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start, lay.eg_edge,
-                  lay.eg_value, lay.eg_start, lay.post_slot, lay.post_value)
+        layout = LayoutArrays(lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start,
+                              lay.eg_edge, lay.eg_value, lay.eg_start, lay.post_slot,
+                              lay.post_value)
         none = np.empty(0)
         is_eia = isinstance(index, EnhancedIndex)
-        eia_cells = (index.cell_dn_limit,) if isinstance(index, EnhancedIndex) else (none,)
-        bia_cells = ((index.cell_min_alpha, index.cell_max_alpha, index.cell_min_tau_e)
-                     if isinstance(index, BasicIndex) else (none, none, none))
+        eia_cells = EiaCellArrays(index.cell_dn_limit if isinstance(index, EnhancedIndex)
+                                  else none)
+        bia_cells = (BiaCellArrays(index.cell_min_alpha, index.cell_max_alpha,
+                                   index.cell_min_tau_e)
+                     if isinstance(index, BasicIndex) else BiaCellArrays(none, none, none))
         s = index.subs
-        slots = (index.facts.x, index.facts.y, index.facts.din_out, index.active,
-                 index.facts.chain, index.facts.chain_offset, s.alpha, s.tau, s.kw_ptr,
-                 s.kw_terms)
+        f = index.facts
+        slots = SlotArrays(f.x, f.y, f.din_out, index.active, f.chain, f.chain_offset,
+                           s.alpha, s.tau, s.kw_ptr, s.kw_terms)
         d = index.delta
         df = index.delta_facts
-        delta = (df.x, df.y, df.cell, df.din_out, index.delta_dn_limit, index.delta_wildcard,
-                 df.chain, df.chain_offset, d.alpha, d.tau, d.kw_ptr, d.kw_terms)
+        delta = DeltaArrays(df.x, df.y, df.cell, df.din_out, index.delta_dn_limit,
+                            index.delta_wildcard, df.chain, df.chain_offset, d.alpha, d.tau,
+                            d.kw_ptr, d.kw_terms)
         lane0 = self._lane(0)
         adj = lane0.search.adjacency
         graph = sp.graph
-        net_arrays = (adj.indptr, adj.indices, adj.weights, graph.edge_u, graph.edge_v,
-                      graph.edge_length, graph.edge_twoway, self._dead_end_to)
+        net_arrays = GraphArrays(adj.indptr, adj.indices, adj.weights, graph.edge_u,
+                                 graph.edge_v, graph.edge_length, graph.edge_twoway,
+                                 self._dead_end_to)
         longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
         stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
         n = len(messages)
@@ -456,8 +498,7 @@ class IndexMatcher:
         """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
         one by one from ``runs``, which other lanes may share); the lane's output rows."""
         lane = self._lane(k)
-        scratch = list(self._scratch(lane))
-        scratch[9] = np.empty(longest, dtype=np.int64)  # the message's term slots
+        scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
         ws = lane.search.workspace()
         out = self._new_out(lane.out_capacity)
         n_out = 0
@@ -466,17 +507,19 @@ class IndexMatcher:
                                         progress)
         return tuple(a[:n_out] for a in out)
 
-    def _run_span(self, lane: _Lane, start: int, stop: int, scratch: list, ws: tuple,
-                  out: tuple, n_out: int, shared: tuple,
-                  progress: Callable[[int], None] | None) -> tuple[int, tuple]:
+    def _run_span(self, lane: _Lane, start: int, stop: int, scratch: ScratchArrays,
+                  ws: tuple, out: OutputArrays, n_out: int, shared: tuple,
+                  progress: Callable[[int], None] | None) -> tuple[int, OutputArrays]:
         (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots, delta,
          net_arrays, weights, dmax, tolerance, stats) = shared
+        queue = lane.queue
+        assert queue is not None
         i = start
         while i < stop:
             end = min(i + self.chunk, stop)
             nxt, n_out, lane.stamp = _match_batch(
                 is_eia, i, end, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                delta, net_arrays, ws, lane.buckets, tuple(scratch), lane.queue, weights,
+                delta, net_arrays, ws, lane.buckets, scratch, queue, weights,
                 dmax, tolerance, self.slack_abs, self.slack_rel, lane.stamp, out, n_out,
                 stats, self.bucket_width_m)
             if progress is not None and nxt > i:
@@ -486,12 +529,13 @@ class IndexMatcher:
                 lane.out_capacity = 2 * out[0].size + len(index.subs) + len(index.delta)
                 grown = self._new_out(lane.out_capacity)
                 for old, new in zip(out, grown, strict=True):
-                    new[:n_out] = old[:n_out]
+                    np.copyto(np.asarray(new)[:n_out], np.asarray(old)[:n_out])
                 out = grown
             i = nxt
         return n_out, out
 
     @staticmethod
-    def _new_out(capacity: int) -> tuple[npt.NDArray[np.generic], ...]:
-        return (np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int8),
-                np.empty(capacity, dtype=np.int64), np.empty(capacity), np.empty(capacity))
+    def _new_out(capacity: int) -> OutputArrays:
+        return OutputArrays(np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int8),
+                            np.empty(capacity, dtype=np.int64), np.empty(capacity),
+                            np.empty(capacity))

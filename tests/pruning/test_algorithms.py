@@ -472,3 +472,11 @@ def test_edge_order_file_is_put_in_dnub_order_on_load(tmp_path: Path) -> None:
     assert isinstance(loaded, EnhancedIndex)
     check_algorithm1(loaded, messages)
     check_matches(loaded, messages, weights, 300.0)
+
+
+def test_counter_constants_name_their_positions() -> None:
+    """The kernels count by name (CANDIDATES, ...); the names are COUNTER_NAMES' order."""
+    import pruning.algorithm1 as a1
+
+    for i, name in enumerate(a1.COUNTER_NAMES):
+        assert getattr(a1, name.upper()) == i
