@@ -104,8 +104,8 @@ def test_sigterm_cleans_up_and_exits_143(andorra_files, tmp_path) -> None:
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=120)
     err = seen + err
-    if child.returncode == 0:
-        pytest.skip("the run finished before SIGTERM arrived")
+    # The first status line comes after the handler is installed and before the reading
+    # (seconds on Andorra), so SIGTERM always lands mid-run.
     assert child.returncode == 143, err
     assert "terminated" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob(".d.parquet.*"))
