@@ -102,12 +102,12 @@ class TermWeights:
                 msg = "an empty or white-space-only term in the weights table"
                 raise InvalidWeightsError(msg)
             weights = merged
-        values = np.fromiter(weights.values(), dtype=np.float64, count=len(weights))
         bad = [t for t, w in weights.items() if not _valid_weight(w)]
         if bad:
             msg = (f"weights must be numbers from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}; "
                    f"offending terms: {bad[:10]}")
             raise InvalidWeightsError(msg)
+        values = np.fromiter(weights.values(), dtype=np.float64, count=len(weights))
         if default_weight is None:
             if values.size == 0:
                 msg = "an empty weights table needs a default_weight"
