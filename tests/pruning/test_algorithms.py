@@ -28,12 +28,13 @@ from hypothesis import strategies as st
 from split_graph import split_graph
 from strategies import assert_same, random_points, tiny_network
 
-from index.base import SubscriptionIndex, load_index
+from index.base import SubscriptionIndex
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.model import Messages, Subscriptions
 from index.postings import build_posting_layout
 from index.spatial import SpatialIndex
+from index.store import load_index
 from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds, eia_candidates
 from pruning.algorithm2 import verify_candidates
