@@ -11,6 +11,7 @@ from index import (
     bia,
     delta,
     eia,
+    geofiles,
     io,
     limits,
     model,
@@ -26,6 +27,7 @@ from index.base import *  # noqa: F403
 from index.bia import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
+from index.geofiles import *  # noqa: F403
 from index.io import *  # noqa: F403
 from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
@@ -38,7 +40,7 @@ from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, delta, base, bia,
-               eia, store, workload)
+API_MODULES = (terms, text, model, geofiles, io, limits, postings, spatial, validate, delta,
+               base, bia, eia, store, workload)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -1,4 +1,4 @@
-"""Subscription, message, weight and delivery files: Parquet, or JSON Lines on input.
+"""Subscription, message, weight and delivery files: Parquet, JSON Lines or CSV.
 
 File layouts (one row per object)
 ---------------------------------
@@ -14,16 +14,18 @@ location
     without uses lon/lat. Writers emit both; u/v/offset round-trip exactly. A row with both
     uses its lon/lat to tell parallel edges between u and v apart, and is refused when its
     u/v/offset place lies more than ``max_snap_m`` (at least 1 m) from its lon/lat: the
-    sign of a file written for another network.
+    sign of a file written for another network. A GeoParquet file may give a point
+    ``geometry`` column instead, in any CRS (:mod:`index.geofiles`).
 weights
     ``term`` string (unique), ``weight`` float64 > 0. The weight of terms missing from the
     table is kept in the Parquet schema metadata (``roadpubsub.default_weight``) when known.
 deliveries
     ``message_id``, ``subscription_id`` int64, ``distance`` float64 metres, ``score``.
 
-Readers accept ``.parquet``/``.pq`` and ``.jsonl``/``.ndjson``/``.json`` (JSON Lines, or one
-JSON array of records). Invalid input raises one error naming every problem and the
-offending ids (:class:`~index.model.InvalidSubscriptionError`,
+Readers accept ``.parquet``/``.pq`` (GeoParquet too), ``.jsonl``/``.ndjson``/``.json``
+(JSON Lines, or one JSON array of records) and ``.csv`` (the same columns; ``keywords``
+separated by ``;`` in one cell, see :mod:`index.geofiles`). Invalid input raises one error
+naming every problem and the offending ids (:class:`~index.model.InvalidSubscriptionError`,
 :class:`~index.model.InvalidMessageError`, :class:`~index.terms.InvalidWeightsError`, all
 ``ValueError``). Every writer is atomic: it writes a temporary file in the target's folder
 and renames it over the target, so a failed write leaves nothing behind.
@@ -45,6 +47,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from pyproj import CRS, Transformer
 
+from index.geofiles import geometry_to_lonlat, keywords_from_text, read_csv_table
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
 from roadnet.errors import InputError, InvalidLocationError, describe_rows
@@ -77,7 +80,7 @@ __all__ = [
 #: Parquet schema metadata key holding the weight of terms absent from a weights table.
 DEFAULT_WEIGHT_KEY = b"roadpubsub.default_weight"
 #: Suffixes the readers accept.
-INPUT_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json")
+INPUT_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".csv")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 PathLike = str | os.PathLike[str]
@@ -132,7 +135,7 @@ def _write_table_to(table: pa.Table, tmp: Path, *, suffix: str) -> None:
 
 # ---------------------------------------------------------------------------- reading tables
 def read_table(path: PathLike, *, error: ErrorType = ValueError) -> pa.Table:
-    """Read a Parquet or JSON (Lines) file into an Arrow table.
+    """Read a Parquet, JSON (Lines) or CSV file into an Arrow table.
 
     Raises
     ------
@@ -153,6 +156,8 @@ def read_table(path: PathLike, *, error: ErrorType = ValueError) -> pa.Table:
     try:
         if suffix in _JSON_SUFFIXES:
             return _read_json(p)
+        if suffix == ".csv":
+            return read_csv_table(p)
         return pq.read_table(p, page_checksum_verification=True)
     except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
@@ -454,6 +459,13 @@ def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], n
     return ids, labels
 
 
+def _read_rows(path: Path, error: ErrorType) -> pa.Table:
+    """A subscriptions or messages file as a table with the file columns: a GeoParquet
+    geometry becomes lon/lat, a CSV cell of keywords a list."""
+    table = geometry_to_lonlat(read_table(path, error=error), path, error)
+    return keywords_from_text(table) if path.suffix.lower() == ".csv" else table
+
+
 # ---------------------------------------------------------------------------- public readers
 def read_subscriptions(
     path: PathLike,
@@ -467,7 +479,8 @@ def read_subscriptions(
     Parameters
     ----------
     path
-        Parquet or JSON Lines file (see the module docstring for the columns).
+        Parquet (GeoParquet too), JSON Lines or CSV file (see the module docstring for the
+        columns).
     network
         The network the locations refer to (u/v are its file's node ids).
     weights
@@ -488,7 +501,7 @@ def read_subscriptions(
     """
     p = Path(path)
     error = InvalidSubscriptionError
-    table = read_table(p, error=error)
+    table = _read_rows(p, error)
     has_uv, has_ll = _check_columns(table, p, error, kind="subscriptions",
                                     extra=("alpha", "tau"))
     problems: list[str] = []
@@ -536,7 +549,7 @@ def read_messages(
     """
     p = Path(path)
     error = InvalidMessageError
-    table = read_table(p, error=error)
+    table = _read_rows(p, error)
     if {"alpha", "tau"} <= set(table.column_names):
         msg = (f"{p}: has alpha and tau columns, so it holds subscriptions, not messages "
                f"(was it given as the messages by mistake?)")

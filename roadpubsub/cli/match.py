@@ -38,9 +38,11 @@ a subscription is not delivered messages whose time is >= its expires_at (the ru
 'roadpubsub serve'; without a time column the clock decides).
 
 The output has one row per delivery: message_id, subscription_id, distance (network
-metres from the subscription to the message) and score (SIM). It is written atomically:
-a failed run leaves no file. Without --weights, keyword weights are the smoothed idf over
---corpus (default: the shared airline tweets).
+metres from the subscription to the message) and score (SIM); with --geometry line (or
+points) also its geometry, as GeoParquet. Inputs may be Parquet, GeoParquet (a point
+geometry column in any CRS), JSON Lines or CSV (keywords separated by ';'). The output
+is written atomically: a failed run leaves no file. Without --weights, keyword weights
+are the smoothed idf over --corpus (default: the shared airline tweets).
 """
 
 
@@ -64,12 +66,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--index-file", metavar="FILE", default=None,
                    help="an index saved by 'roadpubsub index build', instead of --network, "
                         "--subscriptions, --weights/--corpus, --dmax, --directed and --index")
-    p.add_argument("--messages", required=True, metavar="F", help="messages (.parquet or .jsonl)")
+    p.add_argument("--messages", required=True, metavar="F",
+                   help="messages (.parquet/GeoParquet, .jsonl or .csv)")
     p.add_argument("--index", choices=_index_choices(), default=None,
                    help="matching index: eia (default, the fastest), bia, or brute (the "
                         "reference: no index, every subscription within Dmax scored)")
     p.add_argument("--out", required=True, metavar="F",
                    help="deliveries file: .parquet, .jsonl/.json or .csv")
+    p.add_argument("--geometry", choices=("line", "points"), default=None,
+                   help="also write each delivery's geometry (WGS84) as GeoParquet: the line "
+                        "from subscription to message, or both points (needs a .parquet "
+                        "--out; geopandas.read_parquet(out).plot() maps it)")
     p.add_argument("--batch", type=int, default=256, metavar="N",
                    help="messages per matcher call, taken in Hilbert order of their "
                         "locations (default 256)")
@@ -85,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     """Match and write the deliveries; returns the exit code."""
     from tqdm import tqdm
 
-    from index.io import read_messages, write_deliveries
+    from index.geofiles import deliveries_geotable
+    from index.io import deliveries_table, read_messages, write_deliveries, write_tables
     from index.store import load_index
     from pruning.deliveries import Deliveries
     from pruning.matchers import LoadedIndexMatcher, Matcher, build_matcher
@@ -95,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in _OUT_SUFFIXES:
         msg = f"--out {out}: use one of the suffixes {', '.join(_OUT_SUFFIXES)}"
+        raise InputError(msg)
+    if args.geometry and out.suffix.lower() not in (".parquet", ".pq"):
+        msg = f"--geometry writes GeoParquet: give --out a .parquet name, not {out.name}"
         raise InputError(msg)
     check_output_path(out, what="--out", inputs=(
         args.network, args.subscriptions, args.messages, args.weights, args.corpus,
@@ -116,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         network, weights, dmax = index.network, index.weights, index.dmax_m
         index_name, n_subs = index.kind, len(index)
         matcher = LoadedIndexMatcher(index)
+        subs = index.subscriptions()
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
         t_read = time.perf_counter()  # loading the file rebuilds the postings: no build step
     else:
@@ -150,7 +162,14 @@ def run(args: argparse.Namespace) -> int:
     if args.subscriptions:
         deliveries = _drop_expired(deliveries, args.subscriptions, args.messages)
     t_match = time.perf_counter()
-    write_deliveries(deliveries, out)
+    if args.geometry:
+        table = deliveries_geotable(
+            deliveries_table(deliveries), network, subscription_ids=subs.ids,
+            subscription_points=subs.points, message_ids=messages.ids,
+            message_points=messages.points, geometry=args.geometry)
+        write_tables({out: table})
+    else:
+        write_deliveries(deliveries, out)
     t_write = time.perf_counter()
 
     match_s = t_match - t_build
@@ -166,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
         "weights_from": getattr(args, "weights_from", "index file"),
         "out": str(out),
+        "geometry": args.geometry,
         "seconds": {"read": round(t_read - t0, 3), "build": round(t_build - t_read, 3),
                     "match": round(match_s, 3), "write": round(t_write - t_match, 3)},
         "messages_per_second": round(n / match_s, 1) if match_s > 0 else None,

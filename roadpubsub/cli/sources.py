@@ -46,7 +46,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument("--network", required=required, metavar="PATH",
                         help="road network file")
     parser.add_argument("--subscriptions", required=required, metavar="F",
-                        help="subscriptions (.parquet or .jsonl)")
+                        help="subscriptions (.parquet/GeoParquet, .jsonl or .csv)")
     parser.add_argument("--dmax", type=float, default=dmax_default, metavar="METRES",
                         help="largest network distance in metres "
                              f"(default {DEFAULTS.dmax_m:g})")

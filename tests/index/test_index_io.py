@@ -403,10 +403,14 @@ def test_many_offenders_are_summarised(tmp_path: Path, tiny: RoadNetwork) -> Non
 def test_unreadable_and_missing_files(tmp_path: Path, tiny: RoadNetwork) -> None:
     with pytest.raises(FileNotFoundError):
         read_subscriptions(tmp_path / "nope.parquet", tiny, weights())
-    bad = tmp_path / "s.csv"
+    bad = tmp_path / "s.txt"
     bad.write_text("id\n1\n")
     with pytest.raises(InvalidSubscriptionError, match="unsupported file type"):
         read_subscriptions(bad, tiny, weights())
+    short = tmp_path / "s.csv"  # CSV is read, and its missing columns named
+    short.write_text("id\n1\n")
+    with pytest.raises(InvalidSubscriptionError, match="missing columns: keywords"):
+        read_subscriptions(short, tiny, weights())
     garbage = tmp_path / "s.parquet"
     garbage.write_bytes(b"not parquet at all")
     with pytest.raises(InvalidSubscriptionError, match="cannot read"):
