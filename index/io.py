@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -134,7 +135,7 @@ def _write_table_to(table: pa.Table, tmp: Path, *, suffix: str) -> None:
 
 
 # ---------------------------------------------------------------------------- reading tables
-def read_table(path: PathLike, *, error: ErrorType = ValueError) -> pa.Table:
+def read_table(path: PathLike, *, error: ErrorType = InputError) -> pa.Table:
     """Read a Parquet, JSON (Lines) or CSV file into an Arrow table.
 
     Raises
@@ -459,6 +460,20 @@ def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], n
     return ids, labels
 
 
+@contextmanager
+def _arrow_errors(path: Path, error: ErrorType) -> Iterator[None]:
+    """Turn an Arrow error while reading ``path``'s columns into ``error`` naming the file.
+
+    The checks above name the usual problems; a value Arrow itself refuses (an unsigned id
+    beyond int64, say) still reaches the user as one line about the file, not a traceback.
+    """
+    try:
+        yield
+    except pa.ArrowException as exc:
+        msg = f"{path}: cannot read its columns ({type(exc).__name__}: {exc})"
+        raise error(msg) from exc
+
+
 def _read_rows(path: Path, error: ErrorType) -> pa.Table:
     """A subscriptions or messages file as a table with the file columns: a GeoParquet
     geometry becomes lon/lat, a CSV cell of keywords a list."""
@@ -500,28 +515,29 @@ def read_subscriptions(
         problem with the offending ids.
     """
     p = Path(path)
-    error = InvalidSubscriptionError
-    table = _read_rows(p, error)
-    has_uv, has_ll = _check_columns(table, p, error, kind="subscriptions",
-                                    extra=("alpha", "tau"))
-    problems: list[str] = []
-    ids, labels = _ids(table, problems)
-    alpha = _float_values(_column(table, "alpha"))
-    tau = _float_values(_column(table, "tau"))
-    bad_alpha = ~((alpha >= 0) & (alpha <= 1))
-    if bad_alpha.any():
-        problems.append(f"alpha missing or outside [0, 1]: ids {_names(labels, bad_alpha)}")
-    bad_tau = ~((tau > 0) & (tau <= 1))
-    if bad_tau.any():
-        problems.append(f"tau missing or outside (0, 1]: ids {_names(labels, bad_tau)}")
-    lengths, values = _keyword_rows(table, labels, problems)
-    points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
-                             max_snap_m=max_snap_m)
-    if problems:
-        msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
-        raise error(msg)
-    ptr, terms = _keyword_csr(lengths, values, weights, add=True)
-    return Subscriptions(ids, points, alpha, tau, ptr, terms)
+    with _arrow_errors(p, InvalidSubscriptionError):
+        error = InvalidSubscriptionError
+        table = _read_rows(p, error)
+        has_uv, has_ll = _check_columns(table, p, error, kind="subscriptions",
+                                        extra=("alpha", "tau"))
+        problems: list[str] = []
+        ids, labels = _ids(table, problems)
+        alpha = _float_values(_column(table, "alpha"))
+        tau = _float_values(_column(table, "tau"))
+        bad_alpha = ~((alpha >= 0) & (alpha <= 1))
+        if bad_alpha.any():
+            problems.append(f"alpha missing or outside [0, 1]: ids {_names(labels, bad_alpha)}")
+        bad_tau = ~((tau > 0) & (tau <= 1))
+        if bad_tau.any():
+            problems.append(f"tau missing or outside (0, 1]: ids {_names(labels, bad_tau)}")
+        lengths, values = _keyword_rows(table, labels, problems)
+        points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+                                 max_snap_m=max_snap_m)
+        if problems:
+            msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
+            raise error(msg)
+        ptr, terms = _keyword_csr(lengths, values, weights, add=True)
+        return Subscriptions(ids, points, alpha, tau, ptr, terms)
 
 
 def read_messages(
@@ -548,23 +564,24 @@ def read_messages(
         message).
     """
     p = Path(path)
-    error = InvalidMessageError
-    table = _read_rows(p, error)
-    if {"alpha", "tau"} <= set(table.column_names):
-        msg = (f"{p}: has alpha and tau columns, so it holds subscriptions, not messages "
-               f"(was it given as the messages by mistake?)")
-        raise error(msg)
-    has_uv, has_ll = _check_columns(table, p, error, kind="messages", extra=())
-    problems: list[str] = []
-    ids, labels = _ids(table, problems)
-    lengths, values = _keyword_rows(table, labels, problems)
-    points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
-                             max_snap_m=max_snap_m)
-    if problems:
-        msg = f"invalid messages in {p}: " + "; ".join(problems)
-        raise error(msg)
-    ptr, terms = _keyword_csr(lengths, values, weights, add=False)
-    return Messages(ids, points, ptr, terms)
+    with _arrow_errors(p, InvalidMessageError):
+        error = InvalidMessageError
+        table = _read_rows(p, error)
+        if {"alpha", "tau"} <= set(table.column_names):
+            msg = (f"{p}: has alpha and tau columns, so it holds subscriptions, not messages "
+                   f"(was it given as the messages by mistake?)")
+            raise error(msg)
+        has_uv, has_ll = _check_columns(table, p, error, kind="messages", extra=())
+        problems: list[str] = []
+        ids, labels = _ids(table, problems)
+        lengths, values = _keyword_rows(table, labels, problems)
+        points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+                                 max_snap_m=max_snap_m)
+        if problems:
+            msg = f"invalid messages in {p}: " + "; ".join(problems)
+            raise error(msg)
+        ptr, terms = _keyword_csr(lengths, values, weights, add=False)
+        return Messages(ids, points, ptr, terms)
 
 
 def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keywords
@@ -580,55 +597,56 @@ def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keyword
         not finite or not > 0 (offending terms are named).
     """
     p = Path(path)
-    table = read_table(p, error=InvalidWeightsError)
-    cols = set(table.column_names)
-    missing = [c for c in ("term", "weight") if c not in cols]
-    if missing:
-        msg = f"invalid weights in {p}: missing columns: {', '.join(missing)}"
-        raise InvalidWeightsError(msg)
-    wrong = []
-    if not _is_string(table.schema.field("term").type):
-        wrong.append(f"term is {table.schema.field('term').type}, expected string")
-    if not _is_numeric(table.schema.field("weight").type):
-        wrong.append(f"weight is {table.schema.field('weight').type}, expected float")
-    if wrong:
-        msg = f"invalid weights in {p}: wrong column types: {'; '.join(wrong)}"
-        raise InvalidWeightsError(msg)
-    term_col = _column(table, "term")
-    if pa.types.is_dictionary(term_col.type):
-        term_col = term_col.dictionary_decode()
-    terms = pc.cast(term_col, pa.string()).to_pylist()
-    weight = _float_values(_column(table, "weight"))
-    problems = []
-    null_rows = [i for i, t in enumerate(terms) if t is None or t == ""]
-    if null_rows:
-        problems.append(f"missing terms at rows {describe_rows(null_rows)}")
-    labels = np.asarray(terms, dtype=object)
-    bad = ~((weight >= MIN_WEIGHT) & (weight <= MAX_WEIGHT))  # NaN fails both
-    if bad.any():
-        problems.append(f"weights missing or outside [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]: "
-                        f"terms {_names(labels, bad)}")
-    seen: dict[str, int] = {}
-    for t in terms:
-        if t is not None:
-            seen[t] = seen.get(t, 0) + 1
-    dups = [t for t, c in seen.items() if c > 1]
-    if dups:
-        problems.append(f"duplicate terms: {describe_rows(dups)}")
-    if problems:
-        msg = f"invalid weights in {p}: " + "; ".join(problems)
-        raise InvalidWeightsError(msg)
-    meta = table.schema.metadata or {}
-    default = _default_weight(meta.get(DEFAULT_WEIGHT_KEY), p)
-    if default is None and not terms:
-        msg = f"invalid weights in {p}: the table is empty"
-        raise InvalidWeightsError(msg)
-    try:
-        return TermWeights(dict(zip(terms, weight.tolist(), strict=True)),
-                           default_weight=default, normalize=normalize)
-    except InvalidWeightsError as exc:
-        msg = f"invalid weights in {p}: {exc}"
-        raise InvalidWeightsError(msg) from exc
+    with _arrow_errors(p, InvalidWeightsError):
+        table = read_table(p, error=InvalidWeightsError)
+        cols = set(table.column_names)
+        missing = [c for c in ("term", "weight") if c not in cols]
+        if missing:
+            msg = f"invalid weights in {p}: missing columns: {', '.join(missing)}"
+            raise InvalidWeightsError(msg)
+        wrong = []
+        if not _is_string(table.schema.field("term").type):
+            wrong.append(f"term is {table.schema.field('term').type}, expected string")
+        if not _is_numeric(table.schema.field("weight").type):
+            wrong.append(f"weight is {table.schema.field('weight').type}, expected float")
+        if wrong:
+            msg = f"invalid weights in {p}: wrong column types: {'; '.join(wrong)}"
+            raise InvalidWeightsError(msg)
+        term_col = _column(table, "term")
+        if pa.types.is_dictionary(term_col.type):
+            term_col = term_col.dictionary_decode()
+        terms = pc.cast(term_col, pa.string()).to_pylist()
+        weight = _float_values(_column(table, "weight"))
+        problems = []
+        null_rows = [i for i, t in enumerate(terms) if t is None or t == ""]
+        if null_rows:
+            problems.append(f"missing terms at rows {describe_rows(null_rows)}")
+        labels = np.asarray(terms, dtype=object)
+        bad = ~((weight >= MIN_WEIGHT) & (weight <= MAX_WEIGHT))  # NaN fails both
+        if bad.any():
+            problems.append(f"weights missing or outside [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]: "
+                            f"terms {_names(labels, bad)}")
+        seen: dict[str, int] = {}
+        for t in terms:
+            if t is not None:
+                seen[t] = seen.get(t, 0) + 1
+        dups = [t for t, c in seen.items() if c > 1]
+        if dups:
+            problems.append(f"duplicate terms: {describe_rows(dups)}")
+        if problems:
+            msg = f"invalid weights in {p}: " + "; ".join(problems)
+            raise InvalidWeightsError(msg)
+        meta = table.schema.metadata or {}
+        default = _default_weight(meta.get(DEFAULT_WEIGHT_KEY), p)
+        if default is None and not terms:
+            msg = f"invalid weights in {p}: the table is empty"
+            raise InvalidWeightsError(msg)
+        try:
+            return TermWeights(dict(zip(terms, weight.tolist(), strict=True)),
+                               default_weight=default, normalize=normalize)
+        except InvalidWeightsError as exc:
+            msg = f"invalid weights in {p}: {exc}"
+            raise InvalidWeightsError(msg) from exc
 
 
 def _default_weight(raw: bytes | None, p: Path) -> float | None:
@@ -654,18 +672,19 @@ def read_deliveries(path: PathLike) -> dict[str, npt.NDArray[Any]]:
     ``pruning.deliveries.Deliveries(**read_deliveries(path))`` rebuilds the object.
     """
     p = Path(path)
-    table = read_table(p)
-    names = ("message_id", "subscription_id", "distance", "score")
-    missing = [c for c in names if c not in table.column_names]
-    if missing:
-        msg = f"{p}: not a deliveries file; missing columns: {', '.join(missing)}"
-        raise InputError(msg)
-    mid, _ = _int_values(_column(table, "message_id"))
-    sid, _ = _int_values(_column(table, "subscription_id"))
-    order = np.lexsort((sid, mid))
-    return {"message_id": mid[order], "subscription_id": sid[order],
-            "distance": _float_values(_column(table, "distance"))[order],
-            "score": _float_values(_column(table, "score"))[order]}
+    with _arrow_errors(p, InputError):
+        table = read_table(p)
+        names = ("message_id", "subscription_id", "distance", "score")
+        missing = [c for c in names if c not in table.column_names]
+        if missing:
+            msg = f"{p}: not a deliveries file; missing columns: {', '.join(missing)}"
+            raise InputError(msg)
+        mid, _ = _int_values(_column(table, "message_id"))
+        sid, _ = _int_values(_column(table, "subscription_id"))
+        order = np.lexsort((sid, mid))
+        return {"message_id": mid[order], "subscription_id": sid[order],
+                "distance": _float_values(_column(table, "distance"))[order],
+                "score": _float_values(_column(table, "score"))[order]}
 
 
 # ---------------------------------------------------------------------------- writers

@@ -199,10 +199,6 @@ class TermWeights:
             self._rank = rank
         return self._rank
 
-    def to_table(self) -> dict[str, list[object]]:
-        """Columns ``term`` and ``weight`` (for writing the weights file)."""
-        return {"term": list(self._terms), "weight": self.weights.tolist()}
-
     @classmethod
     def from_idf(cls, documents: Iterable[Iterable[str]], *,
                  normalize: bool = DEFAULTS.normalize_keywords) -> TermWeights:

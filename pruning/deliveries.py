@@ -15,10 +15,9 @@ def sort_order(message_id: npt.NDArray[np.int64], subscription_id: npt.NDArray[n
     """The stable order by (message_id, subscription_id), as ``np.lexsort`` gives it.
 
     Both ids are packed into one int64 key when their ranges allow (always, for ids below
-    about 3e9 each), which sorts 4x faster than ``np.lexsort`` on two keys: 11 ms instead
-    of 39 ms on the 178,000 deliveries of 1,000 messages at 1M subscriptions, where the
-    lexsort alone took nearly a tenth of EIA's matching time. Other ranges, or ids that do
-    not fit int64, fall back to ``np.lexsort``.
+    about 3e9 each): one sort of one key instead of ``np.lexsort`` on two (the lexsort
+    was a noticeable share of EIA's matching time; figures in BENCHMARKS.md). Other
+    ranges, or ids that do not fit int64, fall back to ``np.lexsort``.
     """
     if message_id.size < 2:
         return np.arange(message_id.size, dtype=np.int64)

@@ -132,8 +132,8 @@ def _match_batch(  # pragma: no cover - compiled
 
     Two phases over the chunk: first Algorithm 1 and the verification limits for every
     message (the postings stay in cache), then Algorithm 2 for every message (the graph
-    stays in cache), scoring from the TSIM computed for the limits. On Rome with 1M
-    subscriptions this measured about 4% faster than interleaving the phases per message.
+    stays in cache), scoring from the TSIM computed for the limits (a little faster than
+    interleaving the phases per message; BENCHMARKS.md).
 
     Returns (next position in ``order``, rows written, stamp); next == start means the
     output buffers must grow. Statistics and output rows name messages by input index.

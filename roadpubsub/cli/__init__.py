@@ -35,13 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"roadpubsub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"roadpubsub.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"roadpubsub.cli.{name}":
-                continue  # not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"roadpubsub.cli.{name}").register(sub)
     return parser
 
 
@@ -75,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(hint: use fewer subscriptions or messages, a smaller --batch, or a machine "
               "with more memory)", file=sys.stderr)
         return 2
-    except (RoadPubSubError, ValueError, OSError, RuntimeError) as exc:
+    except (RoadPubSubError, OSError) as exc:
+        # Only errors a user can fix are one line; anything else is a bug and keeps its
+        # traceback. The readers turn a library's errors about a file into InputError.
         print(f"roadpubsub {args.command}: error: {format_error(exc)}", file=sys.stderr)
         return 2
     finally:

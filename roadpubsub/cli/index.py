@@ -67,9 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     i.add_argument("path", metavar="FILE", help="index file written by 'index build'")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.set_defaults(func=run_info)
-    i.epilog = ("example:\n  roadpubsub index info work/rome/eia.npz\n\nEvery array is "
-                "checked for range and against the digest saved with it; 'index verify' "
-                "also rebuilds the postings and bounds and compares them.")
+    i.epilog = ("examples:\n  roadpubsub index info work/rome/eia.npz\n"
+                "  roadpubsub index info work/rome/eia.npz --json   # for scripts\n\n"
+                "Prints the kind, Dmax, subscriptions, terms, cells and network of the\n"
+                "file. Every array is checked for range and against the digest saved with\n"
+                "it; 'index verify' also rebuilds the postings and bounds to compare them.")
     i.formatter_class = argparse.RawDescriptionHelpFormatter
 
     v = actions.add_parser(

@@ -215,7 +215,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(msg)
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
                              fsync=not args.no_fsync, max_snap_m=args.max_snap)
-    state = ServiceState.open(folder, options)
+    try:
+        state = ServiceState.open(folder, options)
+    except RuntimeError as exc:
+        # The service layer reports a folder another process holds as a RuntimeError; it
+        # is the user's to fix. Its other RuntimeErrors (a log that contradicts itself)
+        # keep their traceback.
+        if "another roadpubsub service" not in str(exc):
+            raise
+        raise InputError(str(exc), hint="stop the other service, or give another --state"
+                         ) from exc
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "

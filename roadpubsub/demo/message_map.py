@@ -161,7 +161,10 @@ def plot_message_map(
     ax.set_ylabel("km north of the message")
     ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
     credit = "; roads (c) OpenStreetMap contributors" if ".osm" in network.name.lower() else ""
-    ax.text(1.0, -0.075, f"dotted: PMR cells; {network.crs}{credit}", transform=ax.transAxes,
-            ha="right", va="top", fontsize=7, color="#555555")
+    # Below the x-axis label wherever it ends up (x: the axes' right edge, y: the label).
+    ax.annotate(f"dotted: PMR cells; {network.crs}{credit}", xy=(1.0, 0.0),
+                xycoords=(ax.transAxes, ax.xaxis.label), xytext=(0, -4),
+                textcoords="offset points", ha="right", va="top", fontsize=7,
+                color="#555555")
     return fig
 

@@ -446,3 +446,31 @@ def test_invalid_weights(tmp_path: Path, case: str, cols: Columns, words: tuple[
         read_weights(path)
     for word in words:
         assert word in str(info.value)
+
+
+def test_an_arrow_error_names_the_file(tmp_path: Path, tiny: RoadNetwork,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """An id Arrow cannot cast (uint64 beyond int64) is one error naming the file, in the
+    library (an InputError) and on the command line (exit 2, one line, no traceback)."""
+    from roadnet.errors import InputError
+    from roadpubsub.cli import main
+
+    cols = msg_columns()
+    path = tmp_path / "m.parquet"
+    table = pa.table({**{k: v for k, v in cols.items() if k != "id"},
+                      "id": pa.array([1, 2, 2**63 + 5], pa.uint64())})
+    pq.write_table(table, path)
+    with pytest.raises(InvalidMessageError, match="cannot read its columns") as exc:
+        read_messages(path, tiny, weights())
+    assert isinstance(exc.value, InputError) and str(path) in str(exc.value)
+    assert isinstance(exc.value.__cause__, pa.ArrowInvalid)
+    tiny_file = tmp_path / "tiny.npz"
+    tiny.save(tiny_file)
+    subs = tmp_path / "s.parquet"
+    pq.write_table(pa.table(sub_columns()), subs)
+    iio.write_weights(weights(), tmp_path / "w.parquet")
+    code = main(["match", "--network", str(tiny_file), "--subscriptions", str(subs),
+                 "--messages", str(path), "--dmax", "500", "--weights", str(tmp_path / "w.parquet"),
+                 "--out", str(tmp_path / "d.parquet"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(path) in err[0], err
