@@ -460,6 +460,22 @@ def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], n
     return ids, labels
 
 
+def _keywords_and_places(table: pa.Table, network: RoadNetwork, labels: npt.NDArray[Any],
+                         problems: list[str], *, has_uv: bool, has_ll: bool,
+                         max_snap_m: float) -> tuple[npt.NDArray[np.int64], pa.Array, EdgePoints]:
+    """Keyword counts and strings, and edge points, of every row (problems appended)."""
+    lengths, values = _keyword_rows(table, labels, problems)
+    points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+                             max_snap_m=max_snap_m)
+    return lengths, values, points
+
+
+def _raise_problems(problems: list[str], error: ErrorType, what: str) -> None:
+    if problems:
+        msg = f"{what}: " + "; ".join(problems)
+        raise error(msg)
+
+
 @contextmanager
 def _arrow_errors(path: Path, error: ErrorType) -> Iterator[None]:
     """Turn an Arrow error while reading ``path``'s columns into ``error`` naming the file.
@@ -530,12 +546,10 @@ def read_subscriptions(
         bad_tau = ~((tau > 0) & (tau <= 1))
         if bad_tau.any():
             problems.append(f"tau missing or outside (0, 1]: ids {_names(labels, bad_tau)}")
-        lengths, values = _keyword_rows(table, labels, problems)
-        points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
-                                 max_snap_m=max_snap_m)
-        if problems:
-            msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
-            raise error(msg)
+        lengths, values, points = _keywords_and_places(
+            table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+            max_snap_m=max_snap_m)
+        _raise_problems(problems, error, f"invalid subscriptions in {p}")
         ptr, terms = _keyword_csr(lengths, values, weights, add=True)
         return Subscriptions(ids, points, alpha, tau, ptr, terms)
 
@@ -574,12 +588,10 @@ def read_messages(
         has_uv, has_ll = _check_columns(table, p, error, kind="messages", extra=())
         problems: list[str] = []
         ids, labels = _ids(table, problems)
-        lengths, values = _keyword_rows(table, labels, problems)
-        points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
-                                 max_snap_m=max_snap_m)
-        if problems:
-            msg = f"invalid messages in {p}: " + "; ".join(problems)
-            raise error(msg)
+        lengths, values, points = _keywords_and_places(
+            table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+            max_snap_m=max_snap_m)
+        _raise_problems(problems, error, f"invalid messages in {p}")
         ptr, terms = _keyword_csr(lengths, values, weights, add=False)
         return Messages(ids, points, ptr, terms)
 

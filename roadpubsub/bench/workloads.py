@@ -195,20 +195,34 @@ def _gather(parts: list[tuple[Any, npt.NDArray[np.int64]]]) -> dict[str, Any]:
             "tau": np.concatenate(tau) if tau else None}
 
 
+def _pool(source: WorkloadSource, network: RoadNetwork, need: int, kmin: int, seed: int, *,
+          messages: bool) -> tuple[dict[str, Any], int]:
+    """Columns of ``need`` generated rows with at least ``kmin`` keywords, and how many
+    distinct rows they hold (subscriptions, or messages when ``messages``)."""
+
+    def make(n: int, attempt: int) -> tuple[npt.NDArray[np.int64], Any]:
+        subs, msgs, _ = source.generate(
+            network, n_subscriptions=0 if messages else n, n_messages=n if messages else 0,
+            seed=seed + (2000 if messages else 1000) + attempt)
+        rows = msgs if messages else subs
+        return np.diff(rows.kw_ptr), rows
+
+    # About 1 subscription in 5 asks for 5 keywords (1 message in 20 for 25); a few more
+    # are capped by short documents.
+    parts, distinct = _long_rows(make, need, kmin,
+                                 np.random.default_rng(seed + (2 if messages else 1)),
+                                 per_row=25.0 if messages else 6.0)
+    return _gather(parts), distinct
+
+
 def pool_subscriptions(source: WorkloadSource, network: RoadNetwork, need: int, kmin: int,
-                        seed: int) -> tuple[Subscriptions, int]:
+                       seed: int) -> tuple[Subscriptions, int]:
+    """``need`` generated subscriptions with at least ``kmin`` keywords each (ids 0..),
+    and how many distinct generated rows they are."""
     from index.model import Subscriptions
     from roadnet.locations import EdgePoints
 
-    def make(n: int, attempt: int) -> tuple[npt.NDArray[np.int64], Subscriptions]:
-        subs, _, _ = source.generate(network, n_subscriptions=n, n_messages=0,
-                                     seed=seed + 1000 + attempt)
-        return np.diff(subs.kw_ptr), subs
-
-    # About 1 row in 5 asks for 5 keywords; a few more are capped by short documents.
-    parts, distinct = _long_rows(make, need, kmin, np.random.default_rng(seed + 1),
-                                 per_row=6.0)
-    cols = _gather(parts)
+    cols, distinct = _pool(source, network, need, kmin, seed, messages=False)
     n = cols["kw_ptr"].size - 1
     subs = Subscriptions(np.arange(n, dtype=np.int64), EdgePoints(cols["edge"], cols["offset"]),
                          cols["alpha"], cols["tau"], cols["kw_ptr"], cols["kw_terms"])
@@ -216,18 +230,13 @@ def pool_subscriptions(source: WorkloadSource, network: RoadNetwork, need: int, 
 
 
 def pool_messages(source: WorkloadSource, network: RoadNetwork, need: int, kmin: int,
-                   seed: int) -> tuple[Messages, int]:
+                  seed: int) -> tuple[Messages, int]:
+    """``need`` generated messages with at least ``kmin`` keywords each (ids 0..), and how
+    many distinct generated rows they are."""
     from index.model import Messages
     from roadnet.locations import EdgePoints
 
-    def make(n: int, attempt: int) -> tuple[npt.NDArray[np.int64], Messages]:
-        _, msgs, _ = source.generate(network, n_subscriptions=0, n_messages=n,
-                                     seed=seed + 2000 + attempt)
-        return np.diff(msgs.kw_ptr), msgs
-
-    parts, distinct = _long_rows(make, need, kmin, np.random.default_rng(seed + 2),
-                                 per_row=25.0)
-    cols = _gather(parts)
+    cols, distinct = _pool(source, network, need, kmin, seed, messages=True)
     n = cols["kw_ptr"].size - 1
     msgs = Messages(np.arange(n, dtype=np.int64), EdgePoints(cols["edge"], cols["offset"]),
                     cols["kw_ptr"], cols["kw_terms"])
@@ -235,14 +244,16 @@ def pool_messages(source: WorkloadSource, network: RoadNetwork, need: int, kmin:
 
 
 def with_keywords(subs: Subscriptions, csr: tuple[npt.NDArray[np.int64],
-                                                   npt.NDArray[np.int32]]) -> Subscriptions:
+                                                  npt.NDArray[np.int32]]) -> Subscriptions:
+    """``subs`` with the keyword CSR ``csr`` (same rows)."""
     from index.model import Subscriptions
 
     return Subscriptions(subs.ids, subs.points, subs.alpha, subs.tau, csr[0], csr[1])
 
 
 def with_params(subs: Subscriptions, *, alpha: float | None = None,
-                 tau: float | None = None) -> Subscriptions:
+                tau: float | None = None) -> Subscriptions:
+    """``subs`` with every alpha (tau) set to ``alpha`` (``tau``) when given."""
     from index.model import Subscriptions
 
     n = len(subs)

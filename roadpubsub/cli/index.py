@@ -160,9 +160,7 @@ def run_info(args: argparse.Namespace) -> int:
 
     info = {"file": str(args.path), **index_file_info(args.path)}
     if args.json:
-        json.dump(info, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+        return _print_json(info)
     net = info["network"]
     print(f"{info['file']}: {info['kind'].upper()} index, {info['subscriptions']:,} "
           f"subscriptions, {info['terms']:,} terms, Dmax {info['dmax_m']:g} m")
@@ -180,10 +178,14 @@ def run_verify(args: argparse.Namespace) -> int:
 
     report = {"file": str(args.path), **verify_index(args.path)}
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(f"{report['file']}: ok ({report['kind'].upper()}, {report['subscriptions']:,} "
-              f"subscriptions; ranges, digest {report['digest']}, bounds and postings "
-              "rebuilt and equal)")
+        return _print_json(report)
+    print(f"{report['file']}: ok ({report['kind'].upper()}, {report['subscriptions']:,} "
+          f"subscriptions; ranges, digest {report['digest']}, bounds and postings "
+          "rebuilt and equal)")
+    return 0
+
+
+def _print_json(doc: dict[str, object]) -> int:
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
     return 0
