@@ -18,7 +18,10 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
-    Session creation (Java 17+ check), progress lines, broadcasts, atomic output.
+    Session creation (Java 17+ check), progress lines, broadcasts.
+:mod:`spark_jobs.storage`
+    Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
+    ``s3a://``): output checks, atomic output directories, whole files on the driver.
 :mod:`spark_jobs.bench_spark`
     Spark vs single-process timings on Rome.
 
@@ -32,4 +35,5 @@ __all__ = [
     "overlay",
     "precompute_bounds",
     "session",
+    "storage",
 ]
