@@ -66,6 +66,7 @@ __all__ = [
     "exists",
     "is_dir",
     "is_url",
+    "list_names",
     "local_copies",
     "local_copy",
     "local_path",
@@ -196,6 +197,16 @@ def is_dir(spark: SparkSession | None, path: PathLike) -> bool:
     fs, jpath = _hadoop(spark, path)
     return bool(_call(path, "check it", lambda: fs.exists(jpath)
                       and fs.getFileStatus(jpath).isDirectory()))
+
+
+def list_names(spark: SparkSession | None, path: PathLike) -> list[str]:
+    """Names of the entries of a directory (local path or URL), sorted."""
+    local = local_path(path)
+    if local is not None:
+        return sorted(os.listdir(local))
+    fs, jpath = _hadoop(spark, path)
+    status = _call(path, "list it", lambda: fs.listStatus(jpath))
+    return sorted(str(st.getPath().getName()) for st in status)
 
 
 def _qualified(spark: SparkSession | None, path: PathLike) -> str:
