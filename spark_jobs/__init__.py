@@ -5,11 +5,14 @@ Each job runs as ``spark-submit spark_jobs/<job>.py ...`` and as
 functions the single-process path calls, so their outputs are the local ones.
 
 :mod:`spark_jobs.precompute_bounds`
-    The cell-pair distance bound table, one border Dijkstra per cell in the tasks
-    (``--engine dijkstra``) or GraphFrames Pregel over the border overlay graph
-    (``--engine graphframes``), written to Parquet;
-    :func:`~spark_jobs.precompute_bounds.load_bounds_table` reads it
-    back for :meth:`index.spatial.SpatialIndex.build`.
+    The cell-pair distance bound table, written to Parquet, computed by one of two engines:
+    :mod:`spark_jobs.dijkstra_engine` (one border Dijkstra per cell in the tasks) or
+    :mod:`spark_jobs.graphframes_engine` (GraphFrames Pregel over the border overlay).
+:mod:`spark_jobs.bound_table`
+    The table's format; :func:`~spark_jobs.bound_table.load_bounds_table` reads it back
+    for :meth:`index.spatial.SpatialIndex.build`.
+:mod:`spark_jobs.payload`
+    Networks and cells as broadcasts, the per-cell task frame.
 :mod:`spark_jobs.idf`
     Smoothed idf keyword weights of a large corpus (text, CSV or Parquet).
 :mod:`spark_jobs.batch_match`
@@ -31,8 +34,12 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 __all__ = [
     "batch_match",
     "bench_spark",
+    "bound_table",
+    "dijkstra_engine",
+    "graphframes_engine",
     "idf",
     "overlay",
+    "payload",
     "precompute_bounds",
     "session",
     "storage",
