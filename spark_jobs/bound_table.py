@@ -49,6 +49,7 @@ __all__ = [
     "BoundsTableError",
     "bounds_meta",
     "cells_fingerprint",
+    "check_bounds_meta",
     "load_bounds_table",
     "network_fingerprint",
     "read_bounds_rows",
@@ -217,6 +218,19 @@ def load_bounds_table(path: str | Path, network: RoadNetwork, cells: Cells) -> C
         Not a bound table, or one made for another network or cells.
     """
     meta, D, D_far = read_bounds_rows(path)
+    check_bounds_meta(meta, path, network, cells)
+    return CellBounds.from_rows(network, cells, D, D_far)
+
+
+def check_bounds_meta(meta: dict[str, Any], path: str | Path, network: RoadNetwork,
+                      cells: Cells) -> None:
+    """Refuse a table (by its metadata) made for another network or other cells.
+
+    Raises
+    ------
+    BoundsTableError
+        The fingerprints differ (see :func:`load_bounds_table`).
+    """
     want_net = network_fingerprint(network)
     have_net = meta.get("network", {})
     diffs = [f"{k} {have_net.get(k)!r} != {want_net[k]!r}"
@@ -236,4 +250,3 @@ def load_bounds_table(path: str | Path, network: RoadNetwork, cells: Cells) -> C
                f"{want_cells['n_cells']} cells; rebuild the cells with the table's capacity "
                f"or recompute the table")
         raise BoundsTableError(msg)
-    return CellBounds.from_rows(network, cells, D, D_far)
