@@ -335,8 +335,11 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     problems = list(dict.fromkeys(
         p for p in notes.column("problem").to_pylist() if p is not None))[:_MAX_PROBLEMS]
     rows = parsed.filter(F.col("kind") == _ROW)
-    dups = (rows.groupBy("id").count().filter(F.col("count") > 1).select("id")
-            .orderBy("id").limit(11).toArrow().column("id").to_pylist())
+    # Over the file's id column, so that rows of a batch with other problems count too.
+    dups = [] if "id" not in keep else (
+        raw.filter(F.col("id").isNotNull()).groupBy("id").count()
+        .filter(F.col("count") > 1).select("id")
+        .orderBy("id").limit(11).toArrow().column("id").to_pylist())
     if dups:
         problems.append(f"duplicate ids: {describe_rows(dups[:10])}"
                         + (" and more" if len(dups) > 10 else ""))
