@@ -256,11 +256,12 @@ def _part_cells(payload: dict[str, Any], key: int) -> npt.NDArray[np.int64]:
     return np.flatnonzero(payload["cell_part"] == part)
 
 
-def _route_task(bc: Broadcast[dict[str, Any]]
+def _route_task(bc: Broadcast[dict[str, Any]], timer: Any = None
                 ) -> Callable[[Any, pa.Table, pa.Table], pa.Table]:
     """cogroup function: a partition's messages and bound-table columns -> routed rows."""
 
     def run(key: Any, msgs_t: pa.Table, bounds_t: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
         payload = bc.value
         if msgs_t.num_rows == 0:
             return pa.table({c: [] for c in ("key", "id", "edge", "offset")}).append_column(
@@ -269,22 +270,28 @@ def _route_task(bc: Broadcast[dict[str, Any]]
         k = int(key[0].as_py())
         spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="col",
                                 where=payload["bounds_name"])
+        t1 = time.perf_counter()
         router = CellRouter(spatial=spatial, cell_part=payload["cell_part"],
                             cell_dn_limit=payload["cell_dn_limit"])
         points = EdgePoints(_np(msgs_t, "edge", np.int32), _np(msgs_t, "offset", np.float64))
         rows, parts = router.route(points)
         routed = msgs_t.select(["id", "edge", "offset", "keywords"]).take(pa.array(rows))
+        if timer is not None:
+            t2 = time.perf_counter()
+            timer.add([("route:bounds slice", k, t1 - t0, bounds_t.num_rows, 0),
+                       ("route:Lemma 2", k, t2 - t1, msgs_t.num_rows, int(rows.size))])
         return routed.add_column(0, "key", pa.array(payload["keys"][parts], pa.int32()))
 
     return run
 
 
-def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None
+def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = None
                 ) -> Callable[[Any, pa.Table, pa.Table], pa.Table]:
     """cogroup function: a partition's subscriptions and bound-table rows, and its routed
     messages -> deliveries."""
 
     def run(key: Any, left: pa.Table, msgs_t: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
         payload = bc.value
         k = int(key[0].as_py())
         if fault is not None and k == int(payload["keys"][0]):
@@ -303,10 +310,18 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None
         spatial = slice_spatial(network, cells, left.filter(pc.invert(is_sub)),
                                 _part_cells(payload, k), by="row",
                                 where=payload["bounds_name"])
+        t1 = time.perf_counter()
         index = EnhancedIndex(spatial, subscriptions_from_arrow(subs_t), weights,
                               dmax_m=payload["dmax_m"], tolerance=payload["tolerance"])
+        t2 = time.perf_counter()
         # One thread per task: Spark already runs one task per executor core.
         deliveries, _ = IndexMatcher(index, threads=1).match(messages_from_arrow(msgs_t))
+        if timer is not None:
+            t3 = time.perf_counter()
+            n_bounds = left.num_rows - subs_t.num_rows
+            timer.add([("match:bounds slice", k, t1 - t0, n_bounds, 0),
+                       ("match:EIA build", k, t2 - t1, subs_t.num_rows, 0),
+                       ("match:IndexMatcher", k, t3 - t2, msgs_t.num_rows, len(deliveries))])
         return _deliveries_table(deliveries)
 
     return run
@@ -331,14 +346,14 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
 def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
                      weights: TermWeights, subs: DataFrame, messages: DataFrame,
                      bounds: DataFrame, *, bounds_name: str = "bound table",
-                     fault: str | None = None) -> DataFrame:
+                     fault: str | None = None, timer: Any = None) -> DataFrame:
     """The deliveries as a lazy DataFrame, from frames of subscriptions, messages
     (:mod:`spark_jobs.cell_frames`) and bound-table rows (:mod:`spark_jobs.bound_frames`).
 
     Run it with one shuffle partition per subscription partition and AQE coalescing off,
     as :func:`match_frames` does, so that each partition's index is built in its own
     task. ``fault`` (tests only, one of :data:`FAULTS`) makes the first partition's task
-    fail.
+    fail. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -357,14 +372,14 @@ def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
     msgs_keyed = messages.join(F.broadcast(keys), "cell")
     by_col = keyed_bounds(spark, bounds, cell_key, by="col")
     routed = (msgs_keyed.groupBy("key").cogroup(by_col.groupBy("key"))
-              .applyInArrow(_route_task(bc), _ROUTED_SCHEMA))
+              .applyInArrow(_route_task(bc, timer), _ROUTED_SCHEMA))
     subs_keyed = (subs.join(F.broadcast(keys), "cell")
                   .select("key", F.lit(0).alias("kind"), *_SUB_COLUMNS))
     by_row = (keyed_bounds(spark, bounds, cell_key, by="row")
               .select("key", F.lit(1).alias("kind"), *_BOUND_COLUMNS))
     left = subs_keyed.unionByName(by_row, allowMissingColumns=True)
     return (left.groupBy("key").cogroup(routed.groupBy("key"))
-            .applyInArrow(_match_task(bc, fault), DELIVERY_SCHEMA))
+            .applyInArrow(_match_task(bc, fault, timer), DELIVERY_SCHEMA))
 
 
 def _job_settings(plan: MatchPlan) -> dict[str, str]:
@@ -389,31 +404,43 @@ def match_frames(
     n_partitions: int | None = None,
     bounds_name: str = "bound table",
     fault: str | None = None,
+    timer: Any = None,
+    phases: dict[str, float] | None = None,
 ) -> Deliveries | None:
     """Plan and run the match on frames; write the deliveries to ``out`` (a local path or
     URL, replaced atomically) or, without ``out``, collect them (sorted by message,
-    subscription)."""
+    subscription). ``phases`` receives the seconds of the planning phases."""
+    phases = {} if phases is None else phases
+    t0 = time.perf_counter()
     with stage(spark, "batch-match: per-cell load and DNlimit"):
         stats = cell_stats(subs, cells.n_cells)
+    t1 = time.perf_counter()
     plan = plan_match(spark, cells, stats, dmax_m=dmax_m, tolerance=tolerance,
                       n_partitions=n_partitions)
+    t2 = time.perf_counter()
+    phases["per-cell load and DNlimit"] = t1 - t0
+    phases["driver: plan (partitions, keys)"] = t2 - t1
     what = (f"batch-match: {stats.n_subscriptions} subscriptions in {plan.n_partitions} "
             f"partitions")
     with _session_conf(spark, _job_settings(plan)):
         frame = deliveries_frame(spark, plan, network, weights, subs, messages, bounds,
-                                 bounds_name=bounds_name, fault=fault)
+                                 bounds_name=bounds_name, fault=fault, timer=timer)
         if out is None:
+            t0 = time.perf_counter()
             with stage(spark, what):
                 table = frame.toArrow()
+            phases["route and match (collected)"] = time.perf_counter() - t0
             order = np.lexsort((_np(table, "subscription_id", np.int64),
                                 _np(table, "message_id", np.int64)))
             table = table.take(pa.array(order))
             return Deliveries(_np(table, "message_id", np.int64),
                               _np(table, "subscription_id", np.int64),
                               _np(table, "distance", np.float64), _np(table, "score", np.float64))
+        t0 = time.perf_counter()
         with storage.atomic_output_dir(out, spark=spark) as tmp, stage(spark, f"{what} -> {out}"):
             frame.sortWithinPartitions("message_id", "subscription_id") \
                 .write.mode("errorifexists").parquet(storage.spark_uri(tmp))
+        phases["route, match and write"] = time.perf_counter() - t0
     return None
 
 
@@ -470,44 +497,48 @@ def write_batch_deliveries(
     return out
 
 
-def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace) -> None:
-    """The job proper on parsed arguments: every input read where it lies (see the plan)."""
+def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
+                           timer: Any = None) -> dict[str, float]:
+    """The job proper on parsed arguments: every input read where it lies (see the plan).
+
+    Returns the wall-clock seconds of its phases; the ``driver:`` ones run on the driver
+    alone. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
+    """
     from index.io import read_weights
     from roadnet.io import load_network
 
+    phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    with storage.local_copies(_network_files(args.network), spark=spark) as files:
+    with storage.local_copies(storage.network_files(args.network), spark=spark) as files:
         network = load_network(files[0], directed=args.directed)
     with storage.local_copy(args.weights, spark=spark) as local:
         weights = read_weights(local)
     cells = build_cells(network, capacity=args.capacity)
+    phases["driver: network, weights, cells"] = time.perf_counter() - t0
     log(f"read {network.name} ({cells.n_cells} cells) and {len(weights)} weights in "
-        f"{time.perf_counter() - t0:.1f} s")
+        f"{phases['driver: network, weights, cells']:.1f} s")
+    t0 = time.perf_counter()
     if args.bounds:
         bounds = read_bounds_frame(spark, args.bounds, network, cells)
     else:
         bounds = dijkstra_rows(spark, network, cells)
+    phases["driver: bound table metadata"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
         subs = read_subscriptions_frame(spark, args.subscriptions, network, cells, weights,
-                                        dmax_m=args.dmax)
+                                        dmax_m=args.dmax, timer=timer)
+    phases["read and locate subscriptions"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     with stage(spark, f"batch-match: read and locate {args.messages}"):
-        messages = read_messages_frame(spark, args.messages, network, cells, weights)
+        messages = read_messages_frame(spark, args.messages, network, cells, weights,
+                                       timer=timer)
+    phases["read and locate messages"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     match_frames(spark, network, cells, weights, subs, messages, bounds, out=args.out,
                  dmax_m=args.dmax, n_partitions=args.partitions,
-                 bounds_name=args.bounds or "bound table")
-
-
-def _network_files(path: str) -> list[str]:
-    """The network file and the companions its reader may need beside it."""
-    base = path.rstrip("/")
-    lower = base.lower()
-    for arcs, coords in ((".gr.gz", ".co.gz"), (".gr", ".co")):
-        if lower.endswith(arcs):
-            stem = base[: -len(arcs)]
-            return [base, stem + coords, stem + ".co", stem + ".co.gz"]
-    if lower.endswith(".cnode"):
-        return [base, base[: -len(".cnode")] + ".cedge"]
-    return [base]
+                 bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
+    phases["plan, route, match and write"] = time.perf_counter() - t0
+    return phases
 
 
 # ---------------------------------------------------------------------------- command line

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,7 @@ MESSAGE_SCHEMA = "cell int, id long, edge int, offset double, keywords array<int
 _FILE_COLUMNS = ("id", "u", "v", "offset", "lon", "lat", "keywords", "alpha", "tau")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 # Pass 1 output: parsed rows (kind 0), problems (kind 1), unknown keywords (kind 2) with
-# the place of their first appearance (file, block, row, position in the list).
+# the place of their first appearance (file, block, row id, position in the list).
 _PARSED_SCHEMA = ("kind int, cell int, id long, edge int, offset double, alpha double, "
                   "tau double, dn_limit double, raw array<string>, problem string, "
                   "term string, o_file string, o_block long, o_row long, o_k int")
@@ -161,29 +162,41 @@ def _id_lists(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32]) -> pa.Ar
 
 
 # ---------------------------------------------------------------------------- pass 1: parse
-def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str
+def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str, timer: Any = None
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow function: file rows -> located rows, problems and unknown keywords."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        work = 0.0
+        t0 = time.perf_counter()
         network, cells = cached_payload(bc, "cells", network_and_cells)
         payload = bc.value
         base = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
-        seen = 0  # rows of this task so far: the order of rows within a file block
+        seen = 0  # rows of this task
         with tempfile.TemporaryDirectory(prefix="roadpubsub-rows-") as folder:
             tmp = Path(folder) / name
+            work += time.perf_counter() - t0
             for batch in batches:
+                t0 = time.perf_counter()
                 table = pa.Table.from_batches([batch])
-                yield from _parse_batch(table, tmp, network, cells, base, kind=kind,
-                                        first_row=seen, dmax_m=payload["dmax_m"],
-                                        tolerance=payload["tolerance"])
+                out = _parse_batch(table, tmp, network, cells, base, kind=kind,
+                                   dmax_m=payload["dmax_m"],
+                                   tolerance=payload["tolerance"])
                 seen += table.num_rows
+                work += time.perf_counter() - t0
+                yield from out
+        if timer is not None:  # the reading of the input by Spark is not included
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            part = ctx.partitionId() if ctx is not None else -1
+            timer.add([(f"read {kind}:validate and locate", part, work, seen, seen)])
 
     return run
 
 
 def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
-                 base: TermWeights, *, kind: str, first_row: int, dmax_m: float,
+                 base: TermWeights, *, kind: str, dmax_m: float,
                  tolerance: float) -> list[pa.RecordBatch]:
     data = table.select([c for c in table.column_names if c in _FILE_COLUMNS])
     pq.write_table(data, tmp)
@@ -216,12 +229,12 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         cols.update({"alpha": parsed.alpha, "tau": parsed.tau, "dn_limit": limits[cell]})
     out = [_rows_batch(cols)]
     if isinstance(parsed, Subscriptions):
-        out.append(_unknown_terms(data.column("keywords"), base, table, first_row))
+        out.append(_unknown_terms(data.column("keywords"), base, table))
     return out
 
 
-def _unknown_terms(keywords: pa.ChunkedArray, base: TermWeights, table: pa.Table,
-                   first_row: int) -> pa.RecordBatch:
+def _unknown_terms(keywords: pa.ChunkedArray, base: TermWeights, table: pa.Table
+                   ) -> pa.RecordBatch:
     """Keywords missing from ``base``, each with the place of its first appearance."""
     col = keywords.combine_chunks()
     flat = pc.cast(pc.list_flatten(col), pa.string())
@@ -243,11 +256,12 @@ def _unknown_terms(keywords: pa.ChunkedArray, base: TermWeights, table: pa.Table
     row = np.searchsorted(starts, flat_pos, side="right") - 1
     files = table.column("_file").to_pylist()
     blocks = np.asarray(table.column("_block").to_numpy(zero_copy_only=False), dtype=np.int64)
+    places = np.asarray(table.column("_row").to_numpy(zero_copy_only=False), dtype=np.int64)
     return _rows_batch({
         "kind": np.full(pick.size, _TERM, np.int32),
         "term": [uniq[i] for i in pick],
         "o_file": [files[r] for r in row], "o_block": blocks[row],
-        "o_row": first_row + row, "o_k": (flat_pos - starts[row]).astype(np.int32),
+        "o_row": places[row], "o_k": (flat_pos - starts[row]).astype(np.int32),
     })
 
 
@@ -301,8 +315,8 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str
 
 # ---------------------------------------------------------------------------- reading
 def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
-                weights: TermWeights, *, kind: str, dmax_m: float, tolerance: float
-                ) -> DataFrame:
+                weights: TermWeights, *, kind: str, dmax_m: float, tolerance: float,
+                timer: Any = None) -> DataFrame:
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.storagelevel import StorageLevel
 
@@ -321,15 +335,24 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
             return messages_frame(spark, read_messages(local, network, weights), cells)
     raw = spark.read.parquet(storage.spark_uri(path))
     keep = [c for c in raw.columns if c in _FILE_COLUMNS]
+    # Where each row lies in the input (file, block, then an id that grows along the rows
+    # of a block), taken as the file is read: the order of first appearance of unknown
+    # keywords, kept through the repartition below.
     raw = raw.select(*keep, F.input_file_name().alias("_file"),
-                     F.input_file_block_start().alias("_block"))
+                     F.input_file_block_start().alias("_block"),
+                     F.monotonically_increasing_id().alias("_row"))
+    cores = spark.sparkContext.defaultParallelism
+    if raw.rdd.getNumPartitions() < cores:
+        # A file of one row group is read by one task: spread the validation and location
+        # work (the heavy part) over every core.
+        raw = raw.repartition(cores)
     name = Path(path.rstrip("/")).name
     name = name if name.lower().endswith((".parquet", ".pq")) else "rows.parquet"
     bc = broadcast_payload(spark, {"network": network_payload(network),
                                    "cells": cells_payload(cells),
                                    "weights": weights_payload(weights),
                                    "dmax_m": float(dmax_m), "tolerance": float(tolerance)})
-    parsed = raw.mapInArrow(_parse_task(bc, kind=kind, name=name), _PARSED_SCHEMA) \
+    parsed = raw.mapInArrow(_parse_task(bc, kind=kind, name=name, timer=timer), _PARSED_SCHEMA) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     notes = parsed.filter(F.col("kind") != _ROW).toArrow()
     problems = list(dict.fromkeys(
@@ -369,7 +392,8 @@ def _add_unknown_terms(notes: pa.Table, weights: TermWeights) -> None:
 
 def read_subscriptions_frame(spark: SparkSession, path: str, network: RoadNetwork,
                              cells: Cells, weights: TermWeights, *, dmax_m: float,
-                             tolerance: float = DEFAULTS.score_tolerance) -> DataFrame:
+                             tolerance: float = DEFAULTS.score_tolerance,
+                             timer: Any = None) -> DataFrame:
     """Subscriptions of a file (local path or URL) as a distributed frame (see the module
     docstring). Keywords missing from ``weights`` are added to it, as the local reader does.
 
@@ -381,11 +405,11 @@ def read_subscriptions_frame(spark: SparkSession, path: str, network: RoadNetwor
         One message naming the file and every problem found (up to 20), with row ids.
     """
     return _read_frame(spark, path, network, cells, weights, kind="subscriptions",
-                       dmax_m=dmax_m, tolerance=tolerance)
+                       dmax_m=dmax_m, tolerance=tolerance, timer=timer)
 
 
 def read_messages_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
-                        weights: TermWeights) -> DataFrame:
+                        weights: TermWeights, *, timer: Any = None) -> DataFrame:
     """Messages of a file (local path or URL) as a distributed frame; read the
     subscriptions first (their keywords extend ``weights``).
 
@@ -397,7 +421,8 @@ def read_messages_frame(spark: SparkSession, path: str, network: RoadNetwork, ce
         As :func:`read_subscriptions_frame`.
     """
     return _read_frame(spark, path, network, cells, weights, kind="messages",
-                       dmax_m=DEFAULTS.dmax_m, tolerance=DEFAULTS.score_tolerance)
+                       dmax_m=DEFAULTS.dmax_m, tolerance=DEFAULTS.score_tolerance,
+                       timer=timer)
 
 
 # ---------------------------------------------------------------------------- per-cell figures

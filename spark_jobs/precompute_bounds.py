@@ -55,9 +55,9 @@ import pyarrow as pa
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import Cells, build_cells
 from roadnet.errors import InputError
-from roadnet.files import check_output_path
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
+from spark_jobs import storage
 from spark_jobs.bound_table import (
     BOUNDS_META_FILE,
     BoundsTableError,
@@ -90,7 +90,6 @@ from spark_jobs.payload import (
 )
 from spark_jobs.session import (
     add_spark_arguments,
-    atomic_output_dir,
     log,
     run_job,
     session_from_args,
@@ -203,21 +202,22 @@ def write_bounds_table(
     max_depth: int | None = None,
     partitions: int | None = None,
     batch_cells: int = 64,
-) -> Path:
+) -> str | Path:
     """Compute the table on Spark and write it to the directory ``out`` (atomically).
+
+    ``out`` may be a local path or a storage URL (:mod:`spark_jobs.storage`).
 
     ``capacity`` and ``max_depth`` are only recorded (the cells are given). See
     :func:`precompute_cell_bounds` for the other parameters.
 
     Returns
     -------
-    Path
-        The output directory.
+    str or Path
+        The output directory (a Path for a local ``out``).
     """
     _check_engine(engine)
     t0 = time.perf_counter()
-    target = Path(out)
-    with atomic_output_dir(target) as tmp:
+    with storage.atomic_output_dir(out, spark=spark) as tmp:
         if engine == "dijkstra":
             df = dijkstra_rows(spark, network, cells, limit=limit, partitions=partitions)
         else:
@@ -229,13 +229,14 @@ def write_bounds_table(
             df = spark.createDataFrame(pa.Table.from_batches(
                 [rows_batch(list(range(n)), rows, fars, n)]))
         with stage(spark, f"precompute-bounds: {cells.n_cells} rows ({engine} engine) "
-                          f"-> {target}"):
-            df.write.mode("errorifexists").parquet(str(tmp))
+                          f"-> {out}"):
+            df.write.mode("errorifexists").parquet(storage.spark_uri(tmp))
         meta = bounds_meta(network, cells, engine=engine, limit=limit, capacity=capacity,
                            max_depth=max_depth, seconds=time.perf_counter() - t0)
-        (tmp / BOUNDS_META_FILE).write_text(json.dumps(meta, indent=1) + "\n",
-                                            encoding="utf-8")
-    return target
+        storage.write_text(f"{tmp}/{BOUNDS_META_FILE}", json.dumps(meta, indent=1) + "\n",
+                           spark=spark)
+    local = storage.local_path(out)
+    return Path(out) if local is not None else out
 
 
 # ---------------------------------------------------------------------------- command line
@@ -252,8 +253,10 @@ example:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the job (shared by the script and ``roadpubsub spark``)."""
-    parser.add_argument("network", help="road network file (any format roadnet.io reads)")
-    parser.add_argument("--out", required=True, help="output directory of the table")
+    parser.add_argument("network",
+                        help="road network file (any format roadnet.io reads; a path or URL)")
+    parser.add_argument("--out", required=True,
+                        help="output directory of the table (a path or URL)")
     parser.add_argument("--engine", choices=ENGINES, default="dijkstra",
                         help="dijkstra: one border Dijkstra per cell in the tasks (default); "
                              "graphframes: Pregel over the border overlay")
@@ -293,14 +296,23 @@ def run(args: argparse.Namespace) -> int:
             or args.batch_cells < 1 or not args.limit > 0:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise InputError(msg)
-    if "://" not in args.out:  # a local path: check it before any work
-        check_output_path(args.out, folder=True, what="--out", inputs=(args.network,))
+    local_out = storage.local_path(args.out) is not None
+    if local_out:  # a local output is checked before Spark starts
+        storage.check_output(None, args.out, folder=True, what="--out", inputs=(args.network,))
+    local_net = storage.local_path(args.network)
+    if local_net is not None and not local_net.exists():
+        msg = f"network file not found: {args.network}"
+        raise FileNotFoundError(msg)
+    spark = session_from_args(args, app_name="roadpubsub precompute-bounds")
+    if not local_out:
+        storage.check_output(spark, args.out, folder=True, what="--out",
+                             inputs=(args.network,))
     t0 = time.perf_counter()
-    network = load_network(args.network, directed=args.directed)
+    with storage.local_copies(storage.network_files(args.network), spark=spark) as files:
+        network = load_network(files[0], directed=args.directed)
     cells = build_cells(network, capacity=args.capacity, max_depth=args.max_depth)
     log(f"{network.name}: {network.n_nodes} nodes, {network.n_edges} edges, "
         f"{cells.n_cells} cells (capacity {args.capacity}) in {time.perf_counter() - t0:.1f} s")
-    spark = session_from_args(args, app_name="roadpubsub precompute-bounds")
     if args.engine == "graphframes":
         require_graphframes(spark)  # fail before any work
     out = write_bounds_table(spark, network, cells, args.out, engine=args.engine,

@@ -44,6 +44,7 @@ __all__ = [
     "MIN_JAVA",
     "JavaNotFoundError",
     "SparkJobError",
+    "TaskTimes",
     "add_spark_arguments",
     "atomic_output_dir",
     "broadcast_payload",
@@ -55,6 +56,7 @@ __all__ = [
     "run_job",
     "session_from_args",
     "stage",
+    "task_timer",
 ]
 
 #: Spark master used when none is given: every core of this machine.
@@ -279,6 +281,29 @@ def stage(spark: SparkSession, description: str) -> Iterator[None]:
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]
     log(f"{description}: done in {time.perf_counter() - t0:.1f} s")
+
+
+# ---------------------------------------------------------------------------- task timings
+#: What a timed task reports: (label, partition key, seconds, rows in, rows out).
+TaskTimes = list[tuple[str, int, float, int, int]]
+
+
+def task_timer(spark: SparkSession) -> Any:
+    """An accumulator the jobs' tasks add their timings to (for benchmarks).
+
+    Tasks add ``[(label, key, seconds, rows_in, rows_out)]``; ``timer.value`` on the
+    driver is the list of every task's entries (a retried task reports twice).
+    """
+    from pyspark.accumulators import AccumulatorParam
+
+    class _Concat(AccumulatorParam):  # type: ignore[type-arg]
+        def zero(self, value: TaskTimes) -> TaskTimes:
+            return []
+
+        def addInPlace(self, a: TaskTimes, b: TaskTimes) -> TaskTimes:  # noqa: N802
+            return a + b
+
+    return spark.sparkContext.accumulator([], _Concat())
 
 
 # ---------------------------------------------------------------------------- broadcasts

@@ -70,6 +70,7 @@ __all__ = [
     "local_copies",
     "local_copy",
     "local_path",
+    "network_files",
     "read_text",
     "spark_uri",
     "write_text",
@@ -430,6 +431,20 @@ def local_copies(paths: Iterable[PathLike], *, spark: SparkSession | None = None
         return
     with _remote_copies(spark, given) as out:
         yield out
+
+
+def network_files(path: PathLike) -> list[str]:
+    """A network file and the companions its reader may need beside it (DIMACS ``.co``
+    beside ``.gr``, ``.cedge`` beside ``.cnode``), for :func:`local_copies`."""
+    base = os.fspath(path).rstrip("/")
+    lower = base.lower()
+    for arcs, coords in ((".gr.gz", ".co.gz"), (".gr", ".co")):
+        if lower.endswith(arcs):
+            stem = base[: -len(arcs)]
+            return [base, *dict.fromkeys([stem + coords, stem + ".co", stem + ".co.gz"])]
+    if lower.endswith(".cnode"):
+        return [base, base[: -len(".cnode")] + ".cedge"]
+    return [base]
 
 
 @contextlib.contextmanager
