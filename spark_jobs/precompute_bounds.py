@@ -236,7 +236,7 @@ def write_bounds_table(
         storage.write_text(f"{tmp}/{BOUNDS_META_FILE}", json.dumps(meta, indent=1) + "\n",
                            spark=spark)
     local = storage.local_path(out)
-    return Path(out) if local is not None else out
+    return local if local is not None else str(out)
 
 
 # ---------------------------------------------------------------------------- command line
