@@ -18,6 +18,11 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.batch_match`
     Deliveries of many messages against many subscriptions: subscriptions partitioned by
     cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.cell_frames`
+    Subscriptions and messages read by the executors as DataFrames, each row validated,
+    located and given its cell in the tasks (the driver reads nothing big).
+:mod:`spark_jobs.bound_frames`
+    The bound table as a DataFrame, shuffled to the partitions that need its rows.
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
@@ -26,7 +31,7 @@ functions the single-process path calls, so their outputs are the local ones.
     Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
     ``s3a://``): output checks, atomic output directories, whole files on the driver.
 :mod:`spark_jobs.bench_spark`
-    Spark vs single-process timings on Rome.
+    Spark vs single-process timings on Rome (batch-match: phases, per-task figures).
 
 Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 """
@@ -34,7 +39,9 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 __all__ = [
     "batch_match",
     "bench_spark",
+    "bound_frames",
     "bound_table",
+    "cell_frames",
     "dijkstra_engine",
     "graphframes_engine",
     "idf",

@@ -538,6 +538,7 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
                  dmax_m=args.dmax, n_partitions=args.partitions,
                  bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
     phases["plan, route, match and write"] = time.perf_counter() - t0
+    spark.catalog.clearCache()  # the frames kept for the two passes over them
     return phases
 
 

@@ -232,35 +232,36 @@ def bench_match(
     # Spark phase -> the labels of the tasks that run inside it. Reading is divisible (a
     # cluster splits the files over all its cores): sum / cores. Routing and matching run
     # one task per partition: the longest-first schedule of the measured tasks.
-    inside = {"read and locate subscriptions": ("read subscriptions:", True),
-              "read and locate messages": ("read messages:", True),
-              "per-cell load and DNlimit": ("-", True),
-              "route, match and write": ("route:|match:", False)}
+    inside = {"read and locate subscriptions": [("read subscriptions:validate", True)],
+              "read and locate messages": [("read messages:validate", True)],
+              "per-cell load and DNlimit": [("read subscriptions:term ids", True)],
+              "route, match and write": [("read messages:term ids", True),
+                                         ("route:", False), ("match:", False)]}
     cores = spark.sparkContext.defaultParallelism
     driver_s = sum(v for k, v in phases.items() if k.startswith("driver:"))
     estimate: dict[str, float] = {}
     overheads: dict[str, float] = {}
     for workers in (1, 2, 4, 8, 16, 32):
         total = driver_s
-        for phase, (prefixes, divisible) in inside.items():
-            # A task's parts (slice, build, match) run in one task: summed per task.
-            per: dict[tuple[str, int], float] = {}
-            for label, key, seconds, _i, _o in timer.value:
-                if any(label.startswith(p) for p in prefixes.split("|")):
-                    name = label.split(":")[0]
-                    per[(name, key)] = per.get((name, key), 0.0) + seconds
-            by_stage: dict[str, list[float]] = {}
-            for (name, _k), secs in per.items():
-                by_stage.setdefault(name, []).append(secs)
-
-            def span(n: int, by_stage: dict[str, list[float]] = by_stage,
-                     divisible: bool = divisible) -> float:
+        for phase, groups in inside.items():
+            spans_here, spans_there = 0.0, 0.0
+            for prefix, divisible in groups:
+                # A task's parts (slice, build, match) run in one task: summed per task.
+                per: dict[int, float] = {}
+                for label, key, seconds, _i, _o in timer.value:
+                    if label.startswith(prefix):
+                        per[key] = per.get(key, 0.0) + seconds
+                times = list(per.values())
+                if not times:
+                    continue
                 if divisible:
-                    return sum(sum(v) / n for v in by_stage.values())
-                return sum(_lpt_makespan(v, n) for v in by_stage.values())
-
-            overheads[phase] = round(max(0.0, phases[phase] - span(cores)), 2)
-            total += overheads[phase] + span(workers)
+                    spans_here += sum(times) / cores
+                    spans_there += sum(times) / workers
+                else:
+                    spans_here += _lpt_makespan(times, cores)
+                    spans_there += _lpt_makespan(times, workers)
+            overheads[phase] = round(max(0.0, phases[phase] - spans_here), 2)
+            total += overheads[phase] + spans_there
         estimate[str(workers)] = round(total, 1)
     return {
         "n_subscriptions": n_subscriptions, "n_messages": n_messages, "dmax_m": dmax_m,

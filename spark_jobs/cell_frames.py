@@ -290,14 +290,18 @@ def _rows_batch(cols: dict[str, Any]) -> pa.RecordBatch:
 
 
 # ---------------------------------------------------------------------------- pass 2: term ids
-def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str
+def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow function: parsed rows -> frame rows (keywords as the final term ids)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t0 = time.perf_counter()
         weights = cached_payload(bc, "final-weights",
                                  lambda p: weights_from_payload(p["weights"]))
+        work, seen = time.perf_counter() - t0, 0
         for batch in batches:
+            t0 = time.perf_counter()
+            seen += batch.num_rows
             col = batch.column("raw")
             lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(
                 zero_copy_only=False), dtype=np.int64)
@@ -308,7 +312,15 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str
             if kind == "subscriptions":
                 names += ["alpha", "tau", "dn_limit"]
             arrays = [batch.column(c) for c in names] + [_id_lists(ptr, terms)]
-            yield pa.RecordBatch.from_arrays(arrays, names=[*names, "keywords"])
+            out = pa.RecordBatch.from_arrays(arrays, names=[*names, "keywords"])
+            work += time.perf_counter() - t0
+            yield out
+        if timer is not None:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            part = ctx.partitionId() if ctx is not None else -1
+            timer.add([(f"read {kind}:term ids", part, work, seen, seen)])
 
     return run
 
@@ -341,11 +353,12 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     raw = raw.select(*keep, F.input_file_name().alias("_file"),
                      F.input_file_block_start().alias("_block"),
                      F.monotonically_increasing_id().alias("_row"))
-    cores = spark.sparkContext.defaultParallelism
-    if raw.rdd.getNumPartitions() < cores:
-        # A file of one row group is read by one task: spread the validation and location
-        # work (the heavy part) over every core.
-        raw = raw.repartition(cores)
+    # Spark splits a file by row groups: a file written as one row group (pyarrow's
+    # default up to 1Mi rows, as index.io writes) is read by one task whatever the split
+    # count says. Spread the rows round-robin over at least every core before the
+    # validation and location work, the heavy part (one shuffle of the input's columns).
+    raw = raw.repartition(max(spark.sparkContext.defaultParallelism,
+                              raw.rdd.getNumPartitions()))
     name = Path(path.rstrip("/")).name
     name = name if name.lower().endswith((".parquet", ".pq")) else "rows.parquet"
     bc = broadcast_payload(spark, {"network": network_payload(network),
@@ -373,7 +386,9 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     if kind == "subscriptions":
         _add_unknown_terms(notes, weights)
     final = broadcast_payload(spark, {"weights": weights_payload(weights)})
-    return rows.mapInArrow(_terms_task(final, kind=kind), schema)
+    # Kept: the job reads the frame twice (per-cell figures, then the match).
+    return rows.mapInArrow(_terms_task(final, kind=kind, timer=timer), schema) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _add_unknown_terms(notes: pa.Table, weights: TermWeights) -> None:
