@@ -39,6 +39,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 import time
@@ -98,6 +99,8 @@ _PARSED_SCHEMA = ("kind int, cell int, id long, edge int, offset double, alpha d
                   "tau double, dn_limit double, raw array<string>, problem string, "
                   "term string, o_file string, o_block long, o_row long, o_k int")
 _ROW, _PROBLEM, _TERM = 0, 1, 2
+#: Rows per call of the index.io reader in a task.
+_CHUNK_ROWS = 100_000
 #: At most this many problems are gathered for the error message.
 _MAX_PROBLEMS = 20
 
@@ -176,9 +179,8 @@ def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str, timer: A
         with tempfile.TemporaryDirectory(prefix="roadpubsub-rows-") as folder:
             tmp = Path(folder) / name
             work += time.perf_counter() - t0
-            for batch in batches:
+            for table in _chunks(batches, _CHUNK_ROWS):
                 t0 = time.perf_counter()
-                table = pa.Table.from_batches([batch])
                 out = _parse_batch(table, tmp, network, cells, base, kind=kind,
                                    dmax_m=payload["dmax_m"],
                                    tolerance=payload["tolerance"])
@@ -195,13 +197,28 @@ def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str, timer: A
     return run
 
 
+def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Arrow batches regrouped into tables of about ``rows`` rows (the reader's fixed cost
+    per call, a few tenths of a second, is paid once per chunk rather than per batch)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
 def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
                  base: TermWeights, *, kind: str, dmax_m: float,
                  tolerance: float) -> list[pa.RecordBatch]:
     data = table.select([c for c in table.column_names if c in _FILE_COLUMNS])
-    pq.write_table(data, tmp)
-    weights = TermWeights(dict(zip(base.terms, base.weights.tolist(), strict=True)),
-                          default_weight=base.default_weight)
+    # A scratch file read back at once: no compression, statistics or dictionaries.
+    pq.write_table(data, tmp, compression="none", write_statistics=False, use_dictionary=False)
+    weights = copy.deepcopy(base)  # the reader adds unknown keywords to its weights
     error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
     try:
         if kind == "subscriptions":
