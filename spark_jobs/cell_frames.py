@@ -263,22 +263,30 @@ def _unknown_terms(keywords: pa.ChunkedArray, base: TermWeights, table: pa.Table
     if not unknown.any():
         return _rows_batch({"kind": []})
     index = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    first = np.full(len(uniq), np.iinfo(np.int64).max)
-    np.minimum.at(first, index, np.arange(index.size))
     lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(
         zero_copy_only=False), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    pick = np.flatnonzero(unknown)
-    flat_pos = first[pick]
-    row = np.searchsorted(starts, flat_pos, side="right") - 1
-    files = table.column("_file").to_pylist()
+    row_of = np.repeat(np.arange(lengths.size), lengths)  # the row of each flat keyword
+    k_of = np.arange(index.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    files, file_rank = np.unique(np.asarray(table.column("_file").to_pylist(), dtype=object
+                                            ).astype(str), return_inverse=True)
     blocks = np.asarray(table.column("_block").to_numpy(zero_copy_only=False), dtype=np.int64)
     places = np.asarray(table.column("_row").to_numpy(zero_copy_only=False), dtype=np.int64)
+    # The rows of a chunk need not be in file order (they were shuffled): the first
+    # appearance of a keyword is its least (file, block, row id, position) here.
+    hit = np.flatnonzero(unknown[index])
+    r = row_of[hit]
+    order = np.lexsort((k_of[hit], places[r], blocks[r], file_rank[r], index[hit]))
+    pick_flat = hit[order]
+    term_of = index[pick_flat]
+    first = np.ones(term_of.size, dtype=bool)
+    first[1:] = term_of[1:] != term_of[:-1]
+    pick_flat = pick_flat[first]
+    rows = row_of[pick_flat]
     return _rows_batch({
-        "kind": np.full(pick.size, _TERM, np.int32),
-        "term": [uniq[i] for i in pick],
-        "o_file": [files[r] for r in row], "o_block": blocks[row],
-        "o_row": places[row], "o_k": (flat_pos - starts[row]).astype(np.int32),
+        "kind": np.full(pick_flat.size, _TERM, np.int32),
+        "term": [uniq[i] for i in index[pick_flat]],
+        "o_file": [str(files[file_rank[i]]) for i in rows], "o_block": blocks[rows],
+        "o_row": places[rows], "o_k": k_of[pick_flat].astype(np.int32),
     })
 
 
