@@ -598,10 +598,12 @@ def run(args: argparse.Namespace) -> int:
     local_out = storage.local_path(args.out) is not None
     if local_out:  # a local output is checked before Spark starts, which takes seconds
         storage.check_output(None, args.out, folder=True, what="--out", inputs=inputs)
-    for name, path in (("network", args.network), ("--weights", args.weights)):
-        local = storage.local_path(path)
+    for name, path in (("network", args.network), ("--weights", args.weights),
+                       ("--subscriptions", args.subscriptions), ("--messages", args.messages),
+                       ("--bounds", args.bounds)):
+        local = storage.local_path(path) if path else None
         if local is not None and not local.exists():
-            msg = f"{name} file not found: {path}"
+            msg = f"{name} not found: {path}"
             raise FileNotFoundError(msg)
     spark = session_from_args(args, app_name="roadpubsub batch-match")
     if not local_out:

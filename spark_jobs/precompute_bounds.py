@@ -20,7 +20,7 @@ The job is split by subject:
 
 This module is the job itself: :func:`precompute_cell_bounds` (in memory),
 :func:`write_bounds_table` (the one place that writes a table; a re-run replaces the
-directory atomically, :func:`spark_jobs.session.atomic_output_dir`) and the command line.
+directory atomically, :func:`spark_jobs.storage.atomic_output_dir`) and the command line.
 The names other code imports from here (the loader, payloads, the GraphFrames checks)
 are re-exported.
 

@@ -8,9 +8,10 @@
 * :func:`broadcast_payload` / :func:`cached_payload` ship numpy arrays (network, cells,
   bounds, vocabulary) to the tasks once; inside a Python worker the object rebuilt from a
   broadcast is cached, so the tasks of one job that share a worker rebuild it once.
-* :func:`atomic_output_dir` yields a fresh temporary directory beside the target and swaps
-  it in only when the block succeeds, so a reader never sees a half-written result and a
-  failed run leaves the previous output intact.
+* :func:`atomic_output_dir` yields a fresh temporary directory beside a local target and
+  swaps it in only when the block succeeds (the local case of
+  :func:`spark_jobs.storage.atomic_output_dir`, which also takes storage URLs).
+* :func:`task_timer` collects per-task timings for the benchmarks.
 
 The jobs run the same numpy/numba functions as the local path inside their tasks; the
 Python workers must be able to import this project (an editable install, or
