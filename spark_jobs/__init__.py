@@ -5,22 +5,33 @@ Each job runs as ``spark-submit spark_jobs/<job>.py ...`` and as
 functions the single-process path calls, so their outputs are the local ones.
 
 :mod:`spark_jobs.precompute_bounds`
-    The cell-pair distance bound table, one border Dijkstra per cell in the tasks
-    (``--engine dijkstra``) or GraphFrames Pregel over the border overlay graph
-    (``--engine graphframes``), written to Parquet;
-    :func:`~spark_jobs.precompute_bounds.load_bounds_table` reads it
-    back for :meth:`index.spatial.SpatialIndex.build`.
+    The cell-pair distance bound table, written to Parquet, computed by one of two engines:
+    :mod:`spark_jobs.dijkstra_engine` (one border Dijkstra per cell in the tasks) or
+    :mod:`spark_jobs.graphframes_engine` (GraphFrames Pregel over the border overlay).
+:mod:`spark_jobs.bound_table`
+    The table's format; :func:`~spark_jobs.bound_table.load_bounds_table` reads it back
+    for :meth:`index.spatial.SpatialIndex.build`.
+:mod:`spark_jobs.payload`
+    Networks and cells as broadcasts, the per-cell task frame.
 :mod:`spark_jobs.idf`
     Smoothed idf keyword weights of a large corpus (text, CSV or Parquet).
 :mod:`spark_jobs.batch_match`
     Deliveries of many messages against many subscriptions: subscriptions partitioned by
     cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.cell_frames`
+    Subscriptions and messages read by the executors as DataFrames, each row validated,
+    located and given its cell in the tasks (the driver reads nothing big).
+:mod:`spark_jobs.bound_frames`
+    The bound table as a DataFrame, shuffled to the partitions that need its rows.
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
-    Session creation (Java 17+ check), progress lines, broadcasts, atomic output.
+    Session creation (Java 17+ check), progress lines, broadcasts.
+:mod:`spark_jobs.storage`
+    Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
+    ``s3a://``): output checks, atomic output directories, whole files on the driver.
 :mod:`spark_jobs.bench_spark`
-    Spark vs single-process timings on Rome.
+    Spark vs single-process timings on Rome (batch-match: phases, per-task figures).
 
 Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 """
@@ -28,8 +39,15 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 __all__ = [
     "batch_match",
     "bench_spark",
+    "bound_frames",
+    "bound_table",
+    "cell_frames",
+    "dijkstra_engine",
+    "graphframes_engine",
     "idf",
     "overlay",
+    "payload",
     "precompute_bounds",
     "session",
+    "storage",
 ]

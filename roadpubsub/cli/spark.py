@@ -4,7 +4,9 @@
 ``roadpubsub spark batch-match`` take the same options as
 ``spark-submit spark_jobs/<job>.py`` and call the same ``run`` functions
 (:mod:`spark_jobs.precompute_bounds`, :mod:`spark_jobs.idf`, :mod:`spark_jobs.batch_match`).
-A missing Java 17+ or GraphFrames package is reported as one line with a hint (exit 2).
+Every input and output may be a local path (spaces allowed) or a storage URL
+(``file://``, ``hdfs://``, ``s3a://``; :mod:`spark_jobs.storage`). A missing Java 17+ or
+GraphFrames package is reported as one line with a hint (exit 2).
 """
 
 from __future__ import annotations
