@@ -12,12 +12,12 @@ gives row i of the cell-pair table (:func:`overlay_cell_bounds`), the same as
 :func:`roadnet.cell_bounds.border_distance_row` on the whole network.
 
 Floating point: a shortcut is a partial sum, so an overlay distance adds the same arc
-lengths as the network search but grouped differently. With integer lengths (DIMACS, e.g.
-Rome) every partial sum is exact and the tables are bit-identical; with fractional
-lengths (OSM) they may differ in the last bits (relative 1e-15 per addition).
+lengths as the network search but grouped differently. Every length is a multiple of
+2**-26 m (:mod:`roadnet.lengths`) and sums of such values below 2**27 m are exact in any
+grouping, so the tables are bit-identical (DIMACS and OSM alike).
 
 This module is the pure-local reference of the overlay computation; the ``graphframes``
-engine of :mod:`spark_jobs.precompute_bounds` computes the shortcuts with
+engine (:mod:`spark_jobs.graphframes_engine`) computes the shortcuts with
 :func:`cell_shortcuts` inside Spark tasks and the overlay search with GraphFrames Pregel.
 Every search here is :class:`roadnet.distance.NodeSearch`, the project's one Dijkstra.
 """
@@ -173,8 +173,8 @@ def overlay_cell_bounds(
 ) -> CellBounds:
     """The cell-pair table computed on the border overlay, in this process.
 
-    Same result as :func:`roadnet.cell_bounds.compute_cell_bounds` (bit-identical for
-    integer edge lengths; see the module docstring).
+    Same result as :func:`roadnet.cell_bounds.compute_cell_bounds`, bit for bit (see the
+    module docstring).
 
     Parameters
     ----------
