@@ -39,10 +39,13 @@ __all__ = [
     "border_rows",
     "cell_shortcuts",
     "cell_subnetwork",
+    "clique_shortcuts",
+    "edges_subnetwork",
     "lightest_arcs",
     "overlay_cell_bounds",
     "overlay_network",
     "overlay_shortcuts",
+    "region_border",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,6 +71,21 @@ def _bare_network(*, node_ids: IntArray, x: FloatArray, y: FloatArray, u: IntArr
         directed=directed, name=name)
 
 
+def edges_subnetwork(network: RoadNetwork, edges: IntArray, *, name: str
+                     ) -> tuple[RoadNetwork, IntArray]:
+    """The subgraph of the given edges, compactly numbered: (sub, nodes), ``sub``'s node
+    k being ``network``'s node ``nodes[k]`` (lengths, one-way flags and direction kept)."""
+    e = np.asarray(edges, dtype=np.int64)
+    nodes = np.unique(np.concatenate([network.edge_u[e], network.edge_v[e]]).astype(np.int64))
+    u = np.searchsorted(nodes, network.edge_u[e])
+    v = np.searchsorted(nodes, network.edge_v[e])
+    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
+                        u=u, v=v, length=network.edge_length[e],
+                        oneway=network.edge_oneway[e], crs=network.crs,
+                        directed=network.directed, name=name)
+    return sub, nodes
+
+
 def cell_subnetwork(network: RoadNetwork, cells: Cells, cell: int
                     ) -> tuple[RoadNetwork, IntArray]:
     """The subgraph of one cell's edges, compactly numbered.
@@ -78,29 +96,23 @@ def cell_subnetwork(network: RoadNetwork, cells: Cells, cell: int
         ``sub`` holds only the cell's edges (lengths in metres, one-way flags and
         direction as in ``network``); its node k is ``network``'s node ``nodes[k]``.
     """
-    e = np.flatnonzero(cells.edge_cell == cell)
-    nodes = np.unique(np.concatenate([network.edge_u[e], network.edge_v[e]]).astype(np.int64))
-    u = np.searchsorted(nodes, network.edge_u[e])
-    v = np.searchsorted(nodes, network.edge_v[e])
-    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
-                        u=u, v=v, length=network.edge_length[e],
-                        oneway=network.edge_oneway[e], crs=network.crs,
-                        directed=network.directed, name=f"{network.name} cell {cell}")
-    return sub, nodes
+    return edges_subnetwork(network, np.flatnonzero(cells.edge_cell == cell),
+                            name=f"{network.name} cell {cell}")
 
 
-def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
-    """Shortcut arcs of one cell: (src, dst, metres) between its border vertices.
+def clique_shortcuts(network: RoadNetwork, edges: IntArray, border: IntArray, *,
+                     name: str = "") -> Shortcuts:
+    """Shortcut arcs (src, dst, metres) between the ``border`` nodes of a set of edges.
 
-    ``src`` and ``dst`` are node indices of ``network``; the weight is the shortest
-    distance from src to dst travelling only along the cell's edges (forward arcs).
-    Unreachable pairs and src == dst are left out.
+    The weight of b1 -> b2 is the shortest distance from b1 to b2 travelling only along
+    ``edges`` (one Dijkstra per border node, forward arcs); unreachable pairs and
+    b1 == b2 are left out. Each weight is the length of a real path, so adding such arcs
+    to the overlay never lowers a distance below the network's.
     """
-    border = cells.border_of(cell)
     if border.size < 2:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty.copy(), np.empty(0)
-    sub, nodes = cell_subnetwork(network, cells, cell)
+    sub, nodes = edges_subnetwork(network, edges, name=name or f"{network.name} part")
     local = np.searchsorted(nodes, border)
     search = NodeSearch(sub, reverse=False)
     src: list[IntArray] = []
@@ -115,6 +127,34 @@ def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
         dst.append(np.delete(border, k)[ok].astype(np.int64))
         weight.append(d[ok].copy())
     return np.concatenate(src), np.concatenate(dst), np.concatenate(weight)
+
+
+def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
+    """Shortcut arcs of one cell: (src, dst, metres) between its border vertices.
+
+    ``src`` and ``dst`` are node indices of ``network``; the weight is the shortest
+    distance from src to dst travelling only along the cell's edges (forward arcs).
+    Unreachable pairs and src == dst are left out.
+    """
+    return clique_shortcuts(network, np.flatnonzero(cells.edge_cell == cell),
+                            cells.border_of(cell), name=f"{network.name} cell {cell}")
+
+
+def region_border(network: RoadNetwork, cells: Cells, region_of_cell: IntArray,
+                  region: int) -> tuple[IntArray, IntArray]:
+    """(edges, border) of a region, a set of cells (``region_of_cell[c] == region``):
+    its edges and its border nodes, those with edges inside and outside the region
+    (a subset of the cells' border vertices)."""
+    inside = region_of_cell[cells.edge_cell] == region
+    edges = np.flatnonzero(inside)
+    touched_in = np.zeros(network.n_nodes, dtype=bool)
+    touched_in[network.edge_u[edges]] = True
+    touched_in[network.edge_v[edges]] = True
+    out = np.flatnonzero(~inside)
+    touched_out = np.zeros(network.n_nodes, dtype=bool)
+    touched_out[network.edge_u[out]] = True
+    touched_out[network.edge_v[out]] = True
+    return edges, np.flatnonzero(touched_in & touched_out).astype(np.int64)
 
 
 def overlay_shortcuts(network: RoadNetwork, cells: Cells,
