@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = [
+    "GRAPHFRAMES_JAVA_OPTIONS",
     "REGION_SIZES",
     "GraphFramesNotFoundError",
     "PregelColumns",
@@ -117,6 +118,13 @@ def require_graphframes(spark: SparkSession) -> None:
 
 
 # ---------------------------------------------------------------------------- overlay
+#: JVM options of a local session for this engine: the C1-only JIT of local sessions
+#: (:data:`spark_jobs.session.FAST_START_JAVA_OPTIONS`) caps the code cache at 48 MB,
+#: and the code Spark generates for many supersteps of wide rows filled it ("CodeCache is
+#: full. Compiler has been disabled", then every query interpreted); 37 MB were in use
+#: on Rome at 267 cells. Reserved address space only: memory is used as code is compiled.
+GRAPHFRAMES_JAVA_OPTIONS = ("-XX:ReservedCodeCacheSize=256m",)
+
 #: Region sizes (in cells) of the extra shortcut levels: besides each cell's border
 #: clique, one clique per run of 4 and of 16 consecutive cells (Z-order, so mostly
 #: compact). A superstep then crosses a whole region, which cuts the supersteps of Rome
@@ -318,19 +326,26 @@ def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, 
                        ) -> tuple[FloatArray, FloatArray]:
     """(D, D_far) through the border overlay and GraphFrames Pregel.
 
-    The overlay is small (Rome at 267 cells: 5,135 vertices, 244,208 arcs), so the
-    supersteps shuffle into a few partitions (2 per core) instead of the session's
+    The overlay is small (Rome at 267 cells: 5,135 vertices), so the supersteps shuffle
+    into a few partitions (2 per core) instead of the session's
     ``spark.sql.shuffle.partitions`` (200 by default: 200 tasks of nothing per
-    superstep); the setting is restored afterwards.
+    superstep), and code generation is allowed for the batch's wide rows; both settings
+    are restored afterwards.
     """
     require_graphframes(spark)
     from graphframes import GraphFrame
     from pyspark.storagelevel import StorageLevel
 
     n = cells.n_cells
-    key = "spark.sql.shuffle.partitions"
-    saved = spark.conf.get(key)
-    spark.conf.set(key, str(max(2, 2 * spark.sparkContext.defaultParallelism)))
+    # Whole-stage code generation covers plans of at most spark.sql.codegen.maxFields
+    # fields (100 by default); past it Spark interprets every expression row by row,
+    # and a superstep's triplets carry about 2 * batch_cells fields.
+    settings = {"spark.sql.shuffle.partitions":
+                str(max(2, 2 * spark.sparkContext.defaultParallelism)),
+                "spark.sql.codegen.maxFields": str(max(100, 4 * min(batch_cells, n) + 50))}
+    saved: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         with stage(spark, f"precompute-bounds: shortcuts of {n} cells"):
             arcs = overlay_arcs_frame(spark, network, cells, partitions=partitions).persist(
@@ -355,8 +370,9 @@ def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, 
         arcs.unpersist()
         vdf.unpersist()
     finally:
-        if saved is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, saved)
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
     return D, D_far

@@ -71,6 +71,7 @@ from spark_jobs.bound_table import (
 )
 from spark_jobs.dijkstra_engine import dijkstra_rows
 from spark_jobs.graphframes_engine import (
+    GRAPHFRAMES_JAVA_OPTIONS,
     GraphFramesNotFoundError,
     PregelColumns,
     graphframes_package,
@@ -300,7 +301,9 @@ def run(args: argparse.Namespace) -> int:
     cells = build_cells(network, capacity=args.capacity, max_depth=args.max_depth)
     log(f"{network.name}: {network.n_nodes} nodes, {network.n_edges} edges, "
         f"{cells.n_cells} cells (capacity {args.capacity}) in {time.perf_counter() - t0:.1f} s")
-    spark = session_from_args(args, app_name="roadpubsub precompute-bounds")
+    spark = session_from_args(args, app_name="roadpubsub precompute-bounds",
+                              java_options=GRAPHFRAMES_JAVA_OPTIONS
+                              if args.engine == "graphframes" else ())
     if args.engine == "graphframes":
         require_graphframes(spark)  # fail before any work
     out = write_bounds_table(spark, network, cells, args.out, engine=args.engine,
