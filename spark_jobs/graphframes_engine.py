@@ -9,6 +9,7 @@ raw road graph instead would take hundreds of supersteps.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from roadnet.cells import Cells
-from roadnet.errors import RoadPubSubError
+from roadnet.errors import InputError, RoadPubSubError
 from roadnet.network import RoadNetwork
-from spark_jobs.overlay import border_rows, cell_shortcuts, clique_shortcuts, region_border
+from spark_jobs.overlay import border_rows, cell_shortcuts, region_shortcuts
 from spark_jobs.payload import broadcast_network, network_and_cells
 from spark_jobs.session import cached_payload, log, stage
 
@@ -132,26 +133,46 @@ GRAPHFRAMES_JAVA_OPTIONS = ("-XX:ReservedCodeCacheSize=256m",)
 REGION_SIZES = (4, 16)
 
 
-def _shortcuts_task(bc: Broadcast[dict[str, Any]]
+def _region_sizes(region_sizes: Sequence[int], n_cells: int) -> list[int]:
+    """1 (the cells) and the region sizes below ``n_cells``, ascending; each must divide
+    the next so that regions nest."""
+    sizes = [1, *sorted({int(g) for g in region_sizes if 1 < int(g) < n_cells})]
+    if any(b % a for a, b in itertools.pairwise(sizes)):
+        msg = f"region sizes must each divide the next, got {sorted(region_sizes)}"
+        raise InputError(msg)
+    return sizes
+
+
+def _shortcuts_task(bc: Broadcast[dict[str, Any]], sizes: Sequence[int]
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function: (size, region) -> the region's border-to-border shortcut arcs
-    (size 1: a cell, :func:`spark_jobs.overlay.cell_shortcuts`; else the cells
-    ``region * size .. region * size + size - 1``)."""
+    """mapInArrow function: top regions (runs of ``sizes[-1]`` consecutive cells) -> the
+    shortcut arcs inside them: each cell's clique
+    (:func:`spark_jobs.overlay.cell_shortcuts`) and, for every smaller size, each
+    nested region's clique (:func:`spark_jobs.overlay.region_shortcuts`, searched on its
+    cells' cliques)."""
+    top = sizes[-1]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         network, cells = cached_payload(bc, "cells", network_and_cells)
+        n = cells.n_cells
         for batch in batches:
-            for size, region in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
-                                    strict=True):
-                if size == 1:
-                    src, dst, w = cell_shortcuts(network, cells, int(region))
-                else:
-                    region_of_cell = np.arange(cells.n_cells) // int(size)
-                    edges, border = region_border(network, cells, region_of_cell, int(region))
-                    src, dst, w = clique_shortcuts(network, edges, border)
+            for r in batch.column(0).to_pylist():
+                first, stop = int(r) * top, min(int(r) * top + top, n)
+                per_cell = [cell_shortcuts(network, cells, c) for c in range(first, stop)]
+                parts = list(per_cell)
+                for g in sizes[1:]:
+                    for lo in range(first, stop, g):
+                        own = per_cell[lo - first:min(lo + g, stop) - first]
+                        arcs = (np.concatenate([p[0] for p in own]),
+                                np.concatenate([p[1] for p in own]),
+                                np.concatenate([p[2] for p in own]))
+                        parts.append(region_shortcuts(network, cells,
+                                                      np.arange(lo, min(lo + g, stop)), arcs))
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(src, pa.int64()), pa.array(dst, pa.int64()),
-                     pa.array(w, pa.float64())], names=["src", "dst", "weight"])
+                    [pa.array(np.concatenate([p[0] for p in parts]), pa.int64()),
+                     pa.array(np.concatenate([p[1] for p in parts]), pa.int64()),
+                     pa.array(np.concatenate([p[2] for p in parts]), pa.float64())],
+                    names=["src", "dst", "weight"])
 
     return run
 
@@ -253,18 +274,12 @@ def overlay_arcs_frame(spark: SparkSession, network: RoadNetwork, cells: Cells, 
     from pyspark.sql import functions as F  # noqa: N812
 
     n = cells.n_cells
-    sizes = [1, *sorted({int(g) for g in region_sizes if 1 < int(g) < n})]
-    # Largest regions first: the longest tasks start early.
-    size_col = np.concatenate([np.full(-(-n // g), g, dtype=np.int64) for g in sizes[::-1]])
-    region_col = np.concatenate([np.arange(-(-n // g), dtype=np.int64) for g in sizes[::-1]])
-    parts = partitions or min(size_col.size, 4 * spark.sparkContext.defaultParallelism)
+    sizes = _region_sizes(region_sizes, n)
+    n_top = -(-n // sizes[-1])
+    parts = partitions or min(n_top, 4 * spark.sparkContext.defaultParallelism)
     bc = broadcast_network(spark, network, cells)
-    # Round-robin over the tasks (row k to task k % parts) keeps their loads alike.
-    order = np.argsort(np.arange(size_col.size) % parts, kind="stable")
-    regions = spark.createDataFrame(pa.table({"size": size_col[order],
-                                              "region": region_col[order]}))
-    return (regions.repartitionByRange(parts, F.monotonically_increasing_id())
-            .mapInArrow(_shortcuts_task(bc), "src long, dst long, weight double")
+    return (spark.range(0, n_top, 1, max(1, min(parts, n_top)))
+            .mapInArrow(_shortcuts_task(bc, sizes), "src long, dst long, weight double")
             .groupBy("src", "dst").agg(F.min("weight").alias("weight")))
 
 

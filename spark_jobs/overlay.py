@@ -45,7 +45,7 @@ __all__ = [
     "overlay_cell_bounds",
     "overlay_network",
     "overlay_shortcuts",
-    "region_border",
+    "region_shortcuts",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -113,6 +113,11 @@ def clique_shortcuts(network: RoadNetwork, edges: IntArray, border: IntArray, *,
         empty = np.empty(0, dtype=np.int64)
         return empty, empty.copy(), np.empty(0)
     sub, nodes = edges_subnetwork(network, edges, name=name or f"{network.name} part")
+    return _clique(sub, nodes, border)
+
+
+def _clique(sub: RoadNetwork, nodes: IntArray, border: IntArray) -> Shortcuts:
+    """Border-to-border distances in ``sub`` (node k of sub is node ``nodes[k]``)."""
     local = np.searchsorted(nodes, border)
     search = NodeSearch(sub, reverse=False)
     src: list[IntArray] = []
@@ -129,6 +134,36 @@ def clique_shortcuts(network: RoadNetwork, edges: IntArray, border: IntArray, *,
     return np.concatenate(src), np.concatenate(dst), np.concatenate(weight)
 
 
+def region_shortcuts(network: RoadNetwork, cells: Cells, region: IntArray,
+                     arcs: Shortcuts) -> Shortcuts:
+    """Shortcut arcs between the border vertices of a region (a set of cells), from the
+    shortcut arcs of its cells.
+
+    The region's border vertices are the border vertices of its cells that also border
+    a cell outside it. Their distances inside the region are searched on ``arcs`` (the
+    cells' cliques, :func:`cell_shortcuts`, or any exact shortcuts inside the region),
+    not on the road edges: by the overlay argument of the module docstring restricted to
+    the region, the two are equal, and the clique graph is far smaller.
+    """
+    region = np.asarray(region, dtype=np.int64)
+    inside = np.zeros(cells.n_cells, dtype=bool)
+    inside[region] = True
+    owner = np.repeat(np.arange(cells.n_cells), np.diff(cells.border_ptr))
+    in_nodes = np.unique(cells.border_nodes[inside[owner]])
+    out_nodes = np.unique(cells.border_nodes[~inside[owner]])
+    border = np.intersect1d(in_nodes, out_nodes).astype(np.int64)
+    src, dst, w = arcs
+    if border.size < 2 or src.size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty.copy(), np.empty(0)
+    nodes = np.unique(np.concatenate([src, dst, border])).astype(np.int64)
+    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
+                        u=np.searchsorted(nodes, src), v=np.searchsorted(nodes, dst),
+                        length=w, oneway=np.ones(w.size, dtype=bool), crs=network.crs,
+                        directed=True, name=f"{network.name} region")
+    return _clique(sub, nodes, border)
+
+
 def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
     """Shortcut arcs of one cell: (src, dst, metres) between its border vertices.
 
@@ -138,23 +173,6 @@ def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
     """
     return clique_shortcuts(network, np.flatnonzero(cells.edge_cell == cell),
                             cells.border_of(cell), name=f"{network.name} cell {cell}")
-
-
-def region_border(network: RoadNetwork, cells: Cells, region_of_cell: IntArray,
-                  region: int) -> tuple[IntArray, IntArray]:
-    """(edges, border) of a region, a set of cells (``region_of_cell[c] == region``):
-    its edges and its border nodes, those with edges inside and outside the region
-    (a subset of the cells' border vertices)."""
-    inside = region_of_cell[cells.edge_cell] == region
-    edges = np.flatnonzero(inside)
-    touched_in = np.zeros(network.n_nodes, dtype=bool)
-    touched_in[network.edge_u[edges]] = True
-    touched_in[network.edge_v[edges]] = True
-    out = np.flatnonzero(~inside)
-    touched_out = np.zeros(network.n_nodes, dtype=bool)
-    touched_out[network.edge_u[out]] = True
-    touched_out[network.edge_v[out]] = True
-    return edges, np.flatnonzero(touched_in & touched_out).astype(np.int64)
 
 
 def overlay_shortcuts(network: RoadNetwork, cells: Cells,

@@ -33,7 +33,12 @@ from spark_jobs.graphframes_engine import (
     pregel_columns,
     rows_from_pregel,
 )
-from spark_jobs.overlay import overlay_cell_bounds
+from spark_jobs.overlay import (
+    cell_shortcuts,
+    lightest_arcs,
+    overlay_cell_bounds,
+    region_shortcuts,
+)
 from spark_jobs.precompute_bounds import precompute_cell_bounds, write_bounds_table
 
 FIELDS = ("kappa", "D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
@@ -164,6 +169,32 @@ def test_graphframes_program_on_the_overlay_equals_local_overlay(
     np.testing.assert_array_equal(D, want.D)
     np.testing.assert_array_equal(D_far, want.D_far)
     np.testing.assert_array_equal(D, compute_cell_bounds(andorra, cells).D)
+
+
+def test_region_shortcuts_keep_the_overlay_exact(andorra: RoadNetwork) -> None:
+    # The graphframes engine adds cliques of runs of 4 and 16 cells, searched on their
+    # cells' cliques: the overlay's distances stay the network's, bit for bit, and the
+    # region arcs join only border vertices of their regions.
+    cells = build_cells(andorra, capacity=32)
+    n = cells.n_cells
+    per_cell = [cell_shortcuts(andorra, cells, c) for c in range(n)]
+    parts = list(per_cell)
+    owner = np.repeat(np.arange(n), np.diff(cells.border_ptr))
+    for g in (4, 16):
+        for lo in range(0, n, g):
+            own = per_cell[lo:lo + g]
+            arcs = (np.concatenate([p[0] for p in own]), np.concatenate([p[1] for p in own]),
+                    np.concatenate([p[2] for p in own]))
+            src, dst, w = region_shortcuts(andorra, cells, np.arange(lo, min(lo + g, n)), arcs)
+            outside = np.unique(cells.border_nodes[(owner < lo) | (owner >= lo + g)])
+            assert np.isin(src, outside).all() and np.isin(dst, outside).all()
+            parts.append((src, dst, w))
+    shortcuts = lightest_arcs(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
+    assert sum(p[0].size for p in parts[n:]) > 0  # the regions added arcs
+    got = overlay_cell_bounds(andorra, cells, shortcuts=shortcuts)
+    want = compute_cell_bounds(andorra, cells)
+    np.testing.assert_array_equal(got.D, want.D)
+    np.testing.assert_array_equal(got.D_far, want.D_far)
 
 
 @pytest.mark.spark
