@@ -372,8 +372,11 @@ def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, 
         graph = GraphFrame(vdf, arcs)
         D = np.empty((n, n))
         D_far = np.empty((n, n))
-        for base in range(0, n, batch_cells):
-            k = min(batch_cells, n - base)
+        # Batches of equal size (267 cells at most 256 a batch: 2 of 133-134, not 256 + 11).
+        n_batches = -(-n // batch_cells)
+        starts = [b * n // n_batches for b in range(n_batches + 1)]
+        for base, stop in itertools.pairwise(starts):
+            k = stop - base
             cols = pregel_columns(base, k, limit=limit)
             with stage(spark, f"precompute-bounds: Pregel over the overlay, source cells "
                               f"{base}..{base + k - 1} of {n}"):

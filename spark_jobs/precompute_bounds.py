@@ -104,6 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The job's names and, re-exported, those of the modules split off it that other code
 #: imports from here.
 __all__ = [
+    "BATCH_CELLS",
     "BOUNDS_META_FILE",
     "ENGINES",
     "BoundsTableError",
@@ -137,6 +138,11 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Engines of the job.
 ENGINES = ("dijkstra", "graphframes")
+#: Source cells per Pregel run of the graphframes engine (at most; batches are evened
+#: out). Each superstep costs a few Spark jobs whatever its width, so few wide batches
+#: beat many narrow ones; the vertex state is border vertices x batch doubles (Rome at
+#: 267 cells, one batch as measured in BENCHMARKS.md: 5,135 x 267, 11 MB).
+BATCH_CELLS = 320
 
 
 # ---------------------------------------------------------------------------- public API
@@ -148,7 +154,7 @@ def precompute_cell_bounds(
     engine: str = "dijkstra",
     limit: float = math.inf,
     partitions: int | None = None,
-    batch_cells: int = 64,
+    batch_cells: int = BATCH_CELLS,
 ) -> CellBounds:
     """The bound table computed on Spark, returned in memory (nothing is written).
 
@@ -161,7 +167,8 @@ def precompute_cell_bounds(
     partitions
         Spark tasks for the per-cell work (default: 4 per core, at most one per cell).
     batch_cells
-        Source cells per Pregel run (graphframes engine).
+        Source cells per Pregel run (graphframes engine; at most, batches are evened
+        out).
 
     Raises
     ------
@@ -203,7 +210,7 @@ def write_bounds_table(
     capacity: int | None = None,
     max_depth: int | None = None,
     partitions: int | None = None,
-    batch_cells: int = 64,
+    batch_cells: int = BATCH_CELLS,
 ) -> Path:
     """Compute the table on Spark and write it to the directory ``out`` (atomically).
 
@@ -269,7 +276,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="honour one-way roads (must match the index that loads it)")
     parser.add_argument("--partitions", type=int, default=None,
                         help="Spark tasks for the per-cell work (default: 4 per core)")
-    parser.add_argument("--batch-cells", type=int, default=64,
+    parser.add_argument("--batch-cells", type=int, default=BATCH_CELLS,
                         help="source cells per Pregel run (graphframes engine)")
     add_spark_arguments(parser)
 
