@@ -1,10 +1,22 @@
 """The bound table's ``graphframes`` engine: GraphFrames Pregel over the border overlay.
 
-Tasks compute each cell's border-to-border shortcuts (:func:`spark_jobs.overlay.cell_shortcuts`);
-GraphFrames Pregel then runs multi-source shortest paths over the small border overlay, a
-batch of source cells at a time (vertex state: one distance per source cell of the batch).
-Needs the GraphFrames JVM package (:func:`graphframes_package`). Iterating joins over the
-raw road graph instead would take hundreds of supersteps.
+1. Shortcuts, in the tasks (one per run of 16 consecutive cells): each cell's border
+   clique, its border vertices joined by their exact distances inside the cell (the
+   project's Dijkstra, :func:`spark_jobs.overlay.cell_shortcuts`), and the cliques of
+   runs of 4 and 16 cells (:data:`REGION_SIZES`, searched on the cells' cliques,
+   :func:`spark_jobs.overlay.region_shortcuts`). A shortest path then needs one
+   superstep per region or cell crossed: 43 supersteps on Rome at 267 cells with cell
+   cliques only, fewer with the regions.
+2. Pregel over the overlay (vertices: border vertices), a batch of source cells at a
+   time, one double column per source cell (:func:`pregel_columns`): only vertices
+   whose distances fell send, the run stops when none did, the state is locally
+   checkpointed every other superstep (:func:`run_pregel`).
+3. Rows of (D, D_far) from the final distances, reduced as the local path does
+   (:func:`rows_from_pregel`).
+
+The result equals the ``dijkstra`` engine bit for bit (rounding: :class:`PregelColumns`).
+Needs the GraphFrames JVM package (:func:`graphframes_package`); for a local session,
+:data:`GRAPHFRAMES_JAVA_OPTIONS` sizes the JIT's code cache.
 """
 
 from __future__ import annotations

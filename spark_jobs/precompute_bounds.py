@@ -10,8 +10,8 @@ The job is split by subject:
     ``--engine dijkstra`` (default): one border Dijkstra per cell in the tasks, the very
     function of the local path; bit-identical to the local table.
 :mod:`spark_jobs.graphframes_engine`
-    ``--engine graphframes``: GraphFrames Pregel over the border overlay (needs the
-    GraphFrames JVM package); bit-identical to ``dijkstra``.
+    ``--engine graphframes``: GraphFrames Pregel over the border overlay of cell and
+    region cliques (needs the GraphFrames JVM package); bit-identical to ``dijkstra``.
 :mod:`spark_jobs.bound_table`
     The output format (Parquet rows and ``_roadpubsub_bounds.json``), the network and
     cells fingerprints, and the reader :func:`load_bounds_table`.
