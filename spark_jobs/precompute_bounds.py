@@ -139,10 +139,10 @@ FloatArray = npt.NDArray[np.float64]
 #: Engines of the job.
 ENGINES = ("dijkstra", "graphframes")
 #: Source cells per Pregel run of the graphframes engine (at most; batches are evened
-#: out). Each superstep costs a few Spark jobs whatever its width, so few wide batches
-#: beat many narrow ones; the vertex state is border vertices x batch doubles (Rome at
-#: 267 cells, one batch as measured in BENCHMARKS.md: 5,135 x 267, 11 MB).
-BATCH_CELLS = 320
+#: out). A superstep's rows carry about 2 fields per source cell; at 267 (Rome in one
+#: batch) Spark's Java compiler spent 2 minutes on the first superstep's code and failed
+#: (then interpreted), so batches stay narrow enough for quickly compiled code.
+BATCH_CELLS = 32
 
 
 # ---------------------------------------------------------------------------- public API
