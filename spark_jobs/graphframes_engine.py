@@ -1,29 +1,41 @@
 """The bound table's ``graphframes`` engine: GraphFrames Pregel over the border overlay.
 
-Tasks compute each cell's border-to-border shortcuts (:func:`spark_jobs.overlay.cell_shortcuts`);
-GraphFrames Pregel then runs multi-source shortest paths over the small border overlay, a
-batch of source cells at a time (vertex state: one distance per source cell of the batch).
-Needs the GraphFrames JVM package (:func:`graphframes_package`). Iterating joins over the
-raw road graph instead would take hundreds of supersteps.
+1. Shortcuts, in the tasks (one per run of 16 consecutive cells): each cell's border
+   clique, its border vertices joined by their exact distances inside the cell (the
+   project's Dijkstra, :func:`spark_jobs.overlay.cell_shortcuts`), and the cliques of
+   runs of 4 and 16 cells (:data:`REGION_SIZES`, searched on the cells' cliques,
+   :func:`spark_jobs.overlay.region_shortcuts`). A shortest path then needs one
+   superstep per region or cell crossed: 43 supersteps on Rome at 267 cells with cell
+   cliques only, fewer with the regions.
+2. Pregel over the overlay (vertices: border vertices), a batch of source cells at a
+   time, one double column per source cell (:func:`pregel_columns`): only vertices
+   whose distances fell send, the run stops when none did, the state is locally
+   checkpointed every other superstep (:func:`run_pregel`).
+3. Rows of (D, D_far) from the final distances, reduced as the local path does
+   (:func:`rows_from_pregel`).
+
+The result equals the ``dijkstra`` engine bit for bit (rounding: :class:`PregelColumns`).
+Needs the GraphFrames JVM package (:func:`graphframes_package`); for a local session,
+:data:`GRAPHFRAMES_JAVA_OPTIONS` sizes the JIT's code cache.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from roadnet.cells import Cells
-from roadnet.errors import RoadPubSubError
+from roadnet.errors import InputError, RoadPubSubError
 from roadnet.network import RoadNetwork
-from spark_jobs.overlay import border_rows, cell_shortcuts
-from spark_jobs.payload import broadcast_network, cell_ids_frame, network_and_cells
+from spark_jobs.overlay import border_rows, cell_shortcuts, region_shortcuts
+from spark_jobs.payload import broadcast_network, network_and_cells
 from spark_jobs.session import cached_payload, log, stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = [
+    "GRAPHFRAMES_JAVA_OPTIONS",
+    "REGION_SIZES",
     "GraphFramesNotFoundError",
     "PregelColumns",
     "graphframes_package",
@@ -41,6 +55,7 @@ __all__ = [
     "pregel_columns",
     "require_graphframes",
     "rows_from_pregel",
+    "run_pregel",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -116,18 +131,60 @@ def require_graphframes(spark: SparkSession) -> None:
 
 
 # ---------------------------------------------------------------------------- overlay
-def _shortcuts_task(bc: Broadcast[dict[str, Any]]
+#: JVM options of a local session for this engine: the C1-only JIT of local sessions
+#: (:data:`spark_jobs.session.FAST_START_JAVA_OPTIONS`) caps the code cache at 48 MB,
+#: and the code Spark generates for many supersteps of wide rows filled it ("CodeCache is
+#: full. Compiler has been disabled", then every query interpreted); 37 MB were in use
+#: on Rome at 267 cells. Reserved address space only: memory is used as code is compiled.
+GRAPHFRAMES_JAVA_OPTIONS = ("-XX:ReservedCodeCacheSize=256m",)
+
+#: Region sizes (in cells) of the extra shortcut levels: besides each cell's border
+#: clique, one clique per run of 4 and of 16 consecutive cells (Z-order, so mostly
+#: compact). A superstep then crosses a whole region, which cuts the supersteps of Rome
+#: at 267 cells from 43 to about a third (every superstep costs a few Spark jobs).
+REGION_SIZES = (4, 16)
+
+
+def _region_sizes(region_sizes: Sequence[int], n_cells: int) -> list[int]:
+    """1 (the cells) and the region sizes below ``n_cells``, ascending; each must divide
+    the next so that regions nest."""
+    sizes = [1, *sorted({int(g) for g in region_sizes if 1 < int(g) < n_cells})]
+    if any(b % a for a, b in itertools.pairwise(sizes)):
+        msg = f"region sizes must each divide the next, got {sorted(region_sizes)}"
+        raise InputError(msg)
+    return sizes
+
+
+def _shortcuts_task(bc: Broadcast[dict[str, Any]], sizes: Sequence[int]
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function: cell ids -> their border-to-border shortcut arcs."""
+    """mapInArrow function: top regions (runs of ``sizes[-1]`` consecutive cells) -> the
+    shortcut arcs inside them: each cell's clique
+    (:func:`spark_jobs.overlay.cell_shortcuts`) and, for every smaller size, each
+    nested region's clique (:func:`spark_jobs.overlay.region_shortcuts`, searched on its
+    cells' cliques)."""
+    top = sizes[-1]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         network, cells = cached_payload(bc, "cells", network_and_cells)
+        n = cells.n_cells
         for batch in batches:
-            for c in batch.column(0).to_pylist():
-                src, dst, w = cell_shortcuts(network, cells, int(c))
+            for r in batch.column(0).to_pylist():
+                first, stop = int(r) * top, min(int(r) * top + top, n)
+                per_cell = [cell_shortcuts(network, cells, c) for c in range(first, stop)]
+                parts = list(per_cell)
+                for g in sizes[1:]:
+                    for lo in range(first, stop, g):
+                        own = per_cell[lo - first:min(lo + g, stop) - first]
+                        arcs = (np.concatenate([p[0] for p in own]),
+                                np.concatenate([p[1] for p in own]),
+                                np.concatenate([p[2] for p in own]))
+                        parts.append(region_shortcuts(network, cells,
+                                                      np.arange(lo, min(lo + g, stop)), arcs))
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(src, pa.int64()), pa.array(dst, pa.int64()),
-                     pa.array(w, pa.float64())], names=["src", "dst", "weight"])
+                    [pa.array(np.concatenate([p[0] for p in parts]), pa.int64()),
+                     pa.array(np.concatenate([p[1] for p in parts]), pa.int64()),
+                     pa.array(np.concatenate([p[2] for p in parts]), pa.float64())],
+                    names=["src", "dst", "weight"])
 
     return run
 
@@ -136,29 +193,44 @@ def _shortcuts_task(bc: Broadcast[dict[str, Any]]
 class PregelColumns:
     """The Pregel program over the border overlay for one batch of source cells.
 
-    Vertex columns (beside ``id`` and ``cells``, the cells a border vertex borders):
-    ``dist``, one distance in metres per source cell of the batch (0 at the source cell's
-    border vertices, inf elsewhere), and ``improved``, whether the last update lowered
-    any of them. A vertex that improved sends ``dist + weight`` along its shortcut arcs
-    (inf beyond the limit); messages are collected and folded in by element-wise minimum.
-    Without a change anywhere no message is sent, which ends the run (early stopping).
+    One vertex column per source cell of the batch, ``d0 .. d{k-1}``: the distance in
+    metres from that cell's border vertices (0 at them, inf before reached). Plain double
+    columns, not an array: every expression below is one of Spark's code-generated ones
+    (``+``, ``least``, ``min``), where array lambdas (``transform``, ``zip_with``) are
+    interpreted element by element. A vertex is *active* when the last update lowered
+    one of its distances (initially: when it borders a source cell); only active vertices
+    send, along each shortcut arc, their distances plus the arc's weight (inf beyond the
+    limit), folded by a per-column minimum. When no vertex is active the run stops.
+
+    Rounding: every edge length is a multiple of 2**-26 m (:mod:`roadnet.lengths`), a
+    shortcut weight is the exact Dijkstra distance inside its cell (a sum of such
+    lengths) and a vertex distance a sum of shortcut weights: all sums of grid values
+    below 2**27 m, hence exact in float64 whatever their grouping. So every overlay
+    distance is the exact network distance, bit for bit what the dijkstra engine's search
+    computes by adding the same edges one at a time; no bound moves by a rounding. (A sum
+    beyond 2**27 m, about 134,000 km, could round, but monotonically, and it exceeds
+    every admissible Dmax, :func:`roadnet.lengths.check_dmax`, either way.)
 
     Attributes
     ----------
-    init_dist, init_improved
-        Initial expressions (over the original vertex columns).
-    update_dist, update_improved
-        Update expressions (over the vertex columns and the aggregated message).
+    names
+        The distance columns, ``d0 .. d{k-1}``.
+    init, update
+        Initial and update expression of each distance column (update: over the old
+        columns and the aggregated message ``Pregel.msg()``).
+    init_active, update_active
+        Whether a vertex sends in the next superstep.
     message
-        Message sent to each arc's destination (null: no message).
+        Struct ``m0 .. m{k-1}`` sent to each arc's destination.
     aggregate
-        Aggregation of the messages of a vertex.
+        Struct of per-field minima of a vertex's messages.
     """
 
-    init_dist: Column
-    init_improved: Column
-    update_dist: Column
-    update_improved: Column
+    names: tuple[str, ...]
+    init: tuple[Column, ...]
+    update: tuple[Column, ...]
+    init_active: Column
+    update_active: Column
     message: Column
     aggregate: Column
 
@@ -170,55 +242,56 @@ def pregel_columns(base: int, k: int, *, limit: float = math.inf) -> PregelColum
     from pyspark.sql import functions as F  # noqa: N812
 
     inf = F.lit(math.inf)
-    first = F.lit(base)
-
-    def initial(j: Column) -> Column:
-        return F.when(F.array_contains(F.col("cells"), j + first), F.lit(0.0)).otherwise(inf)
-
-    def least(a: Column, b: Column) -> Column:
-        return F.least(a, b)
-
-    def fold(acc: Column, x: Column) -> Column:
-        return F.zip_with(acc, x, least)
-
-    def lower(a: Column, b: Column) -> Column:
-        return a < b
-
-    def identity(t: Column) -> Column:
-        return t
-
-    def is_zero(x: Column) -> Column:
-        return x == 0.0
-
-    def relax(x: Column) -> Column:
-        total = x + Pregel.edge("weight")
-        return F.when(total <= F.lit(limit), total).otherwise(inf)
-
-    init = F.transform(F.sequence(F.lit(0), F.lit(k - 1)), initial)
+    names = tuple(f"d{j}" for j in range(k))
+    fields = [f"m{j}" for j in range(k)]
     msg = Pregel.msg()
-    dist = F.col("dist")
-    merged = F.aggregate(msg, dist, fold)
+    weight = Pregel.edge("weight")
+
+    def relax(name: str) -> Column:
+        total = Pregel.src(name) + weight
+        return total if math.isinf(limit) else F.when(total <= F.lit(limit), total).otherwise(
+            inf)
+
+    init = tuple(F.when(F.array_contains(F.col("cells"), F.lit(base + j)), F.lit(0.0))
+                 .otherwise(inf) for j in range(k))
+    # least() skips nulls: a vertex without messages (null struct) keeps its distances.
+    update = tuple(F.least(F.col(n), msg[f]) for n, f in zip(names, fields, strict=True))
+    lowered = [F.coalesce(msg[f] < F.col(n), F.lit(False))
+               for n, f in zip(names, fields, strict=True)]
     return PregelColumns(
-        init_dist=init,
-        init_improved=F.exists(init, is_zero),
-        update_dist=F.when(msg.isNull(), dist).otherwise(merged),
-        update_improved=F.when(msg.isNull(), F.lit(False)).otherwise(
-            F.exists(F.zip_with(merged, dist, lower), identity)),
-        message=F.when(Pregel.src("improved"), F.transform(Pregel.src("dist"), relax)),
-        aggregate=F.collect_list(msg),
+        names=names,
+        init=init,
+        update=update,
+        init_active=F.exists(F.col("cells"), lambda c: (c >= base) & (c < base + k)),
+        update_active=F.greatest(*lowered) if k > 1 else lowered[0],
+        message=F.struct(*[relax(n).alias(f) for n, f in zip(names, fields, strict=True)]),
+        aggregate=F.struct(*[F.min(msg[f]).alias(f) for f in fields]),
     )
 
 
 def overlay_arcs_frame(spark: SparkSession, network: RoadNetwork, cells: Cells, *,
-                       partitions: int | None = None) -> DataFrame:
+                       partitions: int | None = None,
+                       region_sizes: Sequence[int] = REGION_SIZES) -> DataFrame:
     """Shortcut arcs ``src``, ``dst`` (node indices), ``weight`` (metres) of the border
-    overlay, computed per cell in the tasks (:func:`spark_jobs.overlay.cell_shortcuts`);
-    the lightest arc per (src, dst)."""
+    overlay, computed in the tasks: each cell's border clique
+    (:func:`spark_jobs.overlay.cell_shortcuts`) and, for each size in ``region_sizes``,
+    the clique of each run of that many consecutive cells (its border vertices, a subset
+    of the cells', joined by exact distances inside the run); the lightest arc per
+    (src, dst).
+
+    Every arc weighs the length of a real path and every cell's clique is there, so the
+    overlay distances are the network distances whatever the regions (they only shorten
+    the supersteps' count).
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
+    n = cells.n_cells
+    sizes = _region_sizes(region_sizes, n)
+    n_top = -(-n // sizes[-1])
+    parts = partitions or min(n_top, 4 * spark.sparkContext.defaultParallelism)
     bc = broadcast_network(spark, network, cells)
-    return (cell_ids_frame(spark, cells.n_cells, partitions)
-            .mapInArrow(_shortcuts_task(bc), "src long, dst long, weight double")
+    return (spark.range(0, n_top, 1, max(1, min(parts, n_top)))
+            .mapInArrow(_shortcuts_task(bc, sizes), "src long, dst long, weight double")
             .groupBy("src", "dst").agg(F.min("weight").alias("weight")))
 
 
@@ -238,13 +311,13 @@ def overlay_vertices_frame(spark: SparkSession, cells: Cells) -> DataFrame:
 def rows_from_pregel(cells: Cells, result: pa.Table, base: int, k: int, *,
                      limit: float = math.inf) -> tuple[FloatArray, FloatArray]:
     """Rows ``base .. base + k - 1`` of (D, D_far) from final vertex states (``id``,
-    ``dist``), reduced as :func:`spark_jobs.overlay.border_rows` does."""
+    ``d0 .. d{k-1}``), reduced as :func:`spark_jobs.overlay.border_rows` does."""
     vertices = np.flatnonzero(cells.node_is_border).astype(np.int64)
     ids = np.asarray(result.column("id").to_numpy(), dtype=np.int64)
-    values = np.asarray(pc.list_flatten(result.column("dist")).to_numpy(),
-                        dtype=np.float64).reshape(ids.size, k)
     dist_at = np.full((vertices.size, k), np.inf)
-    dist_at[np.searchsorted(vertices, ids)] = values
+    at = np.searchsorted(vertices, ids)
+    for j in range(k):
+        dist_at[at, j] = result.column(f"d{j}").to_numpy()
     at_border = np.searchsorted(vertices, cells.border_nodes)
     D = np.empty((k, cells.n_cells))
     D_far = np.empty((k, cells.n_cells))
@@ -253,46 +326,83 @@ def rows_from_pregel(cells: Cells, result: pa.Table, base: int, k: int, *,
     return D, D_far
 
 
+def run_pregel(graph: Any, cols: PregelColumns, *, max_iter: int) -> DataFrame:
+    """GraphFrames Pregel of ``cols`` on ``graph``: only active vertices join the arcs,
+    the run stops when none is active, and the vertex state is locally checkpointed every
+    other superstep (cuts the lineage)."""
+    pregel = (graph.pregel
+              .setMaxIter(max_iter)
+              .setEarlyStopping(False)
+              .setStopIfAllNonActiveVertices(True)
+              .setInitialActiveVertexExpression(cols.init_active)
+              .setUpdateActiveVertexExpression(cols.update_active)
+              .setSkipMessagesFromNonActiveVertices(True)
+              .setUseLocalCheckpoints(True)
+              .setCheckpointInterval(2))
+    for name, init, update in zip(cols.names, cols.init, cols.update, strict=True):
+        pregel = pregel.withVertexColumn(name, init, update)
+    return (pregel.sendMsgToDst(cols.message)
+            .aggMsgs(cols.aggregate)
+            .required_src_columns(*cols.names)
+            .required_edge_columns("weight")
+            .run())
+
+
 def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, *,
                        limit: float, partitions: int | None, batch_cells: int
                        ) -> tuple[FloatArray, FloatArray]:
-    """(D, D_far) through the border overlay and GraphFrames Pregel."""
+    """(D, D_far) through the border overlay and GraphFrames Pregel.
+
+    The overlay is small (Rome at 267 cells: 5,135 vertices), so the supersteps shuffle
+    into a few partitions (2 per core) instead of the session's
+    ``spark.sql.shuffle.partitions`` (200 by default: 200 tasks of nothing per
+    superstep), and code generation is allowed for the batch's wide rows; both settings
+    are restored afterwards.
+    """
     require_graphframes(spark)
     from graphframes import GraphFrame
     from pyspark.storagelevel import StorageLevel
 
     n = cells.n_cells
-    with stage(spark, f"precompute-bounds: shortcuts of {n} cells"):
-        arcs = overlay_arcs_frame(spark, network, cells, partitions=partitions).persist(
-            StorageLevel.MEMORY_AND_DISK)
-        n_arcs = arcs.count()
-    vdf = overlay_vertices_frame(spark, cells).persist(StorageLevel.MEMORY_AND_DISK)
-    n_vertices = int(cells.node_is_border.sum())
-    log(f"border overlay: {n_vertices} vertices, {n_arcs} shortcut arcs")
-    graph = GraphFrame(vdf, arcs)
-    D = np.empty((n, n))
-    D_far = np.empty((n, n))
-    for base in range(0, n, batch_cells):
-        k = min(batch_cells, n - base)
-        cols = pregel_columns(base, k, limit=limit)
-        with stage(spark, f"precompute-bounds: Pregel over the overlay, source cells "
-                          f"{base}..{base + k - 1} of {n}"):
-            result = (graph.pregel
-                      .setMaxIter(n_vertices + 1)
-                      .setEarlyStopping(True)
-                      .setUseLocalCheckpoints(True)
-                      .withVertexColumn("dist", cols.init_dist, cols.update_dist)
-                      .withVertexColumn("improved", cols.init_improved, cols.update_improved)
-                      .sendMsgToDst(cols.message)
-                      .aggMsgs(cols.aggregate)
-                      .required_edge_columns("weight")
-                      .run()
-                      .select("id", "dist")
-                      .toArrow())
-        D[base:base + k], D_far[base:base + k] = rows_from_pregel(cells, result, base, k,
-                                                                  limit=limit)
-    arcs.unpersist()
-    vdf.unpersist()
+    # Whole-stage code generation covers plans of at most spark.sql.codegen.maxFields
+    # fields (100 by default); past it Spark interprets every expression row by row,
+    # and a superstep's triplets carry about 2 * batch_cells fields.
+    settings = {"spark.sql.shuffle.partitions":
+                str(max(2, 2 * spark.sparkContext.defaultParallelism)),
+                "spark.sql.codegen.maxFields": str(max(100, 4 * min(batch_cells, n) + 50))}
+    saved: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        with stage(spark, f"precompute-bounds: shortcuts of {n} cells"):
+            arcs = overlay_arcs_frame(spark, network, cells, partitions=partitions).persist(
+                StorageLevel.MEMORY_AND_DISK)
+            n_arcs = arcs.count()
+        vdf = overlay_vertices_frame(spark, cells).persist(StorageLevel.MEMORY_AND_DISK)
+        n_vertices = int(cells.node_is_border.sum())
+        log(f"border overlay: {n_vertices} vertices, {n_arcs} shortcut arcs")
+        graph = GraphFrame(vdf, arcs)
+        D = np.empty((n, n))
+        D_far = np.empty((n, n))
+        # Batches of equal size (267 cells at most 256 a batch: 2 of 133-134, not 256 + 11).
+        n_batches = -(-n // batch_cells)
+        starts = [b * n // n_batches for b in range(n_batches + 1)]
+        for base, stop in itertools.pairwise(starts):
+            k = stop - base
+            cols = pregel_columns(base, k, limit=limit)
+            with stage(spark, f"precompute-bounds: Pregel over the overlay, source cells "
+                              f"{base}..{base + k - 1} of {n}"):
+                result = run_pregel(graph, cols, max_iter=n_vertices + 1)
+                table = result.select("id", *cols.names).toArrow()
+                result.unpersist()
+            D[base:base + k], D_far[base:base + k] = rows_from_pregel(cells, table, base, k,
+                                                                      limit=limit)
+        arcs.unpersist()
+        vdf.unpersist()
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
     return D, D_far
-
-

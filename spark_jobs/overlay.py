@@ -12,12 +12,12 @@ gives row i of the cell-pair table (:func:`overlay_cell_bounds`), the same as
 :func:`roadnet.cell_bounds.border_distance_row` on the whole network.
 
 Floating point: a shortcut is a partial sum, so an overlay distance adds the same arc
-lengths as the network search but grouped differently. With integer lengths (DIMACS, e.g.
-Rome) every partial sum is exact and the tables are bit-identical; with fractional
-lengths (OSM) they may differ in the last bits (relative 1e-15 per addition).
+lengths as the network search but grouped differently. Every length is a multiple of
+2**-26 m (:mod:`roadnet.lengths`) and sums of such values below 2**27 m are exact in any
+grouping, so the tables are bit-identical (DIMACS and OSM alike).
 
 This module is the pure-local reference of the overlay computation; the ``graphframes``
-engine of :mod:`spark_jobs.precompute_bounds` computes the shortcuts with
+engine (:mod:`spark_jobs.graphframes_engine`) computes the shortcuts with
 :func:`cell_shortcuts` inside Spark tasks and the overlay search with GraphFrames Pregel.
 Every search here is :class:`roadnet.distance.NodeSearch`, the project's one Dijkstra.
 """
@@ -39,10 +39,13 @@ __all__ = [
     "border_rows",
     "cell_shortcuts",
     "cell_subnetwork",
+    "clique_shortcuts",
+    "edges_subnetwork",
     "lightest_arcs",
     "overlay_cell_bounds",
     "overlay_network",
     "overlay_shortcuts",
+    "region_shortcuts",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,6 +71,21 @@ def _bare_network(*, node_ids: IntArray, x: FloatArray, y: FloatArray, u: IntArr
         directed=directed, name=name)
 
 
+def edges_subnetwork(network: RoadNetwork, edges: IntArray, *, name: str
+                     ) -> tuple[RoadNetwork, IntArray]:
+    """The subgraph of the given edges, compactly numbered: (sub, nodes), ``sub``'s node
+    k being ``network``'s node ``nodes[k]`` (lengths, one-way flags and direction kept)."""
+    e = np.asarray(edges, dtype=np.int64)
+    nodes = np.unique(np.concatenate([network.edge_u[e], network.edge_v[e]]).astype(np.int64))
+    u = np.searchsorted(nodes, network.edge_u[e])
+    v = np.searchsorted(nodes, network.edge_v[e])
+    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
+                        u=u, v=v, length=network.edge_length[e],
+                        oneway=network.edge_oneway[e], crs=network.crs,
+                        directed=network.directed, name=name)
+    return sub, nodes
+
+
 def cell_subnetwork(network: RoadNetwork, cells: Cells, cell: int
                     ) -> tuple[RoadNetwork, IntArray]:
     """The subgraph of one cell's edges, compactly numbered.
@@ -78,29 +96,28 @@ def cell_subnetwork(network: RoadNetwork, cells: Cells, cell: int
         ``sub`` holds only the cell's edges (lengths in metres, one-way flags and
         direction as in ``network``); its node k is ``network``'s node ``nodes[k]``.
     """
-    e = np.flatnonzero(cells.edge_cell == cell)
-    nodes = np.unique(np.concatenate([network.edge_u[e], network.edge_v[e]]).astype(np.int64))
-    u = np.searchsorted(nodes, network.edge_u[e])
-    v = np.searchsorted(nodes, network.edge_v[e])
-    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
-                        u=u, v=v, length=network.edge_length[e],
-                        oneway=network.edge_oneway[e], crs=network.crs,
-                        directed=network.directed, name=f"{network.name} cell {cell}")
-    return sub, nodes
+    return edges_subnetwork(network, np.flatnonzero(cells.edge_cell == cell),
+                            name=f"{network.name} cell {cell}")
 
 
-def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
-    """Shortcut arcs of one cell: (src, dst, metres) between its border vertices.
+def clique_shortcuts(network: RoadNetwork, edges: IntArray, border: IntArray, *,
+                     name: str = "") -> Shortcuts:
+    """Shortcut arcs (src, dst, metres) between the ``border`` nodes of a set of edges.
 
-    ``src`` and ``dst`` are node indices of ``network``; the weight is the shortest
-    distance from src to dst travelling only along the cell's edges (forward arcs).
-    Unreachable pairs and src == dst are left out.
+    The weight of b1 -> b2 is the shortest distance from b1 to b2 travelling only along
+    ``edges`` (one Dijkstra per border node, forward arcs); unreachable pairs and
+    b1 == b2 are left out. Each weight is the length of a real path, so adding such arcs
+    to the overlay never lowers a distance below the network's.
     """
-    border = cells.border_of(cell)
     if border.size < 2:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty.copy(), np.empty(0)
-    sub, nodes = cell_subnetwork(network, cells, cell)
+    sub, nodes = edges_subnetwork(network, edges, name=name or f"{network.name} part")
+    return _clique(sub, nodes, border)
+
+
+def _clique(sub: RoadNetwork, nodes: IntArray, border: IntArray) -> Shortcuts:
+    """Border-to-border distances in ``sub`` (node k of sub is node ``nodes[k]``)."""
     local = np.searchsorted(nodes, border)
     search = NodeSearch(sub, reverse=False)
     src: list[IntArray] = []
@@ -115,6 +132,47 @@ def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
         dst.append(np.delete(border, k)[ok].astype(np.int64))
         weight.append(d[ok].copy())
     return np.concatenate(src), np.concatenate(dst), np.concatenate(weight)
+
+
+def region_shortcuts(network: RoadNetwork, cells: Cells, region: IntArray,
+                     arcs: Shortcuts) -> Shortcuts:
+    """Shortcut arcs between the border vertices of a region (a set of cells), from the
+    shortcut arcs of its cells.
+
+    The region's border vertices are the border vertices of its cells that also border
+    a cell outside it. Their distances inside the region are searched on ``arcs`` (the
+    cells' cliques, :func:`cell_shortcuts`, or any exact shortcuts inside the region),
+    not on the road edges: by the overlay argument of the module docstring restricted to
+    the region, the two are equal, and the clique graph is far smaller.
+    """
+    region = np.asarray(region, dtype=np.int64)
+    inside = np.zeros(cells.n_cells, dtype=bool)
+    inside[region] = True
+    owner = np.repeat(np.arange(cells.n_cells), np.diff(cells.border_ptr))
+    in_nodes = np.unique(cells.border_nodes[inside[owner]])
+    out_nodes = np.unique(cells.border_nodes[~inside[owner]])
+    border = np.intersect1d(in_nodes, out_nodes).astype(np.int64)
+    src, dst, w = arcs
+    if border.size < 2 or src.size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty.copy(), np.empty(0)
+    nodes = np.unique(np.concatenate([src, dst, border])).astype(np.int64)
+    sub = _bare_network(node_ids=nodes, x=network.node_x[nodes], y=network.node_y[nodes],
+                        u=np.searchsorted(nodes, src), v=np.searchsorted(nodes, dst),
+                        length=w, oneway=np.ones(w.size, dtype=bool), crs=network.crs,
+                        directed=True, name=f"{network.name} region")
+    return _clique(sub, nodes, border)
+
+
+def cell_shortcuts(network: RoadNetwork, cells: Cells, cell: int) -> Shortcuts:
+    """Shortcut arcs of one cell: (src, dst, metres) between its border vertices.
+
+    ``src`` and ``dst`` are node indices of ``network``; the weight is the shortest
+    distance from src to dst travelling only along the cell's edges (forward arcs).
+    Unreachable pairs and src == dst are left out.
+    """
+    return clique_shortcuts(network, np.flatnonzero(cells.edge_cell == cell),
+                            cells.border_of(cell), name=f"{network.name} cell {cell}")
 
 
 def overlay_shortcuts(network: RoadNetwork, cells: Cells,
@@ -173,8 +231,8 @@ def overlay_cell_bounds(
 ) -> CellBounds:
     """The cell-pair table computed on the border overlay, in this process.
 
-    Same result as :func:`roadnet.cell_bounds.compute_cell_bounds` (bit-identical for
-    integer edge lengths; see the module docstring).
+    Same result as :func:`roadnet.cell_bounds.compute_cell_bounds`, bit for bit (see the
+    module docstring).
 
     Parameters
     ----------

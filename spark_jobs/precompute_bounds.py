@@ -10,8 +10,8 @@ The job is split by subject:
     ``--engine dijkstra`` (default): one border Dijkstra per cell in the tasks, the very
     function of the local path; bit-identical to the local table.
 :mod:`spark_jobs.graphframes_engine`
-    ``--engine graphframes``: GraphFrames Pregel over the border overlay (needs the
-    GraphFrames JVM package); bit-identical to ``dijkstra``.
+    ``--engine graphframes``: GraphFrames Pregel over the border overlay of cell and
+    region cliques (needs the GraphFrames JVM package); bit-identical to ``dijkstra``.
 :mod:`spark_jobs.bound_table`
     The output format (Parquet rows and ``_roadpubsub_bounds.json``), the network and
     cells fingerprints, and the reader :func:`load_bounds_table`.
@@ -71,6 +71,7 @@ from spark_jobs.bound_table import (
 )
 from spark_jobs.dijkstra_engine import dijkstra_rows
 from spark_jobs.graphframes_engine import (
+    GRAPHFRAMES_JAVA_OPTIONS,
     GraphFramesNotFoundError,
     PregelColumns,
     graphframes_package,
@@ -102,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The job's names and, re-exported, those of the modules split off it that other code
 #: imports from here.
 __all__ = [
+    "BATCH_CELLS",
     "BOUNDS_META_FILE",
     "ENGINES",
     "BoundsTableError",
@@ -135,6 +137,11 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Engines of the job.
 ENGINES = ("dijkstra", "graphframes")
+#: Source cells per Pregel run of the graphframes engine (at most; batches are evened
+#: out). A superstep's rows carry about 2 fields per source cell; at 267 (Rome in one
+#: batch) Spark's Java compiler spent 2 minutes on the first superstep's code and failed
+#: (then interpreted), so batches stay narrow enough for quickly compiled code.
+BATCH_CELLS = 32
 
 
 # ---------------------------------------------------------------------------- public API
@@ -146,7 +153,7 @@ def precompute_cell_bounds(
     engine: str = "dijkstra",
     limit: float = math.inf,
     partitions: int | None = None,
-    batch_cells: int = 64,
+    batch_cells: int = BATCH_CELLS,
 ) -> CellBounds:
     """The bound table computed on Spark, returned in memory (nothing is written).
 
@@ -159,7 +166,8 @@ def precompute_cell_bounds(
     partitions
         Spark tasks for the per-cell work (default: 4 per core, at most one per cell).
     batch_cells
-        Source cells per Pregel run (graphframes engine).
+        Source cells per Pregel run (graphframes engine; at most, batches are evened
+        out).
 
     Raises
     ------
@@ -201,7 +209,7 @@ def write_bounds_table(
     capacity: int | None = None,
     max_depth: int | None = None,
     partitions: int | None = None,
-    batch_cells: int = 64,
+    batch_cells: int = BATCH_CELLS,
 ) -> str | Path:
     """Compute the table on Spark and write it to the directory ``out`` (atomically).
 
@@ -271,7 +279,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="honour one-way roads (must match the index that loads it)")
     parser.add_argument("--partitions", type=int, default=None,
                         help="Spark tasks for the per-cell work (default: 4 per core)")
-    parser.add_argument("--batch-cells", type=int, default=64,
+    parser.add_argument("--batch-cells", type=int, default=BATCH_CELLS,
                         help="source cells per Pregel run (graphframes engine)")
     add_spark_arguments(parser)
 
@@ -303,7 +311,9 @@ def run(args: argparse.Namespace) -> int:
     if local_net is not None and not local_net.exists():
         msg = f"network file not found: {args.network}"
         raise FileNotFoundError(msg)
-    spark = session_from_args(args, app_name="roadpubsub precompute-bounds")
+    spark = session_from_args(args, app_name="roadpubsub precompute-bounds",
+                              java_options=GRAPHFRAMES_JAVA_OPTIONS
+                              if args.engine == "graphframes" else ())
     if not local_out:
         storage.check_output(spark, args.out, folder=True, what="--out",
                              inputs=(args.network,))

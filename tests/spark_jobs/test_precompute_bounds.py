@@ -33,7 +33,12 @@ from spark_jobs.graphframes_engine import (
     pregel_columns,
     rows_from_pregel,
 )
-from spark_jobs.overlay import overlay_cell_bounds
+from spark_jobs.overlay import (
+    cell_shortcuts,
+    lightest_arcs,
+    overlay_cell_bounds,
+    region_shortcuts,
+)
 from spark_jobs.precompute_bounds import precompute_cell_bounds, write_bounds_table
 
 FIELDS = ("kappa", "D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
@@ -104,36 +109,44 @@ def test_graphframes_engine_matches_dijkstra_engine(
     problem = graphframes_problem(spark)
     if problem is not None:
         pytest.skip(problem)
-    # Integer lengths (Rome): bit-identical; fractional (Andorra): to the last bits.
+    # Lengths on the 2**-26 m grid make every overlay sum exact: bit-identical on Rome
+    # (DIMACS) and Andorra (OSM), with and without a search limit, and in any batching.
     _assert_identical(precompute_cell_bounds(spark, rome, rome_cells, engine="graphframes",
                                              batch_cells=16), rome_bounds)
-    got = precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes")
-    assert np.array_equal(np.isnan(got.D_far), np.isnan(andorra_bounds.D_far))
-    np.testing.assert_array_equal(got.D, andorra_bounds.D)
+    _assert_identical(precompute_cell_bounds(spark, andorra, andorra_cells,
+                                             engine="graphframes", batch_cells=64),
+                      andorra_bounds)
+    limited = precompute_cell_bounds(spark, andorra, andorra_cells, engine="graphframes",
+                                     limit=1500.0, batch_cells=40)
+    _assert_identical(limited, precompute_cell_bounds(spark, andorra, andorra_cells,
+                                                      limit=1500.0))
+    assert np.isinf(limited.D).any()  # the limit cut some pairs
 
 
 def _emulated_pregel(vertices: DataFrame, arcs: DataFrame, cols: PregelColumns,
                      max_iter: int) -> DataFrame:
-    """GraphFrames' Pregel loop with plain DataFrame joins: triplets (``src``, ``edge``
-    structs), messages to each arc's destination aggregated as ``_pregel_msg_``, vertex
-    update (old columns and the message in scope), stop when no message is sent."""
+    """GraphFrames' Pregel loop as the engine configures it, with plain DataFrame joins:
+    active vertices (``src`` struct) joined with the arcs (``edge`` struct), messages to
+    each arc's destination aggregated as ``_pregel_msg_``, vertex update (old columns and
+    the message in scope), stop when no vertex is active."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    v = vertices.select("*", cols.init_dist.alias("dist"),
-                        cols.init_improved.alias("improved")).localCheckpoint()
+    active = "_pregel_is_active"
+    v = vertices.select("*", cols.init_active.alias(active),
+                        *[c.alias(n) for n, c in zip(cols.names, cols.init, strict=True)])
+    v = v.localCheckpoint()
     for _ in range(max_iter):
+        if v.filter(F.col(active)).isEmpty():
+            return v
         triplets = (arcs.alias("e")
-                    .join(v.alias("s"), F.col("e.src") == F.col("s.id"))
+                    .join(v.filter(F.col(active)).alias("s"), F.col("e.src") == F.col("s.id"))
                     .select(F.struct("s.*").alias("src"), F.struct("e.*").alias("edge")))
         msgs = (triplets.select(F.col("edge.dst").alias("id"),
                                 cols.message.alias("_pregel_msg_"))
-                .filter(F.col("_pregel_msg_").isNotNull())
                 .groupBy("id").agg(cols.aggregate.alias("_pregel_msg_")))
-        if msgs.isEmpty():
-            return v
         v = (v.join(msgs, "id", "left")
-             .select("id", "cells", cols.update_dist.alias("dist"),
-                     cols.update_improved.alias("improved"))
+             .select("id", "cells", cols.update_active.alias(active),
+                     *[c.alias(n) for n, c in zip(cols.names, cols.update, strict=True)])
              .localCheckpoint())
     msg = f"no convergence in {max_iter} supersteps"
     raise AssertionError(msg)
@@ -149,12 +162,39 @@ def test_graphframes_program_on_the_overlay_equals_local_overlay(
     arcs = overlay_arcs_frame(spark, andorra, cells, partitions=4).localCheckpoint()
     vertices = overlay_vertices_frame(spark, cells)
     n = cells.n_cells
-    result = _emulated_pregel(vertices, arcs, pregel_columns(0, n), max_iter=60)
-    D, D_far = rows_from_pregel(cells, result.select("id", "dist").toArrow(), 0, n)
+    cols = pregel_columns(0, n)
+    result = _emulated_pregel(vertices, arcs, cols, max_iter=60)
+    D, D_far = rows_from_pregel(cells, result.select("id", *cols.names).toArrow(), 0, n)
     want = overlay_cell_bounds(andorra, cells)
     np.testing.assert_array_equal(D, want.D)
     np.testing.assert_array_equal(D_far, want.D_far)
     np.testing.assert_array_equal(D, compute_cell_bounds(andorra, cells).D)
+
+
+def test_region_shortcuts_keep_the_overlay_exact(andorra: RoadNetwork) -> None:
+    # The graphframes engine adds cliques of runs of 4 and 16 cells, searched on their
+    # cells' cliques: the overlay's distances stay the network's, bit for bit, and the
+    # region arcs join only border vertices of their regions.
+    cells = build_cells(andorra, capacity=32)
+    n = cells.n_cells
+    per_cell = [cell_shortcuts(andorra, cells, c) for c in range(n)]
+    parts = list(per_cell)
+    owner = np.repeat(np.arange(n), np.diff(cells.border_ptr))
+    for g in (4, 16):
+        for lo in range(0, n, g):
+            own = per_cell[lo:lo + g]
+            arcs = (np.concatenate([p[0] for p in own]), np.concatenate([p[1] for p in own]),
+                    np.concatenate([p[2] for p in own]))
+            src, dst, w = region_shortcuts(andorra, cells, np.arange(lo, min(lo + g, n)), arcs)
+            outside = np.unique(cells.border_nodes[(owner < lo) | (owner >= lo + g)])
+            assert np.isin(src, outside).all() and np.isin(dst, outside).all()
+            parts.append((src, dst, w))
+    shortcuts = lightest_arcs(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
+    assert sum(p[0].size for p in parts[n:]) > 0  # the regions added arcs
+    got = overlay_cell_bounds(andorra, cells, shortcuts=shortcuts)
+    want = compute_cell_bounds(andorra, cells)
+    np.testing.assert_array_equal(got.D, want.D)
+    np.testing.assert_array_equal(got.D_far, want.D_far)
 
 
 @pytest.mark.spark
