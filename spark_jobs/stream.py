@@ -1,0 +1,623 @@
+"""Spark Structured Streaming job: match messages as they land, exactly once.
+
+The distributed counterpart of ``roadpubsub serve``: message files landing in a directory
+are matched micro-batch by micro-batch with the EIA matcher
+(:class:`~pruning.indexed.IndexMatcher` over the index file's
+:class:`~index.eia.EnhancedIndex`), while subscription changes landing in a second
+directory update the subscription set between micro-batches.
+
+Ordering rule
+-------------
+Every message is matched against the subscription set as of its micro-batch: at the start
+of micro-batch *b* the driver takes the change files present that no earlier batch took,
+in file-name order, and applies them (each file whole, or refused whole); then the
+messages of *b* are matched. Changes wait for the next micro-batch with messages.
+
+How executors learn the changes
+-------------------------------
+The index file is shipped to the executors once (``SparkContext.addFile``); each Python
+worker loads it once and keeps it. Each micro-batch broadcasts only the change *records*
+since that base, numbered by a version; a worker applies the records it has not applied
+yet, with the index's own ``subscribe``/``unsubscribe``/``move``, and matches. When the
+records since the base exceed ``--rebase-rows`` rows the driver saves its index as a new
+base file and ships that instead, so the broadcast stays small.
+
+Exactly once
+------------
+* Which message files make micro-batch *b* is fixed by Spark's checkpoint (the file
+  source's offset log), so a batch re-run after a crash reads the same files.
+* Which change files *b* consumed, and the records they became, are in this job's change
+  log in the checkpoint (:class:`~spark_jobs.stream_changes.ChangeLog`), written before
+  they are applied; a restart rebuilds the subscription set from the index file and the
+  log, so a re-run batch sees the same subscriptions.
+* The deliveries of *b* are written to ``OUT/batch-<b>.parquet`` through a temporary name,
+  fsync and rename; a re-run of a batch whose file exists writes nothing.
+
+So after a SIGKILL at any moment and a restart on the same checkpoint, the sink holds each
+delivery exactly once. Files that cannot be read or validated are moved to
+``_rejected/`` in their directory with ``NAME.reason.txt`` beside them; the query goes on.
+
+Examples
+--------
+::
+
+    roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
+        --changes in/changes --out out/deliveries --checkpoint out/checkpoint --once
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from index.base import SubscriptionIndex, load_index
+from index.io import read_messages
+from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher
+from roadnet.errors import RoadPubSubError, format_error
+from roadnet.files import atomic_paths
+from roadpubsub.service.events import BodyParser
+from spark_jobs.session import (
+    SparkJobError,
+    add_spark_arguments,
+    broadcast_payload,
+    log,
+    run_job,
+    session_from_args,
+)
+from spark_jobs.stream_changes import (
+    DEFAULT_REBASE_ROWS,
+    SNAP_M,
+    ChangeFileError,
+    ChangeLog,
+    apply_record,
+    change_records,
+    check_records,
+    fsync_dir,
+    visible_files,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import Broadcast
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "KAFKA_CLASS",
+    "SINK_SCHEMA",
+    "StreamDriver",
+    "add_arguments",
+    "build_parser",
+    "kafka_package",
+    "kafka_problem",
+    "main",
+    "read_sink",
+    "run",
+]
+
+#: Columns of the sink's Parquet files.
+SINK_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int64()),
+                         ("distance", pa.float64()), ("score", pa.float64()),
+                         ("batch_id", pa.int64())])
+#: A class of the spark-sql-kafka package (its presence on the classpath is the test).
+KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+#: Name of the folder bad files are moved to (Spark's file source skips ``_`` names).
+REJECTED = "_rejected"
+_BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+_TASK_SCHEMA = ("file string, status string, reason string, messages long, "
+                "message_id long, subscription_id long, distance double, score double")
+_TASK_ARROW = pa.schema([("file", pa.string()), ("status", pa.string()),
+                         ("reason", pa.string()), ("messages", pa.int64()),
+                         ("message_id", pa.int64()), ("subscription_id", pa.int64()),
+                         ("distance", pa.float64()), ("score", pa.float64())])
+
+
+# ---------------------------------------------------------------------------- Kafka
+def kafka_package(spark_version: str) -> str:
+    """Maven coordinate of the Kafka source matching a Spark version."""
+    major = int(spark_version.split(".")[0])
+    scala = "2.13" if major >= 4 else "2.12"
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}"
+
+
+def kafka_problem(spark: SparkSession) -> str | None:
+    """Why the Kafka source cannot run on ``spark`` (one line), or None if it can."""
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:  # Spark Connect: the server decides
+        return None
+    from py4j.protocol import Py4JError
+
+    try:
+        jvm.Thread.currentThread().getContextClassLoader().loadClass(KAFKA_CLASS)
+    except Py4JError as exc:
+        text = str(exc)
+        if "ClassNotFoundException" in text or "NoClassDefFoundError" in text:
+            return (f"the spark-sql-kafka package is not on the Spark classpath "
+                    f"({KAFKA_CLASS} not found): add --packages "
+                    f"{kafka_package(spark.version)}")
+        raise
+    return None
+
+
+# ---------------------------------------------------------------------------- executors
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_index(value: dict[str, Any]) -> tuple[SubscriptionIndex, IndexMatcher]:
+    """The index at the broadcast's version, kept in the Python worker between batches:
+    loaded once per base file, then brought forward with the records it has not seen."""
+    if _WORKER.get("token") != value["base_token"] or _WORKER["version"] > value["version"]:
+        _WORKER.clear()
+        path = value["base_path"]
+        if value["base_shipped"]:
+            from pyspark import SparkFiles
+
+            path = SparkFiles.get(value["base_name"])
+        index = load_index(path)
+        _WORKER.update(token=value["base_token"], version=value["base_version"], index=index,
+                       matcher=IndexMatcher(index, threads=1))
+    index = _WORKER["index"]
+    for seq, rec in value["records"]:
+        if seq > _WORKER["version"]:
+            apply_record(index, rec)
+            _WORKER["version"] = seq
+    if _WORKER["version"] != value["version"]:
+        msg = (f"worker index at version {_WORKER['version']}, the batch needs "
+               f"{value['version']} (records missing from the broadcast)")
+        raise SparkJobError(msg)
+    return index, _WORKER["matcher"]
+
+
+def _status_row(file: str, status: str, reason: str | None, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "file": [file], "status": [status], "reason": [reason], "messages": [n],
+        "message_id": pa.array([None], pa.int64()),
+        "subscription_id": pa.array([None], pa.int64()),
+        "distance": pa.array([None], pa.float64()), "score": pa.array([None], pa.float64())},
+        schema=_TASK_ARROW)
+
+
+def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str
+                ) -> Iterator[pa.RecordBatch]:
+    """Status row of one message file, then its deliveries."""
+    if not Path(path).exists():
+        yield _status_row(path, "missing", "the file is gone", 0)
+        return
+    try:
+        messages = read_messages(path, index.network, index.weights)
+        found, _ = matcher.match(messages)
+    except (RoadPubSubError, ValueError, OSError, pa.ArrowException) as exc:
+        yield _status_row(path, "bad", format_error(exc), 0)
+        return
+    yield _status_row(path, "ok", None, len(messages))
+    n = len(found)
+    if n:
+        yield pa.RecordBatch.from_pydict({
+            "file": pa.array([None] * n, pa.string()),
+            "status": pa.array([None] * n, pa.string()),
+            "reason": pa.array([None] * n, pa.string()),
+            "messages": pa.array([None] * n, pa.int64()),
+            "message_id": found.message_id, "subscription_id": found.subscription_id,
+            "distance": found.distance, "score": found.score}, schema=_TASK_ARROW)
+
+
+def _match_task(bc: Broadcast[dict[str, Any]]
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow function over file numbers: each file's status row and deliveries."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        value = bc.value
+        index, matcher = _worker_index(value)
+        for batch in batches:
+            for k in batch.column("id").to_pylist():
+                yield from _match_file(index, matcher, value["paths"][k])
+
+    return run
+
+
+# ---------------------------------------------------------------------------- files
+def _local_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        msg = f"{uri}: the stream job reads local or mounted directories only (file:)"
+        raise SparkJobError(msg)
+    return Path(unquote(parsed.path))
+
+
+def _move_aside(path: Path, reason: str, what: str) -> None:
+    """Move a bad input file to ``_rejected/`` beside it, with its reason; log it."""
+    folder = path.parent / REJECTED
+    folder.mkdir(exist_ok=True)
+    note = folder / f"{path.name}.reason.txt"
+    note.write_text(reason + "\n", encoding="utf-8")
+    if path.exists():
+        os.replace(path, folder / path.name)
+    log(f"rejected {what} file {path.name} (moved to {folder}): {reason}")
+
+
+def _write_sink(table: pa.Table, target: Path) -> None:
+    """Write a batch's deliveries: temporary name, fsync, rename, fsync of the folder."""
+    with atomic_paths(target) as (tmp,):
+        pq.write_table(table, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(target.parent)
+
+
+def sink_path(out: Path, batch_id: int) -> Path:
+    """The sink file of a micro-batch."""
+    return out / f"batch-{batch_id:012d}.parquet"
+
+
+def read_sink(out: str | os.PathLike[str]) -> pa.Table:
+    """Every committed delivery of a sink folder (sorted by batch, message, subscription)."""
+    files = sorted(Path(out).glob("batch-*.parquet"))
+    if not files:
+        return SINK_SCHEMA.empty_table()
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    return table.sort_by([("batch_id", "ascending"), ("message_id", "ascending"),
+                          ("subscription_id", "ascending")])
+
+
+# ---------------------------------------------------------------------------- driver
+class StreamDriver:
+    """The driver side of the job: the subscription set, the change log, the sink.
+
+    Parameters
+    ----------
+    spark
+        The session.
+    index_file
+        The index the subscription set starts from (``roadpubsub index build``).
+    messages, changes, out, checkpoint
+        The two input directories, the sink directory and the checkpoint directory.
+    rebase_rows
+        Rows of change records since the base index after which a new base is written.
+    """
+
+    def __init__(self, spark: SparkSession, *, index_file: Path, messages: Path,
+                 changes: Path, out: Path, checkpoint: Path,
+                 rebase_rows: int = DEFAULT_REBASE_ROWS) -> None:
+        self.spark = spark
+        self.messages = messages
+        self.changes = changes
+        self.out = out
+        self.checkpoint = checkpoint
+        self.rebase_rows = int(rebase_rows)
+        self.base_dir = checkpoint / "roadpubsub" / "base"
+        self.log_ = ChangeLog(checkpoint / "roadpubsub" / "changes")
+        t0 = time.perf_counter()
+        self.index = load_index(index_file)
+        self.parser = BodyParser(self.index.network, max_snap_m=SNAP_M)
+        self.records: list[tuple[int, dict[str, Any]]] = []  # (version, record) since base
+        self.version = 0
+        self.consumed: set[str] = set()
+        self.last_logged = -1
+        for entry in self.log_.entries():  # restart: the subscription set of the log
+            self._apply(entry["records"])
+            self.consumed.update(entry["files"])
+            self.consumed.update(entry["rejected"])
+            self.last_logged = int(entry["batch_id"])
+        shutil.rmtree(self.base_dir, ignore_errors=True)  # earlier bases: caches only
+        self._set_base(Path(index_file), 0)
+        self.last_end = time.time()
+        self.batches = 0
+        self.rows = 0
+        log(f"stream: {len(self.index):,} subscriptions at version {self.version} "
+            f"({len(self.consumed)} change files in the log) in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+    def _apply(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            apply_record(self.index, rec)
+            self.version += 1
+            self.records.append((self.version, rec))
+
+    def _set_base(self, path: Path, version: int) -> None:
+        name = f"roadpubsub-base-{version}-{uuid.uuid4().hex[:8]}.npz"
+        self.base = {"base_token": name, "base_version": version, "base_name": path.name,
+                     "base_path": str(path.absolute()), "base_shipped": True}
+        self.spark.sparkContext.addFile(str(path.absolute()))
+        self.records = [(v, r) for v, r in self.records if v > version]
+
+    def _maybe_rebase(self) -> None:
+        rows = sum(len(r["id"]) for _, r in self.records)
+        if rows <= self.rebase_rows:
+            return
+        t0 = time.perf_counter()
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        path = self.base_dir / f"base-{self.version:09d}-{uuid.uuid4().hex[:8]}.npz"
+        self.index.save(path)
+        self._set_base(path, self.version)
+        log(f"stream: {rows:,} change rows since the base: new base index at version "
+            f"{self.version} in {time.perf_counter() - t0:.1f} s")
+
+    # ------------------------------------------------------------------ changes
+    def _consume_changes(self, batch_id: int) -> dict[str, Any]:
+        files: list[str] = []
+        rejected: dict[str, str] = {}
+        records: list[dict[str, Any]] = []
+        for path in visible_files(self.changes):
+            if path.name in self.consumed:
+                continue
+            try:
+                recs = change_records(path, self.parser)
+                check_records(self.index, recs, path)
+            except (ChangeFileError, OSError) as exc:
+                rejected[path.name] = format_error(exc)
+                continue
+            self._apply(recs)  # the next file is checked against this one's result
+            files.append(path.name)
+            records.extend(recs)
+        entry = self.log_.write(batch_id, files=files, rejected=rejected, records=records)
+        self.consumed.update(files)
+        self.consumed.update(rejected)
+        self.last_logged = batch_id
+        return entry
+
+    # ------------------------------------------------------------------ a micro-batch
+    def process(self, frame: DataFrame, batch_id: int) -> None:
+        """foreachBatch function: apply the batch's changes, match, commit the sink file."""
+        t0 = time.time()
+        paths = sorted(str(_local_path(r[0])) for r in frame.select("path").collect())
+        entry = self.log_.get(batch_id)
+        if entry is None:
+            if batch_id <= self.last_logged:
+                msg = (f"micro-batch {batch_id} is older than the change log "
+                       f"(batch {self.last_logged}): the checkpoint was altered")
+                raise SparkJobError(msg)
+            entry = self._consume_changes(batch_id)
+        elif batch_id != self.last_logged:
+            msg = (f"micro-batch {batch_id} re-run after later batches were logged "
+                   f"(last {self.last_logged}): the checkpoint was altered")
+            raise SparkJobError(msg)
+        for name, reason in entry["rejected"].items():
+            if (self.changes / name).exists():
+                _move_aside(self.changes / name, reason, "change")
+        target = sink_path(self.out, batch_id)
+        if target.exists():
+            log(f"batch {batch_id}: already committed ({target.name}), skipped")
+            return
+        self._maybe_rebase()
+        table, n_msgs = self._match(paths, batch_id)
+        _write_sink(table, target)
+        t1 = time.time()
+        wait = max(t1 - self.last_end, 1e-9)
+        self.last_end = t1
+        self.batches += 1
+        self.rows += n_msgs
+        n_events = sum(len(r["id"]) for r in entry["records"])
+        log(f"batch {batch_id}: {len(paths)} files, {n_msgs:,} messages, "
+            f"{table.num_rows:,} deliveries; {len(entry['files'])} change files "
+            f"({n_events:,} events, version {self.version}); {t1 - t0:.2f} s, "
+            f"{n_msgs / max(t1 - t0, 1e-9):,.0f} messages/s processed, "
+            f"{n_msgs / wait:,.0f} messages/s input")
+
+    def _match(self, paths: list[str], batch_id: int) -> tuple[pa.Table, int]:
+        if not paths:
+            return SINK_SCHEMA.empty_table(), 0
+        bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
+                                            "records": self.records, "paths": paths})
+        try:
+            n = len(paths)
+            self.spark.sparkContext.setJobDescription(
+                f"stream: batch {batch_id}, {n} files, version {self.version}")
+            result = (self.spark.range(0, n, 1, n)
+                      .mapInArrow(_match_task(bc), _TASK_SCHEMA).toArrow())
+        finally:
+            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+            bc.unpersist()
+        status = pc_is_valid(result, "status")
+        n_msgs = 0
+        for f, s, reason, k in zip(*(result.filter(status).column(c).to_pylist()
+                                     for c in ("file", "status", "reason", "messages")),
+                                   strict=True):
+            if s == "ok":
+                n_msgs += int(k)
+            elif s == "bad":
+                _move_aside(Path(f), str(reason), "message")
+            elif not (Path(f).parent / REJECTED / Path(f).name).exists():
+                log(f"batch {batch_id}: message file {f} vanished before it was read")
+        rows = result.filter(pc_invert(status))
+        d = Deliveries(np.asarray(rows.column("message_id"), dtype=np.int64),
+                       np.asarray(rows.column("subscription_id"), dtype=np.int64),
+                       np.asarray(rows.column("distance"), dtype=np.float64),
+                       np.asarray(rows.column("score"), dtype=np.float64))
+        d = Deliveries.concat([d])  # sorted by (message, subscription)
+        table = pa.table({"message_id": d.message_id, "subscription_id": d.subscription_id,
+                          "distance": d.distance, "score": d.score,
+                          "batch_id": np.full(len(d), batch_id, dtype=np.int64)},
+                         schema=SINK_SCHEMA)
+        return table, n_msgs
+
+
+def pc_is_valid(table: pa.Table, column: str) -> pa.ChunkedArray:
+    """Mask of rows where ``column`` is not null."""
+    import pyarrow.compute as pc
+
+    return pc.is_valid(table.column(column))
+
+
+def pc_invert(mask: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Negation of a mask."""
+    import pyarrow.compute as pc
+
+    return pc.invert(mask)
+
+
+# ---------------------------------------------------------------------------- the query
+def _source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    return (spark.readStream.format("binaryFile")
+            .option("maxFilesPerTrigger", str(args.max_files_per_trigger))
+            .option("ignoreMissingFiles", "true")
+            .schema(_BINARY_FILE_SCHEMA)
+            .load(str(Path(args.messages).absolute()))
+            .select("path"))
+
+
+def _progress(query: StreamingQuery, stop: threading.Event) -> None:
+    """Print Spark's progress of each new micro-batch (input rate, batch duration)."""
+    seen = -1
+    while not stop.wait(1.0):
+        p = query.lastProgress
+        if not p or p.get("batchId", -1) == seen:
+            continue
+        seen = int(p["batchId"])
+        d = p.get("durationMs", {})
+        log(f"progress: batch {seen}, {p.get('numInputRows', 0)} files, input "
+            f"{p.get('inputRowsPerSecond', 0.0):.2f} files/s, processed "
+            f"{p.get('processedRowsPerSecond', 0.0):.2f} files/s, batch duration "
+            f"{d.get('triggerExecution', 0)} ms")
+
+
+def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Start the query and wait for it (``--once``: until the files present are done)."""
+    checkpoint = Path(args.checkpoint).absolute()
+    out = Path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in (args.messages, args.changes):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    if args.kafka_bootstrap:
+        problem = kafka_problem(spark)
+        if problem is not None:
+            raise SparkJobError(problem)
+        msg = ("--kafka-bootstrap: the Kafka source is detected but this version reads "
+               "message files only")
+        raise SparkJobError(msg)
+    driver = StreamDriver(spark, index_file=Path(args.index_file),
+                          messages=Path(args.messages).absolute(),
+                          changes=Path(args.changes).absolute(), out=out,
+                          checkpoint=checkpoint, rebase_rows=args.rebase_rows)
+    writer = (_source(spark, args).writeStream.foreachBatch(driver.process)
+              .option("checkpointLocation", str(checkpoint / "spark"))
+              .queryName("roadpubsub_stream"))
+    if args.once:
+        writer = writer.trigger(availableNow=True)
+    elif args.trigger_seconds > 0:
+        writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
+    query = writer.start()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_progress, args=(query, stop), daemon=True)
+    watcher.start()
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        log(f"stream: signal {signum}, stopping after the current micro-batch")
+        query.stop()
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    t0 = time.perf_counter()
+    try:
+        query.awaitTermination()
+    finally:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)
+    dt = time.perf_counter() - t0
+    log(f"stream: stopped; {driver.batches} micro-batches, {driver.rows:,} messages in "
+        f"{dt:.1f} s")
+    return 0
+
+
+# ---------------------------------------------------------------------------- command line
+_EXAMPLE = """\
+ordering rule:
+  every message is matched against the subscription set as of its micro-batch: at the
+  start of each micro-batch the change files not taken yet are applied in file-name order
+  (each whole, or refused whole), then that batch's messages are matched.
+
+files:
+  messages  Parquet or JSON Lines files with the columns of 'roadpubsub match --messages'
+            (id, keywords, u/v/offset or lon/lat); write them as .NAME or _NAME and rename,
+            names starting with '.' or '_' are not read.
+  changes   JSON Lines or Parquet, one event per row: "op" is subscribe, unsubscribe or move,
+            with the live service's fields (subscribe: id, keywords, alpha, tau, location;
+            unsubscribe: id; move: id, location).
+  bad files are moved to _rejected/ in their directory with NAME.reason.txt beside them.
+  the sink: OUT/batch-<id>.parquet (message_id, subscription_id, distance, score, batch_id),
+  each written once, atomically; restart on the same --checkpoint after any crash.
+
+example:
+  roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
+      --changes in/changes --out out/deliveries --checkpoint out/checkpoint
+  spark-submit spark_jobs/stream.py --index-file work/rome/eia.npz --messages in/messages \\
+      --changes in/changes --out out/deliveries --checkpoint out/checkpoint --once
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the job (shared by the script and ``roadpubsub spark``)."""
+    parser.add_argument("--index-file", required=True, metavar="F",
+                        help="the starting subscription index ('roadpubsub index build')")
+    parser.add_argument("--messages", required=True, metavar="DIR",
+                        help="directory where message files land")
+    parser.add_argument("--changes", required=True, metavar="DIR",
+                        help="directory where subscription change files land")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="sink directory of deliveries (Parquet, one file per batch)")
+    parser.add_argument("--checkpoint", required=True, metavar="DIR",
+                        help="checkpoint directory (Spark's offsets and the change log)")
+    parser.add_argument("--once", action="store_true",
+                        help="process the files present, then stop (Trigger.AvailableNow)")
+    parser.add_argument("--max-files-per-trigger", type=int, default=8, metavar="N",
+                        help="message files per micro-batch at most (default: %(default)s)")
+    parser.add_argument("--trigger-seconds", type=float, default=0.0, metavar="S",
+                        help="micro-batch interval (default 0: as soon as the previous "
+                             "one is done and files are there)")
+    parser.add_argument("--rebase-rows", type=int, default=DEFAULT_REBASE_ROWS, metavar="N",
+                        help="change rows after which executors get a new base index "
+                             "instead of a longer delta (default: %(default)s)")
+    parser.add_argument("--kafka-bootstrap", default=None, metavar="HOST:PORT",
+                        help="read messages from Kafka instead (needs the spark-sql-kafka "
+                             "package on the classpath, e.g. --packages)")
+    parser.add_argument("--kafka-topic", default="messages", help="Kafka topic")
+    add_spark_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The job's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="stream.py",
+        description="Match messages as they land, on Spark Structured Streaming, with "
+                    "live subscription changes and exactly-once deliveries.",
+        epilog=_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job for parsed arguments; returns the exit code."""
+    if not Path(args.index_file).is_file():
+        msg = f"--index-file {args.index_file}: no such file"
+        raise FileNotFoundError(msg)
+    if args.max_files_per_trigger < 1:
+        msg = f"--max-files-per-trigger must be >= 1, got {args.max_files_per_trigger}"
+        raise SparkJobError(msg)
+    spark = session_from_args(args, app_name="roadpubsub stream")
+    return run_stream(spark, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Script entry point (``spark-submit spark_jobs/stream.py ...``)."""
+    return run_job(run, build_parser().parse_args(argv), name="stream")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from spark_jobs.stream import main as _main
+
+    sys.exit(_main())
