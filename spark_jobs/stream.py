@@ -107,6 +107,8 @@ __all__ = [
     "main",
     "read_sink",
     "run",
+    "run_stream",
+    "start_stream",
 ]
 
 #: Columns of the sink's Parquet files.
@@ -331,10 +333,20 @@ class StreamDriver:
             self.records.append((self.version, rec))
 
     def _set_base(self, path: Path, version: int) -> None:
-        name = f"roadpubsub-base-{version}-{uuid.uuid4().hex[:8]}.npz"
-        self.base = {"base_token": name, "base_version": version, "base_name": path.name,
-                     "base_path": str(path.absolute()), "base_shipped": True}
-        self.spark.sparkContext.addFile(str(path.absolute()))
+        """Ship ``path`` (the index at ``version``) to the executors under a unique name
+        (``addFile`` refuses a second file of the same name)."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        shipped = self.base_dir / f"base-{version:09d}-{uuid.uuid4().hex[:8]}.npz"
+        if path.parent != self.base_dir:
+            try:
+                os.link(path, shipped)  # no copy of a large file where a link will do
+            except OSError:
+                shutil.copyfile(path, shipped)
+        else:
+            shipped = path
+        self.base = {"base_token": shipped.name, "base_version": version,
+                     "base_name": shipped.name, "base_path": str(shipped), "base_shipped": True}
+        self.spark.sparkContext.addFile(str(shipped))
         self.records = [(v, r) for v, r in self.records if v > version]
 
     def _maybe_rebase(self) -> None:
@@ -489,6 +501,31 @@ def _progress(query: StreamingQuery, stop: threading.Event) -> None:
 
 def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
     """Start the query and wait for it (``--once``: until the files present are done)."""
+    query, driver = start_stream(spark, args)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_progress, args=(query, stop), daemon=True)
+    watcher.start()
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        log(f"stream: signal {signum}, stopping after the current micro-batch")
+        query.stop()
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    t0 = time.perf_counter()
+    try:
+        query.awaitTermination()
+    finally:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)
+    dt = time.perf_counter() - t0
+    log(f"stream: stopped; {driver.batches} micro-batches, {driver.rows:,} messages in "
+        f"{dt:.1f} s")
+    return 0
+
+
+def start_stream(spark: SparkSession, args: argparse.Namespace
+                 ) -> tuple[StreamingQuery, StreamDriver]:
+    """Start the query (not waiting for it); the query and its driver."""
     checkpoint = Path(args.checkpoint).absolute()
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -512,26 +549,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
         writer = writer.trigger(availableNow=True)
     elif args.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
-    query = writer.start()
-    stop = threading.Event()
-    watcher = threading.Thread(target=_progress, args=(query, stop), daemon=True)
-    watcher.start()
-
-    def _terminate(signum: int, _frame: Any) -> None:
-        log(f"stream: signal {signum}, stopping after the current micro-batch")
-        query.stop()
-
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    t0 = time.perf_counter()
-    try:
-        query.awaitTermination()
-    finally:
-        stop.set()
-        signal.signal(signal.SIGTERM, previous)
-    dt = time.perf_counter() - t0
-    log(f"stream: stopped; {driver.batches} micro-batches, {driver.rows:,} messages in "
-        f"{dt:.1f} s")
-    return 0
+    return writer.start(), driver
 
 
 # ---------------------------------------------------------------------------- command line
