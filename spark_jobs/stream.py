@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
+    "FAULT_ENV",
     "KAFKA_CLASS",
     "SINK_SCHEMA",
     "StreamDriver",
@@ -119,6 +120,10 @@ SINK_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int6
 KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 #: Name of the folder bad files are moved to (Spark's file source skips ``_`` names).
 REJECTED = "_rejected"
+#: Test hook: ``after-changelog:B`` or ``after-sink:B`` kills this driver with SIGKILL
+#: right after batch B's change log entry, or its sink file, is durable (the crash test's
+#: precise moments; its random moments need no hook).
+FAULT_ENV = "ROADPUBSUB_STREAM_FAULT"
 _BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 _TASK_SCHEMA = ("file string, status string, reason string, messages long, "
                 "message_id long, subscription_id long, distance double, score double")
@@ -238,6 +243,14 @@ def _local_path(uri: str) -> Path:
         msg = f"{uri}: the stream job reads local or mounted directories only (file:)"
         raise SparkJobError(msg)
     return Path(unquote(parsed.path))
+
+
+def _fault(point: str, batch_id: int) -> None:
+    if os.environ.get(FAULT_ENV) == f"{point}:{batch_id}":
+        log(f"{FAULT_ENV}: SIGKILL {point} of batch {batch_id}")
+        if os.getpgrp() == os.getpid():  # a session of its own: the JVM goes too
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _move_aside(path: Path, reason: str, what: str) -> None:
@@ -396,6 +409,7 @@ class StreamDriver:
                        f"(batch {self.last_logged}): the checkpoint was altered")
                 raise SparkJobError(msg)
             entry = self._consume_changes(batch_id)
+            _fault("after-changelog", batch_id)
         elif batch_id != self.last_logged:
             msg = (f"micro-batch {batch_id} re-run after later batches were logged "
                    f"(last {self.last_logged}): the checkpoint was altered")
@@ -410,6 +424,7 @@ class StreamDriver:
         self._maybe_rebase()
         table, n_msgs = self._match(paths, batch_id)
         _write_sink(table, target)
+        _fault("after-sink", batch_id)
         t1 = time.time()
         wait = max(t1 - self.last_end, 1e-9)
         self.last_end = t1

@@ -1,6 +1,7 @@
-"""Exactly once: the stream job's driver is killed with SIGKILL mid-stream (twice, at
-random moments) and restarted on the same checkpoint; the sink holds every delivery of the
-single-process matcher exactly once."""
+"""Exactly once: the stream job's driver is killed with SIGKILL mid-stream (at a random
+moment, right after a batch's sink file is committed but before Spark's commit, and right
+after a batch's change log entry) and restarted on the same checkpoint; the sink holds
+every delivery of the single-process matcher exactly once."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ from pruning.deliveries import Deliveries
 from roadnet.cell_bounds import CellBounds
 from roadnet.cells import Cells
 from roadnet.network import RoadNetwork
-from spark_jobs.stream import read_sink
+from spark_jobs.stream import FAULT_ENV, read_sink
 
 ROOT = Path(__file__).resolve().parents[2]
-N_FILES = 10
+N_FILES = 6
 DMAX_M = 2000.0
 N_BASE = 4000
 
@@ -53,8 +54,10 @@ def _command(tmp: Path, index_file: Path, *extra: str) -> list[str]:
             "--checkpoint", str(tmp / "checkpoint"), "--max-files-per-trigger", "1", *extra]
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _start(cmd: list[str], log: Path, fault: str | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if fault:
+        env[FAULT_ENV] = fault
     with log.open("ab") as fh:
         # Its own session: the kill reaches the driver's Python and JVM processes together.
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
@@ -94,22 +97,30 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
         ref.apply(ev_s + ev_u)
         ref.match(files)
         if rnd == 0:
-            # Killed twice at random moments while batches are being matched and committed.
-            for _ in range(2):
-                proc = _start(_command(tmp_path, index_file), log)
-                before = _sink_files(tmp_path)
-                t0 = time.monotonic()
-                while _sink_files(tmp_path) <= before and proc.poll() is None:
-                    assert time.monotonic() - t0 < 300, log.read_text()[-3000:]
-                    time.sleep(0.05)
-                time.sleep(rng.uniform(0.0, 2.5))
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            assert 0 < _sink_files(tmp_path) < N_FILES, "the kills were not mid-stream"
+            # A kill at a random moment while batches are matched and committed ...
+            proc = _start(_command(tmp_path, index_file), log)
+            t0 = time.monotonic()
+            while _sink_files(tmp_path) == 0 and proc.poll() is None:
+                assert time.monotonic() - t0 < 300, log.read_text()[-3000:]
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            # ... then one between the sink file's rename and Spark's commit of the batch.
+            after = _sink_files(tmp_path)
+            assert after < N_FILES - 1, "the kill was not mid-stream"
+            proc = _start(_command(tmp_path, index_file), log, f"after-sink:{after}")
+            assert proc.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+        else:
+            # The first batch of round 1 takes c1: killed right after its log entry.
+            proc = _start(_command(tmp_path, index_file), log, f"after-changelog:{N_FILES}")
+            assert proc.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
         done = subprocess.run(_command(tmp_path, index_file, "--once"), cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)},
                               capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
+        with log.open("a") as fh:
+            fh.write(done.stderr)
     sink = read_sink(tmp_path / "out")
     assert_same(sink, Deliveries.concat(ref.found))
     # Every message's deliveries sit in one batch, and batches are whole files.
@@ -118,3 +129,6 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
     for m in np.unique(mid):
         assert np.unique(bid[mid == m]).size == 1
     assert _sink_files(tmp_path) == 2 * N_FILES
+    text = log.read_text()
+    assert "already committed" in text  # the batch re-run after the after-sink kill
+    assert "4,060 subscriptions at version 2" in text  # set rebuilt from the change log
