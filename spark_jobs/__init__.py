@@ -15,6 +15,11 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.batch_match`
     Deliveries of many messages against many subscriptions: subscriptions partitioned by
     cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.stream`
+    Structured Streaming matching: message files matched as they land against a
+    subscription set that change files update between micro-batches, exactly once
+    (:mod:`spark_jobs.stream_changes`: the change files, their log, their application;
+    :mod:`spark_jobs.bench_stream`: its benchmark against ``roadpubsub match``).
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
@@ -28,8 +33,11 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 __all__ = [
     "batch_match",
     "bench_spark",
+    "bench_stream",
     "idf",
     "overlay",
     "precompute_bounds",
     "session",
+    "stream",
+    "stream_changes",
 ]

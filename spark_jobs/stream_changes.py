@@ -46,6 +46,8 @@ __all__ = [
     "apply_record",
     "apply_records",
     "change_records",
+    "check_records",
+    "fsync_dir",
     "read_change_rows",
     "visible_files",
 ]
