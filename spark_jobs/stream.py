@@ -66,10 +66,12 @@ import pyarrow.parquet as pq
 
 from index.base import SubscriptionIndex, load_index
 from index.io import read_messages
+from index.model import Messages
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import RoadPubSubError, format_error
 from roadnet.files import atomic_paths
+from roadnet.locations import EdgePoints
 from roadpubsub.service.events import BodyParser
 from spark_jobs.session import (
     SparkJobError,
@@ -220,6 +222,22 @@ def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str
             "messages": pa.array([None] * n, pa.int64()),
             "message_id": found.message_id, "subscription_id": found.subscription_id,
             "distance": found.distance, "score": found.score}, schema=_TASK_ARROW)
+
+
+def _warm_task(bc: Broadcast[dict[str, Any]]
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow function: load the index and compile the matcher in this worker."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        index, matcher = _worker_index(bc.value)
+        k = min(len(index.weights), 1)  # one keyword (term 0) when there is a vocabulary
+        one = Messages(np.zeros(1, np.int64), EdgePoints.of([0], [0.0]),
+                       np.asarray([0, k], np.int64), np.zeros(k, np.int32))
+        matcher.match(one)  # compiles (or loads the compiled kernels from numba's cache)
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"id": batch.column("id")})
+
+    return run
 
 
 def _match_task(bc: Broadcast[dict[str, Any]]
@@ -437,6 +455,22 @@ class StreamDriver:
             f"{n_msgs / max(t1 - t0, 1e-9):,.0f} messages/s processed, "
             f"{n_msgs / wait:,.0f} messages/s input")
 
+    def warm(self) -> None:
+        """Load the index in every Python worker before the first micro-batch (one task
+        per core, each a few seconds long, so they run side by side in distinct workers)."""
+        t0 = time.perf_counter()
+        n = self.spark.sparkContext.defaultParallelism
+        bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
+                                            "records": self.records, "paths": []})
+        try:
+            self.spark.sparkContext.setJobDescription("stream: loading the index in the workers")
+            self.spark.range(0, n, 1, n).mapInArrow(_warm_task(bc), "id long").collect()
+        finally:
+            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+            bc.unpersist()
+        log(f"stream: index loaded in the workers ({n} tasks) in "
+            f"{time.perf_counter() - t0:.1f} s")
+
     def _match(self, paths: list[str], batch_id: int) -> tuple[pa.Table, int]:
         if not paths:
             return SINK_SCHEMA.empty_table(), 0
@@ -557,6 +591,7 @@ def start_stream(spark: SparkSession, args: argparse.Namespace
                           messages=Path(args.messages).absolute(),
                           changes=Path(args.changes).absolute(), out=out,
                           checkpoint=checkpoint, rebase_rows=args.rebase_rows)
+    driver.warm()
     writer = (_source(spark, args).writeStream.foreachBatch(driver.process)
               .option("checkpointLocation", str(checkpoint / "spark"))
               .queryName("roadpubsub_stream"))
