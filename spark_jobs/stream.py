@@ -48,6 +48,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -55,7 +56,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -64,14 +65,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.base import SubscriptionIndex, load_index
-from index.io import read_messages
-from index.model import Messages
+from index.base import load_index
 from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from roadnet.errors import RoadPubSubError, format_error
+from roadnet.errors import format_error
 from roadnet.files import atomic_paths
-from roadnet.locations import EdgePoints
 from roadpubsub.service.events import BodyParser
 from spark_jobs.session import (
     SparkJobError,
@@ -92,21 +89,24 @@ from spark_jobs.stream_changes import (
     fsync_dir,
     visible_files,
 )
+from spark_jobs.stream_tasks import (
+    TASK_SCHEMA,
+    kafka_problem,
+    kafka_task,
+    match_task,
+    warm_task,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark import Broadcast
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
     "FAULT_ENV",
-    "KAFKA_CLASS",
     "SINK_SCHEMA",
     "StreamDriver",
     "add_arguments",
     "build_parser",
-    "kafka_package",
-    "kafka_problem",
     "main",
     "read_sink",
     "run",
@@ -118,8 +118,6 @@ __all__ = [
 SINK_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int64()),
                          ("distance", pa.float64()), ("score", pa.float64()),
                          ("batch_id", pa.int64())])
-#: A class of the spark-sql-kafka package (its presence on the classpath is the test).
-KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 #: Name of the folder bad files are moved to (Spark's file source skips ``_`` names).
 REJECTED = "_rejected"
 #: Test hook: ``after-changelog:B`` or ``after-sink:B`` kills this driver with SIGKILL
@@ -127,133 +125,6 @@ REJECTED = "_rejected"
 #: precise moments; its random moments need no hook).
 FAULT_ENV = "ROADPUBSUB_STREAM_FAULT"
 _BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
-_TASK_SCHEMA = ("file string, status string, reason string, messages long, "
-                "message_id long, subscription_id long, distance double, score double")
-_TASK_ARROW = pa.schema([("file", pa.string()), ("status", pa.string()),
-                         ("reason", pa.string()), ("messages", pa.int64()),
-                         ("message_id", pa.int64()), ("subscription_id", pa.int64()),
-                         ("distance", pa.float64()), ("score", pa.float64())])
-
-
-# ---------------------------------------------------------------------------- Kafka
-def kafka_package(spark_version: str) -> str:
-    """Maven coordinate of the Kafka source matching a Spark version."""
-    major = int(spark_version.split(".")[0])
-    scala = "2.13" if major >= 4 else "2.12"
-    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}"
-
-
-def kafka_problem(spark: SparkSession) -> str | None:
-    """Why the Kafka source cannot run on ``spark`` (one line), or None if it can."""
-    jvm = getattr(spark.sparkContext, "_jvm", None)
-    if jvm is None:  # Spark Connect: the server decides
-        return None
-    from py4j.protocol import Py4JError
-
-    try:
-        jvm.Thread.currentThread().getContextClassLoader().loadClass(KAFKA_CLASS)
-    except Py4JError as exc:
-        text = str(exc)
-        if "ClassNotFoundException" in text or "NoClassDefFoundError" in text:
-            return (f"the spark-sql-kafka package is not on the Spark classpath "
-                    f"({KAFKA_CLASS} not found): add --packages "
-                    f"{kafka_package(spark.version)}")
-        raise
-    return None
-
-
-# ---------------------------------------------------------------------------- executors
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_index(value: dict[str, Any]) -> tuple[SubscriptionIndex, IndexMatcher]:
-    """The index at the broadcast's version, kept in the Python worker between batches:
-    loaded once per base file, then brought forward with the records it has not seen."""
-    if _WORKER.get("token") != value["base_token"] or _WORKER["version"] > value["version"]:
-        _WORKER.clear()
-        path = value["base_path"]
-        if value["base_shipped"]:
-            from pyspark import SparkFiles
-
-            path = SparkFiles.get(value["base_name"])
-        index = load_index(path)
-        _WORKER.update(token=value["base_token"], version=value["base_version"], index=index,
-                       matcher=IndexMatcher(index, threads=1))
-    index = _WORKER["index"]
-    for seq, rec in value["records"]:
-        if seq > _WORKER["version"]:
-            apply_record(index, rec)
-            _WORKER["version"] = seq
-    if _WORKER["version"] != value["version"]:
-        msg = (f"worker index at version {_WORKER['version']}, the batch needs "
-               f"{value['version']} (records missing from the broadcast)")
-        raise SparkJobError(msg)
-    return index, _WORKER["matcher"]
-
-
-def _status_row(file: str, status: str, reason: str | None, n: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({
-        "file": [file], "status": [status], "reason": [reason], "messages": [n],
-        "message_id": pa.array([None], pa.int64()),
-        "subscription_id": pa.array([None], pa.int64()),
-        "distance": pa.array([None], pa.float64()), "score": pa.array([None], pa.float64())},
-        schema=_TASK_ARROW)
-
-
-def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str
-                ) -> Iterator[pa.RecordBatch]:
-    """Status row of one message file, then its deliveries."""
-    if not Path(path).exists():
-        yield _status_row(path, "missing", "the file is gone", 0)
-        return
-    try:
-        messages = read_messages(path, index.network, index.weights)
-        found, _ = matcher.match(messages)
-    except (RoadPubSubError, ValueError, OSError, pa.ArrowException) as exc:
-        yield _status_row(path, "bad", format_error(exc), 0)
-        return
-    yield _status_row(path, "ok", None, len(messages))
-    n = len(found)
-    if n:
-        yield pa.RecordBatch.from_pydict({
-            "file": pa.array([None] * n, pa.string()),
-            "status": pa.array([None] * n, pa.string()),
-            "reason": pa.array([None] * n, pa.string()),
-            "messages": pa.array([None] * n, pa.int64()),
-            "message_id": found.message_id, "subscription_id": found.subscription_id,
-            "distance": found.distance, "score": found.score}, schema=_TASK_ARROW)
-
-
-def _warm_task(bc: Broadcast[dict[str, Any]]
-               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function: load the index and compile the matcher in this worker."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        index, matcher = _worker_index(bc.value)
-        k = min(len(index.weights), 1)  # one keyword (term 0) when there is a vocabulary
-        one = Messages(np.zeros(1, np.int64), EdgePoints.of([0], [0.0]),
-                       np.asarray([0, k], np.int64), np.zeros(k, np.int32))
-        matcher.match(one)  # compiles (or loads the compiled kernels from numba's cache)
-        for batch in batches:
-            yield pa.RecordBatch.from_pydict({"id": batch.column("id")})
-
-    return run
-
-
-def _match_task(bc: Broadcast[dict[str, Any]]
-                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function over file numbers: each file's status row and deliveries."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        value = bc.value
-        index, matcher = _worker_index(value)
-        for batch in batches:
-            for k in batch.column("id").to_pylist():
-                yield from _match_file(index, matcher, value["paths"][k])
-
-    return run
-
-
 # ---------------------------------------------------------------------------- files
 def _local_path(uri: str) -> Path:
     parsed = urlparse(uri)
@@ -292,6 +163,11 @@ def _write_sink(table: pa.Table, target: Path) -> None:
         finally:
             os.close(fd)
     fsync_dir(target.parent)
+
+
+def _write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
+    with atomic_paths(path) as (tmp,):
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
 def sink_path(out: Path, batch_id: int) -> Path:
@@ -419,7 +295,9 @@ class StreamDriver:
     def process(self, frame: DataFrame, batch_id: int) -> None:
         """foreachBatch function: apply the batch's changes, match, commit the sink file."""
         t0 = time.time()
-        paths = sorted(str(_local_path(r[0])) for r in frame.select("path").collect())
+        kafka = "value" in frame.columns
+        paths = [] if kafka else sorted(str(_local_path(r[0]))
+                                        for r in frame.select("path").collect())
         entry = self.log_.get(batch_id)
         if entry is None:
             if batch_id <= self.last_logged:
@@ -440,7 +318,7 @@ class StreamDriver:
             log(f"batch {batch_id}: already committed ({target.name}), skipped")
             return
         self._maybe_rebase()
-        table, n_msgs = self._match(paths, batch_id)
+        table, n_msgs = self._match(paths, batch_id, frame if kafka else None)
         _write_sink(table, target)
         _fault("after-sink", batch_id)
         t1 = time.time()
@@ -464,38 +342,50 @@ class StreamDriver:
                                             "records": self.records, "paths": []})
         try:
             self.spark.sparkContext.setJobDescription("stream: loading the index in the workers")
-            self.spark.range(0, n, 1, n).mapInArrow(_warm_task(bc), "id long").collect()
+            self.spark.range(0, n, 1, n).mapInArrow(warm_task(bc), "id long").collect()
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
             bc.unpersist()
         log(f"stream: index loaded in the workers ({n} tasks) in "
             f"{time.perf_counter() - t0:.1f} s")
 
-    def _match(self, paths: list[str], batch_id: int) -> tuple[pa.Table, int]:
-        if not paths:
+    def _match(self, paths: list[str], batch_id: int, records: DataFrame | None = None
+               ) -> tuple[pa.Table, int]:
+        """Deliveries of the batch's message files, or of its Kafka ``records``."""
+        if not paths and records is None:
             return SINK_SCHEMA.empty_table(), 0
         bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
                                             "records": self.records, "paths": paths})
         try:
             n = len(paths)
             self.spark.sparkContext.setJobDescription(
-                f"stream: batch {batch_id}, {n} files, version {self.version}")
-            result = (self.spark.range(0, n, 1, n)
-                      .mapInArrow(_match_task(bc), _TASK_SCHEMA).toArrow())
+                f"stream: batch {batch_id}, {n or 'Kafka'} files, version {self.version}")
+            inputs = (self.spark.range(0, n, 1, n).mapInArrow(match_task(bc), TASK_SCHEMA)
+                      if records is None else
+                      records.mapInArrow(kafka_task(bc), TASK_SCHEMA))
+            result = inputs.toArrow()
         finally:
             self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
             bc.unpersist()
         status = pc_is_valid(result, "status")
         n_msgs = 0
+        bad_records: list[dict[str, Any]] = []
         for f, s, reason, k in zip(*(result.filter(status).column(c).to_pylist()
                                      for c in ("file", "status", "reason", "messages")),
                                    strict=True):
             if s == "ok":
                 n_msgs += int(k)
+            elif s == "bad" and records is not None:
+                bad_records.append({"record": f, "reason": reason})
             elif s == "bad":
                 _move_aside(Path(f), str(reason), "message")
             elif not (Path(f).parent / REJECTED / Path(f).name).exists():
                 log(f"batch {batch_id}: message file {f} vanished before it was read")
+        if bad_records:  # Kafka records cannot be moved aside: they are kept beside the sink
+            _write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
+                                    bad_records)
+            log(f"batch {batch_id}: rejected {len(bad_records)} Kafka records (kept in "
+                f"{self.out / REJECTED}): {bad_records[0]['reason']}")
         rows = result.filter(pc_invert(status))
         d = Deliveries(np.asarray(rows.column("message_id"), dtype=np.int64),
                        np.asarray(rows.column("subscription_id"), dtype=np.int64),
@@ -531,6 +421,16 @@ def _source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
             .schema(_BINARY_FILE_SCHEMA)
             .load(str(Path(args.messages).absolute()))
             .select("path"))
+
+
+def _kafka_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """Kafka records as messages: ``value`` is one JSON message object (the service's)."""
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.kafka_bootstrap)
+            .option("subscribe", args.kafka_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(1000 * args.max_files_per_trigger))
+            .load().selectExpr("CAST(value AS STRING) AS value"))
 
 
 def _progress(query: StreamingQuery, stop: threading.Event) -> None:
@@ -584,15 +484,13 @@ def start_stream(spark: SparkSession, args: argparse.Namespace
         problem = kafka_problem(spark)
         if problem is not None:
             raise SparkJobError(problem)
-        msg = ("--kafka-bootstrap: the Kafka source is detected but this version reads "
-               "message files only")
-        raise SparkJobError(msg)
     driver = StreamDriver(spark, index_file=Path(args.index_file),
                           messages=Path(args.messages).absolute(),
                           changes=Path(args.changes).absolute(), out=out,
                           checkpoint=checkpoint, rebase_rows=args.rebase_rows)
     driver.warm()
-    writer = (_source(spark, args).writeStream.foreachBatch(driver.process)
+    source = _kafka_source(spark, args) if args.kafka_bootstrap else _source(spark, args)
+    writer = (source.writeStream.foreachBatch(driver.process)
               .option("checkpointLocation", str(checkpoint / "spark"))
               .queryName("roadpubsub_stream"))
     if args.once:
@@ -651,7 +549,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="change rows after which executors get a new base index "
                              "instead of a longer delta (default: %(default)s)")
     parser.add_argument("--kafka-bootstrap", default=None, metavar="HOST:PORT",
-                        help="read messages from Kafka instead (needs the spark-sql-kafka "
+                        help="read messages from Kafka instead, one JSON message object per "
+                             "record, at most 1,000 x --max-files-per-trigger records per "
+                             "batch; bad records are kept in OUT/_rejected/ (needs the "
+                             "spark-sql-kafka "
                              "package on the classpath, e.g. --packages)")
     parser.add_argument("--kafka-topic", default="messages", help="Kafka topic")
     add_spark_arguments(parser)

@@ -32,8 +32,9 @@ from roadnet.cell_bounds import CellBounds
 from roadnet.cells import Cells
 from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.stream import build_parser, kafka_problem, read_sink, start_stream
+from spark_jobs.stream import StreamDriver, build_parser, read_sink, start_stream
 from spark_jobs.stream_changes import ChangeLog
+from spark_jobs.stream_tasks import kafka_problem
 
 DMAX_M = 2000.0
 N_BASE = 4000
@@ -217,3 +218,30 @@ def test_kafka_source_needs_its_package(spark: SparkSession, tmp_path: Path,
     assert err[-1].startswith("roadpubsub: error:") or "spark-sql-kafka" in err[-1]
     assert "spark-sql-kafka" in err[-1]
     pytest.skip(f"Kafka source not tested: {problem}")
+
+
+@pytest.mark.spark
+def test_kafka_records_are_matched_and_bad_ones_kept(
+        spark: SparkSession, tmp_path: Path, andorra: RoadNetwork, workload: Workload,
+        index_file: Path) -> None:
+    """The Kafka path after the source: records (one JSON message each) of a micro-batch
+    are matched like files; a bad record is kept beside the sink with its reason."""
+    import json
+
+    msgs = workload.messages.take(np.arange(0, 60))
+    path = tmp_path / "m.parquet"
+    land_table(path, message_table(msgs, workload.weights, andorra))
+    ref = Reference(index_file)
+    want = ref.match([path])
+    records = [json.dumps(r) for r in message_table(msgs, workload.weights,
+                                                    andorra).to_pylist()]
+    records.insert(7, json.dumps({"id": 10**6, "keywords": []}))
+    frame = spark.createDataFrame([(r,) for r in records], "value string").repartition(2)
+    driver = StreamDriver(spark, index_file=index_file, messages=tmp_path / "messages",
+                          changes=tmp_path / "changes", out=tmp_path / "out",
+                          checkpoint=tmp_path / "checkpoint")
+    driver.process(frame, 0)
+    assert driver.rows == 60
+    assert_same(read_sink(tmp_path / "out"), want)
+    kept = (tmp_path / "out" / "_rejected" / "batch-000000000000.jsonl").read_text()
+    assert "keywords" in kept and "1000000" in kept
