@@ -69,9 +69,8 @@ class _SinkWatch(threading.Thread):
             if not self.out.is_dir():
                 continue
             now = time.time()
-            for p in self.out.glob("batch-*.parquet"):
-                b = int(p.stem.split("-")[1])
-                self.seen.setdefault(b, now)
+            for p in self.out.glob("batch_id=*"):
+                self.seen.setdefault(int(p.name.split("=")[1]), now)
 
 
 def _batches(log: Path) -> dict[int, int]:
@@ -98,12 +97,10 @@ def _wait(cond: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float) -
 def _batch_of(out: Path, ids: np.ndarray, batches: dict[int, int]) -> int:
     """The sink batch holding deliveries of message ids ``ids``."""
     for b in sorted(batches):
-        p = out / f"batch-{b:012d}.parquet"
-        if not p.exists():
-            continue
-        got = np.asarray(pq.read_table(p, columns=["message_id"]).column("message_id"))
-        if np.isin(ids, got).any():
-            return b
+        for p in (out / f"batch_id={b}").glob("part-*.parquet"):
+            got = np.asarray(pq.read_table(p, columns=["message_id"]).column("message_id"))
+            if np.isin(ids, got).any():
+                return b
     msg = "no batch holds deliveries of a latency file"
     raise RuntimeError(msg)
 
@@ -208,8 +205,8 @@ def run_bench(*, index_file: Path, messages: Path, work: Path, master: str = "lo
                                            if steady_span > 0 else None),
             "drain_s": round(span, 2),
         }
-        sink = pa.concat_tables([pq.read_table(dirs["out"] / f"batch-{b:012d}.parquet")
-                                 for b in tp_ids])
+        sink = pa.concat_tables([pq.read_table(p) for b in tp_ids
+                                 for p in (dirs["out"] / f"batch_id={b}").glob("part-*.parquet")])
         result["stream"]["deliveries"] = sink.num_rows
         result["stream"]["equal_to_single_process"] = _same(
             sink, pq.read_table(work / "single.parquet"))

@@ -30,8 +30,10 @@ Exactly once
   log in the checkpoint (:class:`~spark_jobs.stream_changes.ChangeLog`), written before
   they are applied; a restart rebuilds the subscription set from the index file and the
   log, so a re-run batch sees the same subscriptions.
-* The deliveries of *b* are written to ``OUT/batch-<b>.parquet`` through a temporary name,
-  fsync and rename; a re-run of a batch whose file exists writes nothing.
+* The deliveries of *b* are written by the tasks as part files (each fsynced, named by its
+  input, so a retried task rewrites the same part) into a temporary directory that the
+  driver renames to ``OUT/batch_id=<b>`` once every task is done; a re-run of a batch
+  whose directory exists writes nothing.
 
 So after a SIGKILL at any moment and a restart on the same checkpoint, the sink holds each
 delivery exactly once. Files that cannot be read or validated are moved to
@@ -66,7 +68,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from index.base import load_index
-from pruning.deliveries import Deliveries
 from roadnet.errors import format_error
 from roadnet.files import atomic_paths
 from roadpubsub.service.events import BodyParser
@@ -153,16 +154,18 @@ def _move_aside(path: Path, reason: str, what: str) -> None:
     log(f"rejected {what} file {path.name} (moved to {folder}): {reason}")
 
 
-def _write_sink(table: pa.Table, target: Path) -> None:
-    """Write a batch's deliveries: temporary name, fsync, rename, fsync of the folder."""
-    with atomic_paths(target) as (tmp,):
-        pq.write_table(table, tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _commit_batch(tmp: Path, target: Path) -> None:
+    """Make a batch's sink directory visible: its part files are durable (the tasks
+    fsynced them), then one rename, then an fsync of the sink folder."""
+    fsync_dir(tmp)
+    os.rename(tmp, target)
     fsync_dir(target.parent)
+
+
+def _clean_temporaries(out: Path) -> None:
+    """Remove temporary batch directories left by a killed driver."""
+    for stale in out.glob(".batch_id=*.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -171,16 +174,26 @@ def _write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def sink_path(out: Path, batch_id: int) -> Path:
-    """The sink file of a micro-batch."""
-    return out / f"batch-{batch_id:012d}.parquet"
+    """The sink directory of a micro-batch (Hive-style: readers get a ``batch_id``)."""
+    return out / f"batch_id={batch_id}"
 
 
 def read_sink(out: str | os.PathLike[str]) -> pa.Table:
-    """Every committed delivery of a sink folder (sorted by batch, message, subscription)."""
-    files = sorted(Path(out).glob("batch-*.parquet"))
-    if not files:
+    """Every committed delivery of a sink folder (sorted by batch, message, subscription).
+
+    Spark reads the same folder with ``spark.read.parquet(OUT)`` (``batch_id`` from the
+    directory names).
+    """
+    parts = []
+    for folder in Path(out).glob("batch_id=*"):
+        b = int(folder.name.split("=", 1)[1])
+        for f in sorted(folder.glob("part-*.parquet")):
+            t = pq.read_table(f)
+            parts.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, b),
+                                                               pa.int64())))
+    if not parts:
         return SINK_SCHEMA.empty_table()
-    table = pa.concat_tables([pq.read_table(f) for f in files])
+    table = pa.concat_tables(parts)
     return table.sort_by([("batch_id", "ascending"), ("message_id", "ascending"),
                           ("subscription_id", "ascending")])
 
@@ -225,6 +238,8 @@ class StreamDriver:
             self.consumed.update(entry["rejected"])
             self.last_logged = int(entry["batch_id"])
         shutil.rmtree(self.base_dir, ignore_errors=True)  # earlier bases: caches only
+        out.mkdir(parents=True, exist_ok=True)
+        _clean_temporaries(out)
         self._set_base(Path(index_file), 0)
         self.last_end = time.time()
         self.batches = 0
@@ -318,8 +333,7 @@ class StreamDriver:
             log(f"batch {batch_id}: already committed ({target.name}), skipped")
             return
         self._maybe_rebase()
-        table, n_msgs = self._match(paths, batch_id, frame if kafka else None)
-        _write_sink(table, target)
+        n_msgs, n_found = self._match(paths, batch_id, target, frame if kafka else None)
         _fault("after-sink", batch_id)
         t1 = time.time()
         wait = max(t1 - self.last_end, 1e-9)
@@ -328,7 +342,7 @@ class StreamDriver:
         self.rows += n_msgs
         n_events = sum(len(r["id"]) for r in entry["records"])
         log(f"batch {batch_id}: {len(paths)} files, {n_msgs:,} messages, "
-            f"{table.num_rows:,} deliveries; {len(entry['files'])} change files "
+            f"{n_found:,} deliveries; {len(entry['files'])} change files "
             f"({n_events:,} events, version {self.version}); {t1 - t0:.2f} s, "
             f"{n_msgs / max(t1 - t0, 1e-9):,.0f} messages/s processed, "
             f"{n_msgs / wait:,.0f} messages/s input")
@@ -349,68 +363,47 @@ class StreamDriver:
         log(f"stream: index loaded in the workers ({n} tasks) in "
             f"{time.perf_counter() - t0:.1f} s")
 
-    def _match(self, paths: list[str], batch_id: int, records: DataFrame | None = None
-               ) -> tuple[pa.Table, int]:
-        """Deliveries of the batch's message files, or of its Kafka ``records``."""
-        if not paths and records is None:
-            return SINK_SCHEMA.empty_table(), 0
-        bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
-                                            "records": self.records, "paths": paths})
-        try:
-            n = len(paths)
-            self.spark.sparkContext.setJobDescription(
-                f"stream: batch {batch_id}, {n or 'Kafka'} files, version {self.version}")
-            inputs = (self.spark.range(0, n, 1, n).mapInArrow(match_task(bc), TASK_SCHEMA)
-                      if records is None else
-                      records.mapInArrow(kafka_task(bc), TASK_SCHEMA))
-            result = inputs.toArrow()
-        finally:
-            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
-            bc.unpersist()
-        status = pc_is_valid(result, "status")
-        n_msgs = 0
-        bad_records: list[dict[str, Any]] = []
-        for f, s, reason, k in zip(*(result.filter(status).column(c).to_pylist()
-                                     for c in ("file", "status", "reason", "messages")),
-                                   strict=True):
-            if s == "ok":
-                n_msgs += int(k)
-            elif s == "bad" and records is not None:
-                bad_records.append({"record": f, "reason": reason})
-            elif s == "bad":
-                _move_aside(Path(f), str(reason), "message")
-            elif not (Path(f).parent / REJECTED / Path(f).name).exists():
-                log(f"batch {batch_id}: message file {f} vanished before it was read")
-        if bad_records:  # Kafka records cannot be moved aside: they are kept beside the sink
-            _write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
-                                    bad_records)
-            log(f"batch {batch_id}: rejected {len(bad_records)} Kafka records (kept in "
-                f"{self.out / REJECTED}): {bad_records[0]['reason']}")
-        rows = result.filter(pc_invert(status))
-        d = Deliveries(np.asarray(rows.column("message_id"), dtype=np.int64),
-                       np.asarray(rows.column("subscription_id"), dtype=np.int64),
-                       np.asarray(rows.column("distance"), dtype=np.float64),
-                       np.asarray(rows.column("score"), dtype=np.float64))
-        d = Deliveries.concat([d])  # sorted by (message, subscription)
-        table = pa.table({"message_id": d.message_id, "subscription_id": d.subscription_id,
-                          "distance": d.distance, "score": d.score,
-                          "batch_id": np.full(len(d), batch_id, dtype=np.int64)},
-                         schema=SINK_SCHEMA)
-        return table, n_msgs
-
-
-def pc_is_valid(table: pa.Table, column: str) -> pa.ChunkedArray:
-    """Mask of rows where ``column`` is not null."""
-    import pyarrow.compute as pc
-
-    return pc.is_valid(table.column(column))
-
-
-def pc_invert(mask: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Negation of a mask."""
-    import pyarrow.compute as pc
-
-    return pc.invert(mask)
+    def _match(self, paths: list[str], batch_id: int, target: Path,
+               records: DataFrame | None = None) -> tuple[int, int]:
+        """Match the batch's message files, or its Kafka ``records``, into the sink
+        directory ``target``; (messages, deliveries)."""
+        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp.mkdir()
+        n_msgs = n_found = 0
+        if paths or records is not None:
+            bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
+                                                "records": self.records, "paths": paths,
+                                                "folder": str(tmp)})
+            try:
+                n = len(paths)
+                self.spark.sparkContext.setJobDescription(
+                    f"stream: batch {batch_id}, {n or 'Kafka'} files, version {self.version}")
+                inputs = (self.spark.range(0, n, 1, n).mapInArrow(match_task(bc), TASK_SCHEMA)
+                          if records is None else
+                          records.mapInArrow(kafka_task(bc), TASK_SCHEMA))
+                result = inputs.toArrow()
+            finally:
+                self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+                bc.unpersist()
+            bad_records: list[dict[str, Any]] = []
+            for f, s, reason, k, d in zip(*(result.column(c).to_pylist() for c in (
+                    "file", "status", "reason", "messages", "deliveries")), strict=True):
+                if s == "ok":
+                    n_msgs += int(k)
+                    n_found += int(d)
+                elif s == "bad" and records is not None:
+                    bad_records.append({"record": f, "reason": reason})
+                elif s == "bad":
+                    _move_aside(Path(f), str(reason), "message")
+                elif not (Path(f).parent / REJECTED / Path(f).name).exists():
+                    log(f"batch {batch_id}: message file {f} vanished before it was read")
+            if bad_records:  # Kafka records cannot be moved aside: kept beside the sink
+                _write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
+                                        bad_records)
+                log(f"batch {batch_id}: rejected {len(bad_records)} Kafka records (kept in "
+                    f"{self.out / REJECTED}): {bad_records[0]['reason']}")
+        _commit_batch(tmp, target)
+        return n_msgs, n_found
 
 
 # ---------------------------------------------------------------------------- the query
@@ -515,8 +508,9 @@ files:
             with the live service's fields (subscribe: id, keywords, alpha, tau, location;
             unsubscribe: id; move: id, location).
   bad files are moved to _rejected/ in their directory with NAME.reason.txt beside them.
-  the sink: OUT/batch-<id>.parquet (message_id, subscription_id, distance, score, batch_id),
-  each written once, atomically; restart on the same --checkpoint after any crash.
+  the sink: OUT/batch_id=<id>/part-*.parquet (message_id, subscription_id, distance, score;
+  spark.read.parquet(OUT) adds batch_id), each batch committed once by a directory rename;
+  restart on the same --checkpoint after any crash.
 
 example:
   roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
@@ -535,7 +529,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--changes", required=True, metavar="DIR",
                         help="directory where subscription change files land")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="sink directory of deliveries (Parquet, one file per batch)")
+                        help="sink directory of deliveries (Parquet, a directory per batch)")
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
                         help="checkpoint directory (Spark's offsets and the change log)")
     parser.add_argument("--once", action="store_true",

@@ -4,19 +4,22 @@
 brings it forward with the change records of each micro-batch's broadcast (those it has
 not applied yet), so a change costs its records, never a new index. The tasks read and
 match message files (:func:`match_task`) or Kafka records (:func:`kafka_task`, each
-record one message object with the live service's fields), returning one status row per
-input and the deliveries.
+record one message object with the live service's fields), write the deliveries as part
+files of the batch's temporary sink directory (:func:`write_part`) and return one status
+row per input.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from index.base import SubscriptionIndex, load_index
 from index.io import read_messages
@@ -35,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "KAFKA_CLASS",
+    "PART_SCHEMA",
     "TASK_ARROW",
     "TASK_SCHEMA",
     "kafka_package",
@@ -44,19 +48,23 @@ __all__ = [
     "status_row",
     "warm_task",
     "worker_index",
+    "write_part",
 ]
 
 #: A class of the spark-sql-kafka package (its presence on the classpath is the test).
 KAFKA_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-#: Rows the tasks return: one status row per input (file or Kafka record batch), then
-#: the deliveries (status null).
+#: Rows the tasks return, one per input (a message file, or a task's Kafka records): what
+#: happened, why when it failed, and how many messages and deliveries it had. The
+#: deliveries themselves never travel through Spark: each task writes them as a part file
+#: of the batch's temporary sink directory.
 TASK_SCHEMA = ("file string, status string, reason string, messages long, "
-                "message_id long, subscription_id long, distance double, score double")
+               "deliveries long")
 TASK_ARROW = pa.schema([("file", pa.string()), ("status", pa.string()),
-                         ("reason", pa.string()), ("messages", pa.int64()),
-                         ("message_id", pa.int64()), ("subscription_id", pa.int64()),
+                        ("reason", pa.string()), ("messages", pa.int64()),
+                        ("deliveries", pa.int64())])
+#: Columns of a sink part file (the batch id is its directory's name, ``batch_id=N``).
+PART_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int64()),
                          ("distance", pa.float64()), ("score", pa.float64())])
-
 
 
 # ---------------------------------------------------------------------------- Kafka
@@ -115,29 +123,43 @@ def worker_index(value: dict[str, Any]) -> tuple[SubscriptionIndex, IndexMatcher
     return index, _WORKER["matcher"]
 
 
-def status_row(file: str, status: str, reason: str | None, n: int) -> pa.RecordBatch:
+def status_row(file: str, status: str, reason: str | None, n: int = 0,
+               deliveries: int = 0) -> pa.RecordBatch:
+    """The status row of one input."""
     return pa.RecordBatch.from_pydict({
         "file": [file], "status": [status], "reason": [reason], "messages": [n],
-        "message_id": pa.array([None], pa.int64()),
-        "subscription_id": pa.array([None], pa.int64()),
-        "distance": pa.array([None], pa.float64()), "score": pa.array([None], pa.float64())},
-        schema=TASK_ARROW)
+        "deliveries": [deliveries]}, schema=TASK_ARROW)
 
 
-def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str
-                ) -> Iterator[pa.RecordBatch]:
-    """Status row of one message file, then its deliveries."""
+def write_part(found: Deliveries, folder: str, name: str) -> None:
+    """Write deliveries as ``folder/name.parquet`` (temporary name, fsync, rename): a
+    retried task attempt rewrites the same name with the same rows."""
+    final = os.path.join(folder, f"{name}.parquet")
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    table = pa.table({"message_id": found.message_id, "subscription_id": found.subscription_id,
+                      "distance": found.distance, "score": found.score}, schema=PART_SCHEMA)
+    pq.write_table(table, tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+
+
+def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str, folder: str,
+                k: int) -> pa.RecordBatch:
+    """Match one message file into part ``k`` of ``folder``; its status row."""
     if not Path(path).exists():
-        yield status_row(path, "missing", "the file is gone", 0)
-        return
+        return status_row(path, "missing", "the file is gone")
     try:
         messages = read_messages(path, index.network, index.weights)
         found, _ = matcher.match(messages)
     except (RoadPubSubError, ValueError, OSError, pa.ArrowException) as exc:
-        yield status_row(path, "bad", format_error(exc), 0)
-        return
-    yield status_row(path, "ok", None, len(messages))
-    yield from _deliveries_batch(found)
+        return status_row(path, "bad", format_error(exc))
+    if len(found):
+        write_part(found, folder, f"part-{k:05d}")
+    return status_row(path, "ok", None, len(messages), len(found))
 
 
 def warm_task(bc: Broadcast[dict[str, Any]]
@@ -158,28 +180,16 @@ def warm_task(bc: Broadcast[dict[str, Any]]
 
 def match_task(bc: Broadcast[dict[str, Any]]
                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function over file numbers: each file's status row and deliveries."""
+    """mapInArrow function over file numbers: each file matched into its part file."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         value = bc.value
         index, matcher = worker_index(value)
         for batch in batches:
             for k in batch.column("id").to_pylist():
-                yield from _match_file(index, matcher, value["paths"][k])
+                yield _match_file(index, matcher, value["paths"][k], value["folder"], k)
 
     return run
-
-
-def _deliveries_batch(found: Deliveries) -> Iterator[pa.RecordBatch]:
-    n = len(found)
-    if n:
-        yield pa.RecordBatch.from_pydict({
-            "file": pa.array([None] * n, pa.string()),
-            "status": pa.array([None] * n, pa.string()),
-            "reason": pa.array([None] * n, pa.string()),
-            "messages": pa.array([None] * n, pa.int64()),
-            "message_id": found.message_id, "subscription_id": found.subscription_id,
-            "distance": found.distance, "score": found.score}, schema=TASK_ARROW)
 
 
 def _parser(index: SubscriptionIndex) -> BodyParser:
@@ -198,6 +208,11 @@ def kafka_task(bc: Broadcast[dict[str, Any]]
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        part = 0  # parts named by partition and order: the same on a retried attempt
         index, matcher = worker_index(bc.value)
         parser = _parser(index)
         for batch in batches:
@@ -210,7 +225,7 @@ def kafka_task(bc: Broadcast[dict[str, Any]]
                         raise RequestError(msg)
                     parser.messages(body)
                 except (ValueError, RequestError) as exc:
-                    yield status_row(str(value)[:2000], "bad", format_error(exc), 0)
+                    yield status_row(str(value)[:2000], "bad", format_error(exc))
                     continue
                 good.append(body)
             if not good:
@@ -221,9 +236,12 @@ def kafka_task(bc: Broadcast[dict[str, Any]]
                                               keywords=mb.keywords, weights=index.weights)
                 found, _ = matcher.match(messages)
             except (RoadPubSubError, ValueError) as exc:  # e.g. an id twice in the batch
-                yield status_row(json.dumps(good)[:2000], "bad", format_error(exc), 0)
+                yield status_row(json.dumps(good)[:2000], "bad", format_error(exc))
                 continue
-            yield status_row("kafka", "ok", None, len(messages))
-            yield from _deliveries_batch(found)
+            name = f"part-k{partition:05d}-{part:05d}"
+            part += 1
+            if len(found):
+                write_part(found, bc.value["folder"], name)
+            yield status_row(name, "ok", None, len(messages), len(found))
 
     return run

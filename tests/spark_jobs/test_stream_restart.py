@@ -65,7 +65,7 @@ def _start(cmd: list[str], log: Path, fault: str | None = None) -> subprocess.Po
 
 
 def _sink_files(tmp: Path) -> int:
-    return len(list((tmp / "out").glob("batch-*.parquet")))
+    return len(list((tmp / "out").glob("batch_id=*")))
 
 
 @pytest.mark.spark
