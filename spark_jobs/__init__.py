@@ -5,11 +5,14 @@ Each job runs as ``spark-submit spark_jobs/<job>.py ...`` and as
 functions the single-process path calls, so their outputs are the local ones.
 
 :mod:`spark_jobs.precompute_bounds`
-    The cell-pair distance bound table, one border Dijkstra per cell in the tasks
-    (``--engine dijkstra``) or GraphFrames Pregel over the border overlay graph
-    (``--engine graphframes``), written to Parquet;
-    :func:`~spark_jobs.precompute_bounds.load_bounds_table` reads it
-    back for :meth:`index.spatial.SpatialIndex.build`.
+    The cell-pair distance bound table, written to Parquet, computed by one of two engines:
+    :mod:`spark_jobs.dijkstra_engine` (one border Dijkstra per cell in the tasks) or
+    :mod:`spark_jobs.graphframes_engine` (GraphFrames Pregel over the border overlay).
+:mod:`spark_jobs.bound_table`
+    The table's format; :func:`~spark_jobs.bound_table.load_bounds_table` reads it back
+    for :meth:`index.spatial.SpatialIndex.build`.
+:mod:`spark_jobs.payload`
+    Networks and cells as broadcasts, the per-cell task frame.
 :mod:`spark_jobs.idf`
     Smoothed idf keyword weights of a large corpus (text, CSV or Parquet).
 :mod:`spark_jobs.batch_match`
@@ -19,11 +22,15 @@ functions the single-process path calls, so their outputs are the local ones.
     Structured Streaming matching: message files matched as they land against a
     subscription set that change files update between micro-batches, exactly once
     (:mod:`spark_jobs.stream_changes`: the change files, their log, their application;
+    :mod:`spark_jobs.stream_tasks`: the executors' index and tasks;
     :mod:`spark_jobs.bench_stream`: its benchmark against ``roadpubsub match``).
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
-    Session creation (Java 17+ check), progress lines, broadcasts, atomic output.
+    Session creation (Java 17+ check), progress lines, broadcasts.
+:mod:`spark_jobs.storage`
+    Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
+    ``s3a://``): output checks, atomic output directories, whole files on the driver.
 :mod:`spark_jobs.bench_spark`
     Spark vs single-process timings on Rome.
 
@@ -34,10 +41,16 @@ __all__ = [
     "batch_match",
     "bench_spark",
     "bench_stream",
+    "bound_table",
+    "dijkstra_engine",
+    "graphframes_engine",
     "idf",
     "overlay",
+    "payload",
     "precompute_bounds",
     "session",
+    "storage",
     "stream",
     "stream_changes",
+    "stream_tasks",
 ]

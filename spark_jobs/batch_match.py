@@ -1,42 +1,53 @@
 """Spark job: deliveries of a large message set against a large subscription set.
 
-Plan
-----
-1. The driver reads and validates the inputs with :mod:`index.io` (the one reader of the
-   project), builds the cells and takes the bound table (a directory written by
-   :mod:`spark_jobs.precompute_bounds`, or computed on Spark when none is given).
-2. Subscriptions are split by cell into partitions: contiguous runs of cells in Z-order
-   with about equal numbers of subscriptions (:func:`pruning.routing.partition_cells`);
-   all subscriptions of a cell, hence of an edge, are in one partition.
-3. Routing (Spark tasks over the messages): each message goes only to the partitions that
-   hold a cell surviving Lemma 2 for it (:class:`pruning.routing.CellRouter`, the numba
-   ``cell_lower_bounds`` kernel against DNlimit(ci)).
-4. Matching (one Spark task per partition, a cogroup of its subscriptions and its routed
-   messages): the task builds an :class:`~index.eia.EnhancedIndex` of its subscriptions on
-   the broadcast cells and bounds and runs :class:`~pruning.indexed.IndexMatcher`.
+Plan (the driver reads nothing big)
+-----------------------------------
+1. The network and the weights table (small files, read whole on the driver through
+   :mod:`spark_jobs.storage`) are loaded and the cells built. Subscriptions and messages
+   are read by the executors as distributed DataFrames, each row located on the network
+   and given its cell in the tasks (:mod:`spark_jobs.cell_frames`). Only per-cell figures
+   (load, DNlimit) come back to the driver.
+2. Cells are split into partitions: contiguous runs of cells in Z-order with about equal
+   numbers of subscriptions (:func:`pruning.routing.partition_cells`); all subscriptions
+   of a cell, hence of an edge, are in one partition.
+3. Routing (one Spark task per partition, over the messages of its cells): each message
+   goes only to the partitions that hold a cell surviving Lemma 2 for it
+   (:class:`pruning.routing.CellRouter`, the numba ``cell_lower_bounds`` kernel against
+   DNlimit(ci)). The task reads the bound table's columns of its cells.
+4. Matching (one Spark task per partition, a cogroup of its subscriptions, its rows of
+   the bound table and its routed messages): the task builds an
+   :class:`~index.eia.EnhancedIndex` of its subscriptions and runs
+   :class:`~pruning.indexed.IndexMatcher`.
 5. One output row per delivery (``message_id``, ``subscription_id``, ``distance`` metres,
    ``score``), written as Parquet.
 
+The bound table is a DataFrame throughout (a table directory read by the executors, or
+computed on Spark when none is given), shuffled to the partitions that need each row
+(:mod:`spark_jobs.bound_frames`); it is never broadcast.
+
 Why the result equals the single-process ``IndexMatcher(EnhancedIndex(all subscriptions))``:
 every bound the EIA pruning uses for a subscription depends only on the subscription, its
-edge and its cell, and those are all in one partition; a partition left out by routing is
-one whose index would have pruned every cell (the same test, the same slack); distances
-are exact and scores come from :mod:`pruning.similarity`. Each delivery (m, s) is produced
-by exactly one task: the one holding s.
+edge and its cell, and those are all in one partition, with the bound table's rows of its
+cells; a partition left out by routing is one whose index would have pruned every cell
+(the same test, the same slack); distances are exact and scores come from
+:mod:`pruning.similarity`, with the term ids of the local reader. Each delivery (m, s)
+is produced by exactly one task: the one holding s.
 
 Output safety: the deliveries are written by Spark's commit protocol (a retried task's
 files replace the failed attempt's; a task's output is deterministic: subscriptions and
-messages are sorted by id in the task) into a temporary directory that replaces the
-output directory only when the whole job succeeded
-(:func:`spark_jobs.session.atomic_output_dir`). ``index.io.read_deliveries`` reads it.
+messages are sorted by id in the task) into a temporary directory beside the output
+that replaces it only when the whole job succeeded
+(:func:`spark_jobs.storage.atomic_output_dir`; local paths and storage URLs alike).
+``index.io.read_deliveries`` reads a local output.
 
 Examples
 --------
 ::
 
-    spark-submit spark_jobs/batch_match.py ../shared/data/dimacs/rome.gr.gz \\
-        --subscriptions work/subscriptions.parquet --messages work/messages.parquet \\
-        --weights work/weights.parquet --bounds rome.bounds --out rome.deliveries.parquet
+    spark-submit spark_jobs/batch_match.py hdfs://nn/roads/rome.gr.gz \\
+        --subscriptions hdfs://nn/work/subscriptions.parquet \\
+        --messages hdfs://nn/work/messages.parquet --weights hdfs://nn/work/weights.parquet \\
+        --bounds hdfs://nn/work/rome.bounds --out hdfs://nn/work/rome.deliveries.parquet
 """
 
 from __future__ import annotations
@@ -60,25 +71,29 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
-from pruning.routing import CellRouter, cell_distance_limits, partition_cells
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import build_cells
+from pruning.routing import CellRouter, partition_cells
+from roadnet.cells import Cells, build_cells
 from roadnet.errors import InputError
-from roadnet.files import check_output_path
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
-from spark_jobs.precompute_bounds import (
-    cells_from_payload,
-    cells_payload,
-    load_bounds_table,
-    network_from_payload,
-    network_payload,
-    precompute_cell_bounds,
+from spark_jobs import storage
+from spark_jobs.bound_frames import bounds_frame, keyed_bounds, read_bounds_frame, slice_spatial
+from spark_jobs.cell_frames import (
+    CellStats,
+    cell_stats,
+    messages_frame,
+    read_messages_frame,
+    read_subscriptions_frame,
+    subscriptions_frame,
+    weights_from_payload,
+    weights_payload,
 )
+from spark_jobs.dijkstra_engine import dijkstra_rows
+from spark_jobs.payload import cells_payload, network_and_cells, network_payload
 from spark_jobs.session import (
     add_spark_arguments,
-    atomic_output_dir,
     broadcast_payload,
     cached_payload,
     log,
@@ -100,13 +115,13 @@ __all__ = [
     "build_parser",
     "deliveries_frame",
     "main",
-    "messages_arrow",
+    "match_frames",
     "messages_from_arrow",
     "plan_match",
     "run",
-    "subscriptions_arrow",
     "subscriptions_from_arrow",
     "write_batch_deliveries",
+    "write_deliveries_frame",
 ]
 
 #: Spark schema of the output rows.
@@ -114,16 +129,12 @@ DELIVERY_SCHEMA = "message_id long, subscription_id long, distance double, score
 #: Fault injection modes for tests: fail one partition's task always, or only its first
 #: attempt (a retried attempt then succeeds).
 FAULTS = ("always", "first-attempt")
-_SUB_SCHEMA = ("key int, id long, edge int, offset double, alpha double, tau double, "
-               "keywords array<int>")
-_MSG_SCHEMA = "key int, id long, edge int, offset double, keywords array<int>"
+_ROUTED_SCHEMA = "key int, id long, edge int, offset double, keywords array<int>"
+_SUB_COLUMNS = ("id", "edge", "offset", "alpha", "tau", "keywords")
+_BOUND_COLUMNS = ("cell_i", "cell_j", "D", "D_far")
 
 
-# ---------------------------------------------------------------------------- arrow <-> model
-def _keyword_list(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32]) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(ptr.astype(np.int32)), pa.array(terms, pa.int32()))
-
-
+# ---------------------------------------------------------------------------- arrow -> model
 def _keyword_csr(col: pa.ChunkedArray | pa.Array
                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -139,21 +150,9 @@ def _np(table: pa.Table, name: str, dtype: type) -> npt.NDArray[Any]:
     return np.asarray(table.column(name).to_numpy(), dtype=dtype)
 
 
-def subscriptions_arrow(subs: Subscriptions, key: npt.ArrayLike) -> pa.Table:
-    """Subscriptions as an Arrow table with a partition ``key`` column (term-id keywords)."""
-    return pa.table({
-        "key": pa.array(np.asarray(key, dtype=np.int32)),
-        "id": pa.array(subs.ids, pa.int64()),
-        "edge": pa.array(subs.points.edge, pa.int32()),
-        "offset": pa.array(subs.points.offset, pa.float64()),
-        "alpha": pa.array(subs.alpha, pa.float64()),
-        "tau": pa.array(subs.tau, pa.float64()),
-        "keywords": _keyword_list(subs.kw_ptr, subs.kw_terms),
-    })
-
-
 def subscriptions_from_arrow(table: pa.Table) -> Subscriptions:
-    """Inverse of :func:`subscriptions_arrow` (rows sorted by id)."""
+    """Subscriptions of frame rows (:data:`spark_jobs.cell_frames.SUBSCRIPTION_SCHEMA`
+    columns), sorted by id."""
     order = np.argsort(_np(table, "id", np.int64), kind="stable")
     table = table.take(pa.array(order))
     ptr, terms = _keyword_csr(table.column("keywords"))
@@ -163,18 +162,8 @@ def subscriptions_from_arrow(table: pa.Table) -> Subscriptions:
                          ptr, terms)
 
 
-def messages_arrow(messages: Messages) -> pa.Table:
-    """Messages as an Arrow table (term-id keywords)."""
-    return pa.table({
-        "id": pa.array(messages.ids, pa.int64()),
-        "edge": pa.array(messages.points.edge, pa.int32()),
-        "offset": pa.array(messages.points.offset, pa.float64()),
-        "keywords": _keyword_list(messages.kw_ptr, messages.kw_terms),
-    })
-
-
 def messages_from_arrow(table: pa.Table) -> Messages:
-    """Inverse of :func:`messages_arrow` (rows sorted by id)."""
+    """Messages of frame rows, sorted by id."""
     order = np.argsort(_np(table, "id", np.int64), kind="stable")
     table = table.take(pa.array(order))
     ptr, terms = _keyword_csr(table.column("keywords"))
@@ -192,16 +181,16 @@ def _deliveries_table(d: Deliveries) -> pa.Table:
 
 # ---------------------------------------------------------------------------- plan
 class MatchPlan:
-    """Everything the tasks need, decided on the driver.
+    """The partitioning, decided on the driver from per-cell figures only.
 
     Attributes
     ----------
-    spatial
-        Cells and bounds of the network.
-    weights
-        The vocabulary shared by subscriptions and messages (term ids index it).
-    router
-        Cell -> partition and DNlimit per cell.
+    cells
+        The network's cells.
+    cell_part
+        Partition of each cell.
+    cell_dn_limit
+        DNlimit(ci) per cell, metres (over all subscriptions).
     keys
         Group key of each partition, chosen so that Spark's hash partitioning puts each
         partition in its own task.
@@ -209,11 +198,12 @@ class MatchPlan:
         Dmax in metres and the score tolerance of the delivery rule.
     """
 
-    def __init__(self, *, spatial: SpatialIndex, weights: TermWeights, router: CellRouter,
-                 keys: npt.NDArray[np.int32], dmax_m: float, tolerance: float) -> None:
-        self.spatial = spatial
-        self.weights = weights
-        self.router = router
+    def __init__(self, *, cells: Cells, cell_part: npt.NDArray[np.int64],
+                 cell_dn_limit: npt.NDArray[np.float64], keys: npt.NDArray[np.int32],
+                 dmax_m: float, tolerance: float) -> None:
+        self.cells = cells
+        self.cell_part = cell_part
+        self.cell_dn_limit = cell_dn_limit
         self.keys = keys
         self.dmax_m = float(dmax_m)
         self.tolerance = float(tolerance)
@@ -223,22 +213,10 @@ class MatchPlan:
         """Number of subscription partitions."""
         return int(self.keys.size)
 
-    def payload(self) -> dict[str, Any]:
-        """What is broadcast to the tasks (numpy arrays and plain values)."""
-        sp = self.spatial
-        return {
-            "network": network_payload(sp.network),
-            "cells": cells_payload(sp.cells),
-            "bounds": dict(sp.bounds.to_arrays()),
-            "terms": list(self.weights.terms),
-            "weights": self.weights.weights.copy(),
-            "default_weight": self.weights.default_weight,
-            "cell_part": self.router.cell_part,
-            "cell_dn_limit": self.router.cell_dn_limit,
-            "keys": self.keys,
-            "dmax_m": self.dmax_m,
-            "tolerance": self.tolerance,
-        }
+    @property
+    def cell_key(self) -> npt.NDArray[np.int32]:
+        """Group key of each cell's partition."""
+        return self.keys[self.cell_part]
 
 
 def _aligned_keys(spark: SparkSession, n: int) -> npt.NDArray[np.int32]:
@@ -256,17 +234,10 @@ def _aligned_keys(spark: SparkSession, n: int) -> npt.NDArray[np.int32]:
     return np.asarray([found.get(p, next(spare)) for p in range(n)], dtype=np.int32)
 
 
-def plan_match(
-    spark: SparkSession,
-    spatial: SpatialIndex,
-    subs: Subscriptions,
-    weights: TermWeights,
-    *,
-    dmax_m: float = DEFAULTS.dmax_m,
-    tolerance: float = DEFAULTS.score_tolerance,
-    n_partitions: int | None = None,
-) -> MatchPlan:
-    """Partition the cells and prepare routing (see the module docstring).
+def plan_match(spark: SparkSession, cells: Cells, stats: CellStats, *,
+               dmax_m: float = DEFAULTS.dmax_m, tolerance: float = DEFAULTS.score_tolerance,
+               n_partitions: int | None = None) -> MatchPlan:
+    """Partition the cells by subscription load (see the module docstring).
 
     ``n_partitions`` defaults to the session's default parallelism (one task per core).
     """
@@ -274,69 +245,83 @@ def plan_match(
     if n < 1:
         msg = f"n_partitions must be >= 1, got {n}"
         raise InputError(msg)
-    cell = spatial.cells.edge_cell[subs.points.edge].astype(np.int64)
-    load = np.bincount(cell, minlength=spatial.cells.n_cells)
-    cell_part = partition_cells(load, n)
-    router = CellRouter(spatial=spatial, cell_part=cell_part,
-                        cell_dn_limit=cell_distance_limits(spatial, subs, dmax_m=dmax_m,
-                                                           tolerance=tolerance))
-    return MatchPlan(spatial=spatial, weights=weights, router=router,
-                     keys=_aligned_keys(spark, n), dmax_m=dmax_m, tolerance=tolerance)
+    return MatchPlan(cells=cells, cell_part=partition_cells(stats.load, n),
+                     cell_dn_limit=stats.dn_limit, keys=_aligned_keys(spark, n),
+                     dmax_m=dmax_m, tolerance=tolerance)
 
 
 # ---------------------------------------------------------------------------- tasks
-def _worker_state(payload: dict[str, Any]) -> tuple[SpatialIndex, TermWeights, CellRouter]:
-    network = network_from_payload(payload["network"])
-    cells = cells_from_payload(payload["cells"])
-    spatial = SpatialIndex.build(network, cells=cells,
-                                 bounds=CellBounds.from_arrays(payload["bounds"]))
-    weights = TermWeights(dict(zip(payload["terms"], payload["weights"].tolist(), strict=True)),
-                          default_weight=payload["default_weight"])
-    router = CellRouter(spatial=spatial, cell_part=payload["cell_part"],
-                        cell_dn_limit=payload["cell_dn_limit"])
-    return spatial, weights, router
+def _part_cells(payload: dict[str, Any], key: int) -> npt.NDArray[np.int64]:
+    part = int(np.flatnonzero(payload["keys"] == key)[0])
+    return np.flatnonzero(payload["cell_part"] == part)
 
 
-def _route_task(bc: Broadcast[dict[str, Any]]
-                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function: messages -> (partition key, message) rows, Lemma 2 routing."""
+def _route_task(bc: Broadcast[dict[str, Any]], timer: Any = None
+                ) -> Callable[[Any, pa.Table, pa.Table], pa.Table]:
+    """cogroup function: a partition's messages and bound-table columns -> routed rows."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _, _, router = cached_payload(bc, "state", _worker_state)
-        keys = bc.value["keys"]
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            points = EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64))
-            rows, parts = router.route(points)
-            routed = table.take(pa.array(rows))
-            routed = routed.add_column(0, "key", pa.array(keys[parts], pa.int32()))
-            yield from routed.to_batches()
+    def run(key: Any, msgs_t: pa.Table, bounds_t: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
+        payload = bc.value
+        if msgs_t.num_rows == 0:
+            return pa.table({c: [] for c in ("key", "id", "edge", "offset")}).append_column(
+                "keywords", pa.array([], pa.list_(pa.int32())))
+        network, cells = cached_payload(bc, "cells", network_and_cells)
+        k = int(key[0].as_py())
+        spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="col",
+                                where=payload["bounds_name"])
+        t1 = time.perf_counter()
+        router = CellRouter(spatial=spatial, cell_part=payload["cell_part"],
+                            cell_dn_limit=payload["cell_dn_limit"])
+        points = EdgePoints(_np(msgs_t, "edge", np.int32), _np(msgs_t, "offset", np.float64))
+        rows, parts = router.route(points)
+        routed = msgs_t.select(["id", "edge", "offset", "keywords"]).take(pa.array(rows))
+        if timer is not None:
+            t2 = time.perf_counter()
+            timer.add([("route:bounds slice", k, t1 - t0, bounds_t.num_rows, 0),
+                       ("route:Lemma 2", k, t2 - t1, msgs_t.num_rows, int(rows.size))])
+        return routed.add_column(0, "key", pa.array(payload["keys"][parts], pa.int32()))
 
     return run
 
 
-def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None
+def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = None
                 ) -> Callable[[Any, pa.Table, pa.Table], pa.Table]:
-    """cogroup function: one partition's subscriptions and routed messages -> deliveries."""
+    """cogroup function: a partition's subscriptions and bound-table rows, and its routed
+    messages -> deliveries."""
 
-    def run(key: Any, subs_t: pa.Table, msgs_t: pa.Table) -> pa.Table:
-        spatial, weights, _ = cached_payload(bc, "state", _worker_state)
+    def run(key: Any, left: pa.Table, msgs_t: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
         payload = bc.value
-        if fault is not None and int(key[0].as_py()) == int(payload["keys"][0]):
+        k = int(key[0].as_py())
+        if fault is not None and k == int(payload["keys"][0]):
             from pyspark import TaskContext
 
             ctx = TaskContext.get()
             if fault == "always" or (ctx is not None and ctx.attemptNumber() == 0):
-                msg = f"injected failure ({fault}) in partition {key[0].as_py()}"
+                msg = f"injected failure ({fault}) in partition {k}"
                 raise RuntimeError(msg)
+        is_sub = pc.equal(left.column("kind"), 0)
+        subs_t = left.filter(is_sub)
         if subs_t.num_rows == 0 or msgs_t.num_rows == 0:
             return _deliveries_table(Deliveries.empty())
-        subs = subscriptions_from_arrow(subs_t)
-        messages = messages_from_arrow(msgs_t)
-        index = EnhancedIndex(spatial, subs, weights, dmax_m=payload["dmax_m"],
-                              tolerance=payload["tolerance"])
+        network, cells = cached_payload(bc, "cells", network_and_cells)
+        weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
+        spatial = slice_spatial(network, cells, left.filter(pc.invert(is_sub)),
+                                _part_cells(payload, k), by="row",
+                                where=payload["bounds_name"])
+        t1 = time.perf_counter()
+        index = EnhancedIndex(spatial, subscriptions_from_arrow(subs_t), weights,
+                              dmax_m=payload["dmax_m"], tolerance=payload["tolerance"])
+        t2 = time.perf_counter()
         # One thread per task: Spark already runs one task per executor core.
-        deliveries, _ = IndexMatcher(index, threads=1).match(messages)
+        deliveries, _ = IndexMatcher(index, threads=1).match(messages_from_arrow(msgs_t))
+        if timer is not None:
+            t3 = time.perf_counter()
+            n_bounds = left.num_rows - subs_t.num_rows
+            timer.add([("match:bounds slice", k, t1 - t0, n_bounds, 0),
+                       ("match:EIA build", k, t2 - t1, subs_t.num_rows, 0),
+                       ("match:IndexMatcher", k, t3 - t2, msgs_t.num_rows, len(deliveries))])
         return _deliveries_table(deliveries)
 
     return run
@@ -358,28 +343,43 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
                 spark.conf.set(k, previous)
 
 
-def deliveries_frame(spark: SparkSession, plan: MatchPlan, subs: Subscriptions,
-                     messages: Messages, *, fault: str | None = None) -> DataFrame:
-    """The deliveries as a lazy DataFrame.
+def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
+                     weights: TermWeights, subs: DataFrame, messages: DataFrame,
+                     bounds: DataFrame, *, bounds_name: str = "bound table",
+                     fault: str | None = None, timer: Any = None) -> DataFrame:
+    """The deliveries as a lazy DataFrame, from frames of subscriptions, messages
+    (:mod:`spark_jobs.cell_frames`) and bound-table rows (:mod:`spark_jobs.bound_frames`).
 
     Run it with one shuffle partition per subscription partition and AQE coalescing off,
-    as :func:`batch_match` and :func:`write_batch_deliveries` do, so that each partition's
-    index is built in its own task. ``fault`` (tests only, one of :data:`FAULTS`) makes
-    the first partition's task fail.
+    as :func:`match_frames` does, so that each partition's index is built in its own
+    task. ``fault`` (tests only, one of :data:`FAULTS`) makes the first partition's task
+    fail. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
     """
+    from pyspark.sql import functions as F  # noqa: N812
+
     if fault is not None and fault not in FAULTS:
         msg = f"fault must be one of {FAULTS}, got {fault!r}"
         raise InputError(msg)
-    bc = broadcast_payload(spark, plan.payload())
-    sub_cell = plan.spatial.cells.edge_cell[subs.points.edge].astype(np.int64)
-    sub_key = plan.keys[plan.router.cell_part[sub_cell]]
-    subs_df = spark.createDataFrame(subscriptions_arrow(subs, sub_key), schema=_SUB_SCHEMA)
-    msgs_df = spark.createDataFrame(messages_arrow(messages),
-                                    schema="id long, edge int, offset double, "
-                                           "keywords array<int>")
-    routed = msgs_df.mapInArrow(_route_task(bc), _MSG_SCHEMA)
-    return (subs_df.groupBy("key").cogroup(routed.groupBy("key"))
-            .applyInArrow(_match_task(bc, fault), DELIVERY_SCHEMA))
+    bc = broadcast_payload(spark, {
+        "network": network_payload(network), "cells": cells_payload(plan.cells),
+        "weights": weights_payload(weights), "cell_part": plan.cell_part,
+        "cell_dn_limit": plan.cell_dn_limit, "keys": plan.keys, "dmax_m": plan.dmax_m,
+        "tolerance": plan.tolerance, "bounds_name": bounds_name})
+    cell_key = plan.cell_key
+    keys = spark.createDataFrame(pa.table({
+        "cell": pa.array(np.arange(cell_key.size, dtype=np.int32)),
+        "key": pa.array(cell_key.astype(np.int32))}))
+    msgs_keyed = messages.join(F.broadcast(keys), "cell")
+    by_col = keyed_bounds(spark, bounds, cell_key, by="col")
+    routed = (msgs_keyed.groupBy("key").cogroup(by_col.groupBy("key"))
+              .applyInArrow(_route_task(bc, timer), _ROUTED_SCHEMA))
+    subs_keyed = (subs.join(F.broadcast(keys), "cell")
+                  .select("key", F.lit(0).alias("kind"), *_SUB_COLUMNS))
+    by_row = (keyed_bounds(spark, bounds, cell_key, by="row")
+              .select("key", F.lit(1).alias("kind"), *_BOUND_COLUMNS))
+    left = subs_keyed.unionByName(by_row, allowMissingColumns=True)
+    return (left.groupBy("key").cogroup(routed.groupBy("key"))
+            .applyInArrow(_match_task(bc, fault, timer), DELIVERY_SCHEMA))
 
 
 def _job_settings(plan: MatchPlan) -> dict[str, str]:
@@ -387,6 +387,61 @@ def _job_settings(plan: MatchPlan) -> dict[str, str]:
     # partition's index is built and queried in its own task.
     return {"spark.sql.shuffle.partitions": str(plan.n_partitions),
             "spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+def match_frames(
+    spark: SparkSession,
+    network: RoadNetwork,
+    cells: Cells,
+    weights: TermWeights,
+    subs: DataFrame,
+    messages: DataFrame,
+    bounds: DataFrame,
+    *,
+    out: str | Path | None = None,
+    dmax_m: float = DEFAULTS.dmax_m,
+    tolerance: float = DEFAULTS.score_tolerance,
+    n_partitions: int | None = None,
+    bounds_name: str = "bound table",
+    fault: str | None = None,
+    timer: Any = None,
+    phases: dict[str, float] | None = None,
+) -> Deliveries | None:
+    """Plan and run the match on frames; write the deliveries to ``out`` (a local path or
+    URL, replaced atomically) or, without ``out``, collect them (sorted by message,
+    subscription). ``phases`` receives the seconds of the planning phases."""
+    phases = {} if phases is None else phases
+    t0 = time.perf_counter()
+    with stage(spark, "batch-match: per-cell load and DNlimit"):
+        stats = cell_stats(subs, cells.n_cells)
+    t1 = time.perf_counter()
+    plan = plan_match(spark, cells, stats, dmax_m=dmax_m, tolerance=tolerance,
+                      n_partitions=n_partitions)
+    t2 = time.perf_counter()
+    phases["per-cell load and DNlimit"] = t1 - t0
+    phases["driver: plan (partitions, keys)"] = t2 - t1
+    what = (f"batch-match: {stats.n_subscriptions} subscriptions in {plan.n_partitions} "
+            f"partitions")
+    with _session_conf(spark, _job_settings(plan)):
+        frame = deliveries_frame(spark, plan, network, weights, subs, messages, bounds,
+                                 bounds_name=bounds_name, fault=fault, timer=timer)
+        if out is None:
+            t0 = time.perf_counter()
+            with stage(spark, what):
+                table = frame.toArrow()
+            phases["route and match (collected)"] = time.perf_counter() - t0
+            order = np.lexsort((_np(table, "subscription_id", np.int64),
+                                _np(table, "message_id", np.int64)))
+            table = table.take(pa.array(order))
+            return Deliveries(_np(table, "message_id", np.int64),
+                              _np(table, "subscription_id", np.int64),
+                              _np(table, "distance", np.float64), _np(table, "score", np.float64))
+        t0 = time.perf_counter()
+        with storage.atomic_output_dir(out, spark=spark) as tmp, stage(spark, f"{what} -> {out}"):
+            frame.sortWithinPartitions("message_id", "subscription_id") \
+                .write.mode("errorifexists").parquet(storage.spark_uri(tmp))
+        phases["route, match and write"] = time.perf_counter() - t0
+    return None
 
 
 def batch_match(
@@ -400,20 +455,20 @@ def batch_match(
     tolerance: float = DEFAULTS.score_tolerance,
     n_partitions: int | None = None,
 ) -> Deliveries:
-    """Deliveries computed on Spark, collected to the driver (sorted by message, subscription).
+    """Deliveries of objects held in memory, computed on Spark and collected.
 
     Equal to ``IndexMatcher(EnhancedIndex(spatial, subs, weights, dmax_m=dmax_m)).match(
-    messages)[0]``. See :func:`plan_match` for ``n_partitions``.
+    messages)[0]``. The inputs are shipped from the driver (for notebooks and tests); the
+    job (:func:`run`) reads files on the executors instead. See :func:`plan_match` for
+    ``n_partitions``.
     """
-    plan = plan_match(spark, spatial, subs, weights, dmax_m=dmax_m, tolerance=tolerance,
-                      n_partitions=n_partitions)
-    with _session_conf(spark, _job_settings(plan)), stage(
-            spark, f"batch-match: {len(messages)} messages x {len(subs)} subscriptions in "
-                   f"{plan.n_partitions} partitions"):
-        table = deliveries_frame(spark, plan, subs, messages).toArrow()
-    return Deliveries.concat([Deliveries(
-        _np(table, "message_id", np.int64), _np(table, "subscription_id", np.int64),
-        _np(table, "distance", np.float64), _np(table, "score", np.float64))])
+    result = match_frames(
+        spark, spatial.network, spatial.cells, weights,
+        subscriptions_frame(spark, subs, spatial.cells, dmax_m=dmax_m, tolerance=tolerance),
+        messages_frame(spark, messages, spatial.cells), bounds_frame(spark, spatial.bounds),
+        dmax_m=dmax_m, tolerance=tolerance, n_partitions=n_partitions)
+    assert result is not None
+    return result
 
 
 def write_batch_deliveries(
@@ -428,29 +483,69 @@ def write_batch_deliveries(
     tolerance: float = DEFAULTS.score_tolerance,
     n_partitions: int | None = None,
     fault: str | None = None,
-) -> Path:
-    """Compute the deliveries on Spark and write them to the Parquet directory ``out``.
+) -> str | Path:
+    """:func:`batch_match`, written to the Parquet directory ``out`` (path or URL).
 
     The directory is replaced atomically when the job succeeds; on failure the previous
     output stays as it was. ``fault`` is for tests (see :func:`deliveries_frame`).
     """
-    plan = plan_match(spark, spatial, subs, weights, dmax_m=dmax_m, tolerance=tolerance,
-                      n_partitions=n_partitions)
-    target = Path(out)
-    with atomic_output_dir(target) as tmp, _session_conf(spark, _job_settings(plan)), stage(
-            spark, f"batch-match: {len(messages)} messages x {len(subs)} subscriptions in "
-                   f"{plan.n_partitions} partitions -> {target}"):
-        frame = deliveries_frame(spark, plan, subs, messages, fault=fault)
-        frame.sortWithinPartitions("message_id", "subscription_id") \
-            .write.mode("errorifexists").parquet(str(tmp))
-    return target
+    match_frames(
+        spark, spatial.network, spatial.cells, weights,
+        subscriptions_frame(spark, subs, spatial.cells, dmax_m=dmax_m, tolerance=tolerance),
+        messages_frame(spark, messages, spatial.cells), bounds_frame(spark, spatial.bounds),
+        out=out, dmax_m=dmax_m, tolerance=tolerance, n_partitions=n_partitions, fault=fault)
+    return out
+
+
+def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
+                           timer: Any = None) -> dict[str, float]:
+    """The job proper on parsed arguments: every input read where it lies (see the plan).
+
+    Returns the wall-clock seconds of its phases; the ``driver:`` ones run on the driver
+    alone. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
+    """
+    from index.io import read_weights
+    from roadnet.io import load_network
+
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with storage.local_copies(storage.network_files(args.network), spark=spark) as files:
+        network = load_network(files[0], directed=args.directed)
+    with storage.local_copy(args.weights, spark=spark) as local:
+        weights = read_weights(local)
+    cells = build_cells(network, capacity=args.capacity)
+    phases["driver: network, weights, cells"] = time.perf_counter() - t0
+    log(f"read {network.name} ({cells.n_cells} cells) and {len(weights)} weights in "
+        f"{phases['driver: network, weights, cells']:.1f} s")
+    t0 = time.perf_counter()
+    if args.bounds:
+        bounds = read_bounds_frame(spark, args.bounds, network, cells)
+    else:
+        bounds = dijkstra_rows(spark, network, cells)
+    phases["driver: bound table metadata"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
+        subs = read_subscriptions_frame(spark, args.subscriptions, network, cells, weights,
+                                        dmax_m=args.dmax, timer=timer)
+    phases["read and locate subscriptions"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with stage(spark, f"batch-match: read and locate {args.messages}"):
+        messages = read_messages_frame(spark, args.messages, network, cells, weights,
+                                       timer=timer)
+    phases["read and locate messages"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    match_frames(spark, network, cells, weights, subs, messages, bounds, out=args.out,
+                 dmax_m=args.dmax, n_partitions=args.partitions,
+                 bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
+    phases["plan, route, match and write"] = time.perf_counter() - t0
+    return phases
 
 
 # ---------------------------------------------------------------------------- command line
 _EXAMPLE = """\
 example:
   roadpubsub generate ...   # or any subscriptions/messages/weights files
-  spark-submit spark_jobs/batch_match.py ../shared/data/dimacs/rome.gr.gz \\
+  spark-submit spark_jobs/batch_match.py file:///data/rome.gr.gz \\
       --subscriptions work/subscriptions.parquet --messages work/messages.parquet \\
       --weights work/weights.parquet --bounds rome.bounds --out rome.deliveries.parquet
   roadpubsub spark batch-match ../shared/data/dimacs/rome.gr.gz --subscriptions ... \\
@@ -460,12 +555,15 @@ example:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the job (shared by the script and ``roadpubsub spark``)."""
-    parser.add_argument("network", help="road network file (any format roadnet.io reads)")
+    parser.add_argument("network",
+                        help="road network file (any format roadnet.io reads; a path or URL)")
     parser.add_argument("--subscriptions", required=True,
-                        help="subscriptions file (Parquet or JSON Lines, see index.io)")
+                        help="subscriptions: Parquet file or directory, read by the executors "
+                             "(JSON Lines: read on the driver); a path or URL")
     parser.add_argument("--messages", required=True, help="messages file")
     parser.add_argument("--weights", required=True, help="keyword weights file")
-    parser.add_argument("--out", required=True, help="output Parquet directory of deliveries")
+    parser.add_argument("--out", required=True,
+                        help="output Parquet directory of deliveries (a path or URL)")
     parser.add_argument("--bounds", default=None,
                         help="bound table directory from precompute-bounds "
                              "(default: computed on Spark now)")
@@ -494,33 +592,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
-    from index.io import read_messages, read_subscriptions, read_weights
-    from roadnet.io import load_network
-
     check_dmax(args.dmax, name="--dmax")
-    if "://" not in args.out:  # a local path: check it before any work
-        check_output_path(args.out, folder=True, what="--out", inputs=(
-            args.network, args.subscriptions, args.messages, args.weights))
-    t0 = time.perf_counter()
-    network = load_network(args.network, directed=args.directed)
-    weights = read_weights(args.weights)
-    subs = read_subscriptions(args.subscriptions, network, weights)
-    messages = read_messages(args.messages, network, weights)
-    cells = build_cells(network, capacity=args.capacity)
-    log(f"read {len(subs)} subscriptions, {len(messages)} messages on {network.name} "
-        f"({cells.n_cells} cells) in {time.perf_counter() - t0:.1f} s")
+    inputs = (args.network, args.subscriptions, args.messages, args.weights, args.bounds)
+    local_out = storage.local_path(args.out) is not None
+    if local_out:  # a local output is checked before Spark starts, which takes seconds
+        storage.check_output(None, args.out, folder=True, what="--out", inputs=inputs)
+    for name, path in (("network", args.network), ("--weights", args.weights)):
+        local = storage.local_path(path)
+        if local is not None and not local.exists():
+            msg = f"{name} file not found: {path}"
+            raise FileNotFoundError(msg)
     spark = session_from_args(args, app_name="roadpubsub batch-match")
-    if args.bounds:
-        bounds = load_bounds_table(args.bounds, network, cells)
-    else:
-        bounds = precompute_cell_bounds(spark, network, cells)
-    spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)
-    t1 = time.perf_counter()
-    out = write_batch_deliveries(spark, spatial, subs, messages, weights, args.out,
-                                 dmax_m=args.dmax, n_partitions=args.partitions)
-    dt = time.perf_counter() - t1
-    log(f"wrote deliveries of {len(messages)} messages to {out} in {dt:.1f} s "
-        f"({len(messages) / max(dt, 1e-9):.1f} messages/s)")
+    if not local_out:
+        storage.check_output(spark, args.out, folder=True, what="--out", inputs=inputs)
+    t0 = time.perf_counter()
+    write_deliveries_frame(spark, args)
+    log(f"wrote the deliveries to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

@@ -6,10 +6,17 @@ Measures, on one machine:
   vs the ``dijkstra`` engine of :mod:`spark_jobs.precompute_bounds` on ``--master``
   (first run, which pays for starting the Python workers, and a second, warm run), plus
   the pure-local border overlay (:func:`spark_jobs.overlay.overlay_cell_bounds`);
-* matching: ``IndexMatcher(EnhancedIndex(...))`` in this process (index build and match
-  timed apart) vs :func:`spark_jobs.batch_match.batch_match` (index build per partition
-  included), in messages per second, on a workload from
-  :func:`index.workload.generate_workload` (real tweets, uniform locations).
+* batch matching as on a cluster (:func:`bench_match`): the workload
+  (:func:`index.workload.generate_workload`, real tweets, uniform locations; 1M
+  subscriptions x 20,000 messages by default) and the bound table written to files, then
+  the ``batch-match`` job on them (executors read and locate the rows) with its phases
+  timed on the driver and every task timed inside it, against the local
+  ``IndexMatcher(EnhancedIndex(...))`` on the same files. From the per-task figures it
+  estimates the job's time on more cores: the driver's phases, plus per Spark phase the
+  time not spent in tasks (scheduling, shuffles, Parquet I/O; taken as fixed) and the
+  longest-first schedule of the measured tasks on that many cores. One machine cannot
+  show a cluster: the estimate ignores network transfer and assumes tasks keep their
+  measured times.
 
 Both sides must produce identical results; the script checks it. Times are wall-clock
 seconds, distances metres.
@@ -19,6 +26,7 @@ Examples
 ::
 
     python spark_jobs/bench_spark.py --master 'local[2]' --json bench.json
+    python spark_jobs/bench_spark.py --skip-precompute --partitions 8 --json match.json
     python spark_jobs/bench_spark.py --subscriptions 20000 --messages 100   # quick look
 """
 
@@ -65,20 +73,18 @@ def bench(
     seed: int = 0,
     partitions: int | None = None,
     repeats: int = 3,
+    precompute: bool = True,
+    match: bool = True,
+    workdir: str | Path = "bench-spark-work",
 ) -> dict[str, Any]:
     """Run the benchmark; returns the measurements (seconds, messages/s) as a dict.
 
     Each Spark measurement runs ``repeats`` times: the first run (which starts the Python
     workers) is reported apart, the rest as warm runs (their median is used for rates).
     """
-    from index.eia import EnhancedIndex
-    from index.spatial import SpatialIndex
-    from index.workload import generate_workload
-    from pruning.indexed import IndexMatcher
     from roadnet.cell_bounds import compute_cell_bounds
     from roadnet.cells import build_cells
     from roadnet.io import load_network
-    from spark_jobs.batch_match import batch_match, plan_match
     from spark_jobs.overlay import overlay_cell_bounds
     from spark_jobs.precompute_bounds import precompute_cell_bounds
     from spark_jobs.session import get_spark, log
@@ -98,62 +104,179 @@ def bench(
     # ---- precompute
     local, t_local = _timed(lambda: compute_cell_bounds(network, cells))
     log(f"local compute_cell_bounds: {t_local:.1f} s")
-    overlay, t_overlay = _timed(lambda: overlay_cell_bounds(network, cells))
     spark, t_session = _timed(lambda: get_spark(master=master, app_name="roadpubsub bench"))
-    tables, times = [], []
-    for _ in range(repeats):
-        table, t = _timed(lambda: precompute_cell_bounds(spark, network, cells))
-        tables.append(table)
-        times.append(t)
-    t_warm = float(np.median(times[1:])) if repeats > 1 else times[0]
-    result["precompute"] = {
-        "local_s": round(t_local, 2), "spark_first_run_s": round(times[0], 2),
-        "spark_warm_runs_s": [round(t, 2) for t in times[1:]],
-        "spark_warm_median_s": round(t_warm, 2),
-        "spark_session_start_s": round(t_session, 2),
-        "speedup_warm": round(t_local / t_warm, 2),
-        "overlay_local_s": round(t_overlay, 2),
-        "spark_equals_local": all(_same_tables(t, local) for t in tables),
-        "overlay_D_equals_local": bool(np.array_equal(overlay.D, local.D)),
-    }
+    if precompute:
+        overlay, t_overlay = _timed(lambda: overlay_cell_bounds(network, cells))
+        tables, times = [], []
+        for _ in range(repeats):
+            table, t = _timed(lambda: precompute_cell_bounds(spark, network, cells))
+            tables.append(table)
+            times.append(t)
+        t_warm = float(np.median(times[1:])) if repeats > 1 else times[0]
+        result["precompute"] = {
+            "local_s": round(t_local, 2), "spark_first_run_s": round(times[0], 2),
+            "spark_warm_runs_s": [round(t, 2) for t in times[1:]],
+            "spark_warm_median_s": round(t_warm, 2),
+            "spark_session_start_s": round(t_session, 2),
+            "speedup_warm": round(t_local / t_warm, 2),
+            "overlay_local_s": round(t_overlay, 2),
+            "spark_equals_local": all(_same_tables(t, local) for t in tables),
+            "overlay_D_equals_local": bool(np.array_equal(overlay.D, local.D)),
+        }
 
-    # ---- matching
-    spatial = SpatialIndex.build(network, cells=cells, bounds=local)
+    if match:
+        result["match"] = bench_match(
+            spark, network_path=str(network_path), network=network, cells=cells,
+            bounds=local, capacity=capacity, n_subscriptions=n_subscriptions,
+            n_messages=n_messages, dmax_m=dmax_m, seed=seed, partitions=partitions,
+            workdir=workdir)
+    return result
+
+
+def _lpt_makespan(times: Sequence[float], workers: int) -> float:
+    """Makespan of tasks on ``workers`` cores, longest first to the least loaded core."""
+    load = [0.0] * max(1, workers)
+    for t in sorted(times, reverse=True):
+        k = load.index(min(load))
+        load[k] += t
+    return max(load)
+
+
+def bench_match(
+    spark: Any,
+    *,
+    network_path: str,
+    network: Any,
+    cells: Any,
+    bounds: Any,
+    capacity: int,
+    n_subscriptions: int,
+    n_messages: int,
+    dmax_m: float,
+    seed: int,
+    partitions: int | None,
+    workdir: str | Path,
+) -> dict[str, Any]:
+    """The batch-match job on files (as on a cluster), against the local matcher.
+
+    Writes the workload (Parquet, as ``roadpubsub generate`` does) and the bound table to
+    ``workdir``, runs :func:`spark_jobs.batch_match.write_deliveries_frame` with per-task
+    timings, checks the deliveries against ``IndexMatcher(EnhancedIndex(...))`` on the same
+    files, and estimates the job's time on more cores from the per-task figures.
+    """
+    from index.eia import EnhancedIndex
+    from index.io import (
+        read_deliveries,
+        read_messages,
+        read_subscriptions,
+        read_weights,
+        write_messages,
+        write_subscriptions,
+        write_weights,
+    )
+    from index.spatial import SpatialIndex
+    from index.workload import generate_workload
+    from pruning.indexed import IndexMatcher
+    from spark_jobs.batch_match import write_deliveries_frame
+    from spark_jobs.precompute_bounds import write_bounds_table
+    from spark_jobs.session import log, task_timer
+
+    folder = Path(workdir)
+    folder.mkdir(parents=True, exist_ok=True)
     wl, t_gen = _timed(lambda: generate_workload(network, n_subscriptions=n_subscriptions,
                                                  n_messages=n_messages, seed=seed))
-    log(f"workload: {n_subscriptions} subscriptions, {n_messages} messages "
-        f"in {t_gen:.1f} s")
-    index, t_build = _timed(lambda: EnhancedIndex(spatial, wl.subscriptions, wl.weights,
-                                                  dmax_m=dmax_m))
-    matcher = IndexMatcher(index)
-    (ref, stats), t_match = _timed(lambda: matcher.match(wl.messages))
-    log(f"local EIA: build {t_build:.1f} s, match {t_match:.1f} s, {len(ref)} deliveries")
-    plan = plan_match(spark, spatial, wl.subscriptions, wl.weights, dmax_m=dmax_m,
-                      n_partitions=partitions)
-    _, parts = plan.router.route(wl.messages.points)
-    runs = []
-    for _ in range(repeats):
-        got, t = _timed(lambda: batch_match(spark, spatial, wl.subscriptions, wl.messages,
-                                            wl.weights, dmax_m=dmax_m,
-                                            n_partitions=partitions))
-        same = all(np.array_equal(getattr(got, k), getattr(ref, k))
-                   for k in ("message_id", "subscription_id", "distance", "score"))
-        runs.append((t, same))
-    m_warm = float(np.median([t for t, _ in runs[1:]])) if repeats > 1 else runs[0][0]
-    result["match"] = {
+    subs_p, msgs_p, w_p = (folder / "subscriptions.parquet", folder / "messages.parquet",
+                           folder / "weights.parquet")
+    write_subscriptions(wl.subscriptions, subs_p, network=network, weights=wl.weights)
+    write_messages(wl.messages, msgs_p, network=network, weights=wl.weights)
+    write_weights(wl.weights, w_p)
+    bounds_dir, t_bounds = _timed(lambda: write_bounds_table(
+        spark, network, cells, folder / "bounds", capacity=capacity))
+    log(f"workload {n_subscriptions} x {n_messages} in {t_gen:.1f} s; bound table "
+        f"{t_bounds:.1f} s")
+
+    # Local reference on the same files: read, build, match (one thread, then all cores).
+    t0 = time.perf_counter()
+    w = read_weights(w_p)
+    subs = read_subscriptions(subs_p, network, w)
+    msgs = read_messages(msgs_p, network, w)
+    t_read = time.perf_counter() - t0
+    spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)
+    eia, t_build = _timed(lambda: EnhancedIndex(spatial, subs, w, dmax_m=dmax_m))
+    (ref, _), t_match1 = _timed(lambda: IndexMatcher(eia, threads=1).match(msgs))
+    _, t_match2 = _timed(lambda: IndexMatcher(eia).match(msgs))
+    log(f"local: read {t_read:.1f} s, EIA build {t_build:.1f} s, match {t_match1:.1f} s "
+        f"(1 thread) / {t_match2:.1f} s (all cores), {len(ref)} deliveries")
+
+    out = folder / "deliveries.parquet"
+    args = argparse.Namespace(
+        network=network_path, subscriptions=str(subs_p), messages=str(msgs_p),
+        weights=str(w_p), bounds=str(bounds_dir), out=str(out), capacity=capacity,
+        dmax=dmax_m, partitions=partitions, directed=False)
+    timer = task_timer(spark)
+    cpu0 = time.process_time()
+    phases, t_job = _timed(lambda: write_deliveries_frame(spark, args, timer=timer))
+    driver_cpu = time.process_time() - cpu0
+    got = read_deliveries(out)
+    same = all(np.array_equal(got[k], v) for k, v in ref.to_columns().items())
+
+    tasks: dict[str, list[float]] = {}
+    rows: dict[str, list[int]] = {}
+    for label, _key, seconds, n_in, _n_out in timer.value:
+        tasks.setdefault(label, []).append(float(seconds))
+        rows.setdefault(label, []).append(int(n_in))
+    per_task = {label: {"tasks": len(ts), "sum_s": round(sum(ts), 2),
+                        "max_s": round(max(ts), 2), "median_s": round(float(np.median(ts)), 3),
+                        "rows_in": int(sum(rows[label]))}
+                for label, ts in sorted(tasks.items())}
+    # Spark phase -> the labels of the tasks that run inside it. Reading is divisible (a
+    # cluster splits the files over all its cores): sum / cores. Routing and matching run
+    # one task per partition: the longest-first schedule of the measured tasks.
+    inside = {"read and locate subscriptions": ("read subscriptions:", True),
+              "read and locate messages": ("read messages:", True),
+              "per-cell load and DNlimit": ("-", True),
+              "route, match and write": ("route:|match:", False)}
+    cores = spark.sparkContext.defaultParallelism
+    driver_s = sum(v for k, v in phases.items() if k.startswith("driver:"))
+    estimate: dict[str, float] = {}
+    overheads: dict[str, float] = {}
+    for workers in (1, 2, 4, 8, 16, 32):
+        total = driver_s
+        for phase, (prefixes, divisible) in inside.items():
+            # A task's parts (slice, build, match) run in one task: summed per task.
+            per: dict[tuple[str, int], float] = {}
+            for label, key, seconds, _i, _o in timer.value:
+                if any(label.startswith(p) for p in prefixes.split("|")):
+                    name = label.split(":")[0]
+                    per[(name, key)] = per.get((name, key), 0.0) + seconds
+            by_stage: dict[str, list[float]] = {}
+            for (name, _k), secs in per.items():
+                by_stage.setdefault(name, []).append(secs)
+
+            def span(n: int, by_stage: dict[str, list[float]] = by_stage,
+                     divisible: bool = divisible) -> float:
+                if divisible:
+                    return sum(sum(v) / n for v in by_stage.values())
+                return sum(_lpt_makespan(v, n) for v in by_stage.values())
+
+            overheads[phase] = round(max(0.0, phases[phase] - span(cores)), 2)
+            total += overheads[phase] + span(workers)
+        estimate[str(workers)] = round(total, 1)
+    return {
         "n_subscriptions": n_subscriptions, "n_messages": n_messages, "dmax_m": dmax_m,
-        "deliveries": len(ref), "partitions": plan.n_partitions,
-        "routed_pairs": int(parts.size),
-        "local_build_s": round(t_build, 2), "local_match_s": round(t_match, 2),
-        "local_msgs_per_s": round(n_messages / t_match, 1),
-        "local_build_and_match_msgs_per_s": round(n_messages / (t_build + t_match), 1),
-        "spark_first_run_s": round(runs[0][0], 2),
-        "spark_warm_runs_s": [round(t, 2) for t, _ in runs[1:]],
-        "spark_msgs_per_s": round(n_messages / m_warm, 1),
-        "spark_equals_local": all(s for _, s in runs),
-        "local_candidates": int(stats.totals().get("candidates", 0)),
+        "deliveries": len(ref), "spark_equals_local": bool(same),
+        "workload_s": round(t_gen, 1), "bound_table_s": round(t_bounds, 1),
+        "local": {"read_s": round(t_read, 2), "build_s": round(t_build, 2),
+                  "match_1_thread_s": round(t_match1, 2),
+                  "match_all_cores_s": round(t_match2, 2)},
+        "spark_job_s": round(t_job, 2),
+        "phases_s": {k: round(v, 2) for k, v in phases.items()},
+        "driver_wall_s": round(driver_s, 2),
+        "driver_python_cpu_s": round(driver_cpu, 2),
+        "per_task": per_task,
+        "phase_time_outside_tasks_s": overheads,
+        "estimated_job_s_by_cores": estimate,
     }
-    return result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,13 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cell-capacity", "--capacity", dest="capacity", type=int,
                         default=DEFAULTS.cell_capacity,
                         help="cell capacity (default: %(default)s)")
-    parser.add_argument("--subscriptions", type=int, default=200_000)
-    parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument("--subscriptions", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m, help="Dmax, metres")
     parser.add_argument("--partitions", type=int, default=None,
                         help="subscription partitions (default: one per core)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="Spark runs per measurement")
+    parser.add_argument("--skip-precompute", action="store_true",
+                        help="measure batch-match only")
+    parser.add_argument("--workdir", default="bench-spark-work",
+                        help="folder for the workload files and outputs (default: %(default)s)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     return parser
 
@@ -189,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = bench(network_path=args.network, master=args.master, capacity=args.capacity,
                    n_subscriptions=args.subscriptions, n_messages=args.messages,
                    dmax_m=args.dmax, seed=args.seed, partitions=args.partitions,
-                   repeats=max(1, args.repeats))
+                   repeats=max(1, args.repeats), precompute=not args.skip_precompute,
+                   workdir=args.workdir)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -17,7 +17,9 @@ float64, the weight of unseen terms in the schema metadata), atomically.
 Inputs: plain text (one document per line; ``\\n``, ``\\r\\n`` or ``\\r`` ends a line, the rule of
 :func:`index.text.split_lines` that the local readers share), CSV with
 a header and a text column (quoted fields may span lines), or Parquet with a text column.
-A path may be a file, a directory or a glob, as Spark reads them.
+A path may be a file, a directory or a glob, as Spark reads them, and a local path or a
+storage URL (``file://``, ``hdfs://``, ``s3a://``; :mod:`spark_jobs.storage`); so may
+the output.
 
 Examples
 --------
@@ -42,7 +44,7 @@ import pyarrow as pa
 from index.terms import TermWeights, smoothed_idf
 from index.text import tokenize
 from roadnet.errors import InputError
-from roadnet.files import check_output_path
+from spark_jobs import storage
 from spark_jobs.session import add_spark_arguments, log, run_job, session_from_args, stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +57,7 @@ __all__ = ["FORMATS", "add_arguments", "build_parser", "compute_idf", "main", "r
 FORMATS = ("auto", "text", "csv", "parquet")
 
 
-def _detect_format(path: str, fmt: str) -> str:
+def _detect_format(spark: SparkSession, path: str, fmt: str) -> str:
     if fmt != "auto":
         return fmt
     name = path.lower().rstrip("/")
@@ -63,8 +65,8 @@ def _detect_format(path: str, fmt: str) -> str:
         return "csv"
     if name.endswith((".parquet", ".pq")):
         return "parquet"
-    p = Path(path)
-    if p.is_dir() and any(p.glob("*.parquet")):
+    if not any(ch in path for ch in "*?[") and storage.is_dir(spark, path) and any(
+            n.endswith(".parquet") for n in storage.list_names(spark, path)):
         return "parquet"
     return "text"
 
@@ -84,14 +86,15 @@ def read_corpus(spark: SparkSession, path: str, *, fmt: str = "auto",
         msg = f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}"
         raise InputError(msg)
     _check_local_corpus(path)
-    kind = _detect_format(path, fmt)
+    kind = _detect_format(spark, path, fmt)
+    uri = storage.spark_uri(path)
     if kind == "text":
-        return spark.read.text(path).withColumnRenamed("value", "text")
+        return spark.read.text(uri).withColumnRenamed("value", "text")
     if kind == "csv":
         df = (spark.read.option("header", True).option("multiLine", True)
-              .option("escape", '"').option("encoding", "UTF-8").csv(path))
+              .option("escape", '"').option("encoding", "UTF-8").csv(uri))
     else:
-        df = spark.read.parquet(path)
+        df = spark.read.parquet(uri)
     if column not in df.columns:
         msg = f"{path}: no {column!r} column (columns: {', '.join(df.columns)})"
         raise InputError(msg)
@@ -158,12 +161,19 @@ def compute_idf(spark: SparkSession, corpus: DataFrame) -> TermWeights:
 
 
 def write_idf(spark: SparkSession, path: str, out: str | Path, *, fmt: str = "auto",
-              column: str = "text") -> tuple[Path, TermWeights]:
-    """Compute the weights of a corpus file and write them (atomically) to ``out``."""
+              column: str = "text") -> tuple[str | Path, TermWeights]:
+    """Compute the weights of a corpus and write them (atomically) to ``out``.
+
+    ``path`` and ``out`` may be local paths or storage URLs (:mod:`spark_jobs.storage`);
+    the weights file is small and written from the driver. Returns ``out`` (a Path for a
+    local one) and the weights.
+    """
     from index.io import write_weights
 
     weights = compute_idf(spark, read_corpus(spark, path, fmt=fmt, column=column))
-    return write_weights(weights, out), weights
+    written = storage.write_via_local(out, lambda local: write_weights(weights, local),
+                                      spark=spark)
+    return (written if storage.local_path(out) is not None else str(out)), weights
 
 
 # ---------------------------------------------------------------------------- command line
@@ -197,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_local_corpus(path: str) -> None:
-    """FileNotFoundError for a local corpus path (no URL, no glob) that does not exist."""
-    if "://" not in path and not any(ch in path for ch in "*?[") and not Path(path).exists():
+    """FileNotFoundError for a local corpus path or ``file:`` URL (no glob) that does not
+    exist; other URLs are left to Spark's reader."""
+    local = storage.local_path(path)
+    if local is not None and not any(ch in path for ch in "*?[") and not local.exists():
         msg = f"corpus not found: {path}"
         raise FileNotFoundError(msg)
 
@@ -207,9 +219,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
     t0 = time.perf_counter()
     _check_local_corpus(args.corpus)  # before Spark starts, which takes seconds
-    if "://" not in args.out:
-        check_output_path(args.out, what="--out", inputs=(args.corpus,))
+    if storage.local_path(args.out) is not None:
+        storage.check_output(None, args.out, what="--out", inputs=(args.corpus,))
     spark = session_from_args(args, app_name="roadpubsub idf")
+    if storage.local_path(args.out) is None:  # a URL: checked through Spark's Hadoop
+        storage.check_output(spark, args.out, what="--out", inputs=(args.corpus,))
     out, weights = write_idf(spark, args.corpus, args.out, fmt=args.fmt, column=args.column)
     log(f"wrote {len(weights)} term weights to {out} in {time.perf_counter() - t0:.1f} s")
     return 0

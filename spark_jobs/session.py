@@ -20,7 +20,6 @@ Python workers must be able to import this project (an editable install, or
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -45,6 +44,7 @@ __all__ = [
     "MIN_JAVA",
     "JavaNotFoundError",
     "SparkJobError",
+    "TaskTimes",
     "add_spark_arguments",
     "atomic_output_dir",
     "broadcast_payload",
@@ -56,6 +56,7 @@ __all__ = [
     "run_job",
     "session_from_args",
     "stage",
+    "task_timer",
 ]
 
 #: Spark master used when none is given: every core of this machine.
@@ -282,6 +283,29 @@ def stage(spark: SparkSession, description: str) -> Iterator[None]:
     log(f"{description}: done in {time.perf_counter() - t0:.1f} s")
 
 
+# ---------------------------------------------------------------------------- task timings
+#: What a timed task reports: (label, partition key, seconds, rows in, rows out).
+TaskTimes = list[tuple[str, int, float, int, int]]
+
+
+def task_timer(spark: SparkSession) -> Any:
+    """An accumulator the jobs' tasks add their timings to (for benchmarks).
+
+    Tasks add ``[(label, key, seconds, rows_in, rows_out)]``; ``timer.value`` on the
+    driver is the list of every task's entries (a retried task reports twice).
+    """
+    from pyspark.accumulators import AccumulatorParam
+
+    class _Concat(AccumulatorParam):  # type: ignore[type-arg]
+        def zero(self, value: TaskTimes) -> TaskTimes:
+            return []
+
+        def addInPlace(self, a: TaskTimes, b: TaskTimes) -> TaskTimes:  # noqa: N802
+            return a + b
+
+    return spark.sparkContext.accumulator([], _Concat())
+
+
 # ---------------------------------------------------------------------------- broadcasts
 _WORKER_CACHE: dict[tuple[str, str], Any] = {}
 _TOKEN = "_roadpubsub_broadcast_token"
@@ -314,64 +338,19 @@ def cached_payload(bc: Broadcast[dict[str, Any]], key: str,
 
 
 # ---------------------------------------------------------------------------- atomic output
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return bool(result == 0)
-
-
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Put directory ``tmp`` at ``final``, replacing whatever was there."""
-    if not final.exists() and not final.is_symlink():
-        os.rename(tmp, final)
-        return
-    if _exchange(tmp, final):
-        shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous output
-        return
-    # Fallback: two renames; between them ``final`` is briefly absent, never half-written.
-    old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(final, old)
-    try:
-        os.rename(tmp, final)
-    except BaseException:
-        os.rename(old, final)
-        raise
-    if old.is_dir() and not old.is_symlink():
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        old.unlink(missing_ok=True)
-
-
 @contextlib.contextmanager
 def atomic_output_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary directory path beside ``final``, moved over ``final`` on success.
+    """A temporary directory path beside the local ``final``, moved over it on success.
 
-    The path yielded does not exist yet (Spark writers create it). On any exception the
-    temporary directory is removed and ``final`` is untouched. The output must live on a
-    filesystem the driver can rename in (a local disk or a shared mount).
+    The local case of :func:`spark_jobs.storage.atomic_output_dir` (which also takes
+    storage URLs), for callers that want a :class:`~pathlib.Path`.
 
     Examples
     --------
     >>> with atomic_output_dir("out/deliveries.parquet") as tmp:  # doctest: +SKIP
     ...     df.write.parquet(str(tmp))
     """
-    target = Path(final).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
-    try:
-        yield tmp
-        if not tmp.exists():
-            msg = f"nothing was written for {target}"
-            raise SparkJobError(msg)
-        _replace_dir(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    from spark_jobs.storage import atomic_output_dir as _atomic
+
+    with _atomic(Path(final)) as tmp:
+        yield Path(tmp)

@@ -93,3 +93,24 @@ def test_cli_idf_refuses_bad_paths_before_starting_spark(
     assert cli_main(["spark", "idf", str(corpus), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert ("corpus not found" if bad == "missing corpus" else "plain is a file") in err
+
+
+@pytest.mark.spark
+def test_cli_idf_with_file_urls_and_spaces(spark: SparkSession, tweets_csv: Path,
+                                           tmp_path: Path) -> None:
+    """Corpus and output as file:// URLs and as plain paths, with spaces (issue 19)."""
+    texts = pd.read_csv(tweets_csv, usecols=["text"], dtype={"text": "string"})["text"]
+    docs = [str(t).replace("\r", " ").replace("\n", " ") for t in texts.fillna("")][:2000]
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    corpus = folder / "the corpus.txt"
+    corpus.write_text("\n".join(docs) + "\n", encoding="utf-8")
+    want = TermWeights.from_idf(tokenize(d) for d in docs)
+    assert cli_main(["spark", "idf", f"file://{corpus}",
+                     "--out", f"file://{folder}/out dir/w eights.parquet"]) == 0
+    _assert_same(read_weights(folder / "out dir" / "w eights.parquet"), want)
+    assert cli_main(["spark", "idf", str(corpus), "--out", str(folder / "w 2.parquet")]) == 0
+    _assert_same(read_weights(folder / "w 2.parquet"), want)
+    # An output that is the input is refused, URL or not.
+    assert cli_main(["spark", "idf", str(corpus), "--out", f"file://{corpus}"]) == 2
+    assert corpus.read_text(encoding="utf-8").startswith(docs[0])

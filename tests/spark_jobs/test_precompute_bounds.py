@@ -22,22 +22,19 @@ from roadnet.cell_bounds import CellBounds, compute_cell_bounds
 from roadnet.cells import Cells, build_cells
 from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.overlay import overlay_cell_bounds
-from spark_jobs.precompute_bounds import (
-    BOUNDS_META_FILE,
-    BoundsTableError,
+from spark_jobs.bound_table import BOUNDS_META_FILE, BoundsTableError, load_bounds_table
+from spark_jobs.graphframes_engine import (
     GraphFramesNotFoundError,
     PregelColumns,
     graphframes_package,
     graphframes_problem,
-    load_bounds_table,
     overlay_arcs_frame,
     overlay_vertices_frame,
-    precompute_cell_bounds,
     pregel_columns,
     rows_from_pregel,
-    write_bounds_table,
 )
+from spark_jobs.overlay import overlay_cell_bounds
+from spark_jobs.precompute_bounds import precompute_cell_bounds, write_bounds_table
 
 FIELDS = ("kappa", "D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
           "din_in")

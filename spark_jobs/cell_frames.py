@@ -1,0 +1,456 @@
+"""Subscriptions and messages as distributed DataFrames, each row with its cell.
+
+The Spark jobs never load subscription or message files on the driver: Spark's Parquet
+reader spreads the rows over the executors, and each task validates its rows and locates
+them on the road network with the project's one reader (:func:`index.io.read_subscriptions`,
+:func:`index.io.read_messages`, run on the task's rows), then computes each point's cell
+(``cells.edge_cell``). The network and its cells travel as one broadcast
+(:func:`spark_jobs.payload.broadcast_network`). What comes back to the driver is small:
+the problems found (one error naming the file, as the local reader gives), the keywords
+missing from the weights table, and per-cell counts and distance limits.
+
+Frames (Spark schemas :data:`SUBSCRIPTION_SCHEMA`, :data:`MESSAGE_SCHEMA`)
+-----------------------------------------------------------------------------
+subscriptions
+    ``cell`` int, ``id`` long, ``edge`` int, ``offset`` double (metres along the edge),
+    ``alpha``, ``tau`` double, ``dn_limit`` double (DNlimit of the subscription's cell in
+    its task, Eq. 7 via :func:`pruning.routing.cell_distance_limits`: the maximum over a
+    cell's rows is the cell's DNlimit), ``keywords`` array<int> (term ids of the weights,
+    ascending, distinct).
+messages
+    ``cell``, ``id``, ``edge``, ``offset``, ``keywords`` as above.
+
+Term ids equal the local reader's: keywords missing from the weights table are added to
+it (at the default weight) in the order of their first appearance in the file, as
+:func:`index.io.read_subscriptions` adds them, so the scores are summed in the same order
+and come out bit for bit the same. Message keywords missing from the weights (after the
+subscriptions' were added) are dropped, as :func:`index.io.read_messages` drops them.
+
+Inputs are Parquet files or directories, local paths or storage URLs. JSON Lines files
+(meant for small inputs) are read on the driver by the same reader and then distributed.
+
+Examples
+--------
+>>> weights = read_weights("weights.parquet")                          # doctest: +SKIP
+>>> subs = read_subscriptions_frame(spark, "s3a://b/subs.parquet", network, cells,
+...                                 weights, dmax_m=2000.0)
+>>> msgs = read_messages_frame(spark, "s3a://b/msgs.parquet", network, cells, weights)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from index.io import _keyword_csr, read_messages, read_subscriptions
+from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from pruning.routing import cell_distance_limits
+from roadnet.cells import Cells
+from roadnet.errors import describe_rows
+from roadnet.network import RoadNetwork
+from roadnet.settings import DEFAULTS
+from spark_jobs import storage
+from spark_jobs.payload import cells_payload, network_and_cells, network_payload
+from spark_jobs.session import broadcast_payload, cached_payload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import Broadcast
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "MESSAGE_SCHEMA",
+    "SUBSCRIPTION_SCHEMA",
+    "CellStats",
+    "cell_stats",
+    "messages_frame",
+    "read_messages_frame",
+    "read_subscriptions_frame",
+    "subscriptions_frame",
+    "weights_from_payload",
+    "weights_payload",
+]
+
+#: Spark schema of a subscriptions frame.
+SUBSCRIPTION_SCHEMA = ("cell int, id long, edge int, offset double, alpha double, "
+                       "tau double, dn_limit double, keywords array<int>")
+#: Spark schema of a messages frame.
+MESSAGE_SCHEMA = "cell int, id long, edge int, offset double, keywords array<int>"
+
+# The columns the readers know (index.io); others are not shipped to the tasks.
+_FILE_COLUMNS = ("id", "u", "v", "offset", "lon", "lat", "keywords", "alpha", "tau")
+_JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+# Pass 1 output: parsed rows (kind 0), problems (kind 1), unknown keywords (kind 2) with
+# the place of their first appearance (file, block, row id, position in the list).
+_PARSED_SCHEMA = ("kind int, cell int, id long, edge int, offset double, alpha double, "
+                  "tau double, dn_limit double, raw array<string>, problem string, "
+                  "term string, o_file string, o_block long, o_row long, o_k int")
+_ROW, _PROBLEM, _TERM = 0, 1, 2
+#: At most this many problems are gathered for the error message.
+_MAX_PROBLEMS = 20
+
+
+# ---------------------------------------------------------------------------- weights
+def weights_payload(weights: TermWeights) -> dict[str, Any]:
+    """A weights table as plain values (for a broadcast)."""
+    return {"terms": list(weights.terms), "weights": weights.weights.copy(),
+            "default_weight": weights.default_weight}
+
+
+def weights_from_payload(payload: dict[str, Any]) -> TermWeights:
+    """Inverse of :func:`weights_payload` (term ids are kept)."""
+    return TermWeights(dict(zip(payload["terms"], payload["weights"].tolist(), strict=True)),
+                       default_weight=payload["default_weight"])
+
+
+# ---------------------------------------------------------------------------- in-memory
+def subscriptions_frame(spark: SparkSession, subs: Subscriptions, cells: Cells, *,
+                        dmax_m: float,
+                        tolerance: float = DEFAULTS.score_tolerance) -> DataFrame:
+    """A subscriptions frame of subscriptions already in memory (shipped from the driver:
+    for notebooks and tests; files go through :func:`read_subscriptions_frame`)."""
+    cell = cells.edge_cell[subs.points.edge].astype(np.int64)
+    limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), subs,
+                                  dmax_m=dmax_m, tolerance=tolerance)
+    table = pa.table({
+        "cell": pa.array(cell.astype(np.int32)),
+        "id": pa.array(subs.ids, pa.int64()),
+        "edge": pa.array(subs.points.edge, pa.int32()),
+        "offset": pa.array(subs.points.offset, pa.float64()),
+        "alpha": pa.array(subs.alpha, pa.float64()),
+        "tau": pa.array(subs.tau, pa.float64()),
+        "dn_limit": pa.array(limits[cell], pa.float64()),
+        "keywords": _id_lists(subs.kw_ptr, subs.kw_terms),
+    })
+    return spark.createDataFrame(table, schema=SUBSCRIPTION_SCHEMA)
+
+
+def messages_frame(spark: SparkSession, messages: Messages, cells: Cells) -> DataFrame:
+    """A messages frame of messages already in memory (see :func:`subscriptions_frame`)."""
+    table = pa.table({
+        "cell": pa.array(cells.edge_cell[messages.points.edge].astype(np.int32)),
+        "id": pa.array(messages.ids, pa.int64()),
+        "edge": pa.array(messages.points.edge, pa.int32()),
+        "offset": pa.array(messages.points.offset, pa.float64()),
+        "keywords": _id_lists(messages.kw_ptr, messages.kw_terms),
+    })
+    return spark.createDataFrame(table, schema=MESSAGE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class _CellsOnly:
+    """What :func:`pruning.routing.cell_distance_limits` reads of a SpatialIndex."""
+
+    cells: Cells
+
+
+def _id_lists(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32]) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.asarray(ptr, dtype=np.int32)),
+                                    pa.array(terms, pa.int32()))
+
+
+# ---------------------------------------------------------------------------- pass 1: parse
+def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str, timer: Any = None
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow function: file rows -> located rows, problems and unknown keywords."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        work = 0.0
+        t0 = time.perf_counter()
+        network, cells = cached_payload(bc, "cells", network_and_cells)
+        payload = bc.value
+        base = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
+        seen = 0  # rows of this task
+        with tempfile.TemporaryDirectory(prefix="roadpubsub-rows-") as folder:
+            tmp = Path(folder) / name
+            work += time.perf_counter() - t0
+            for batch in batches:
+                t0 = time.perf_counter()
+                table = pa.Table.from_batches([batch])
+                out = _parse_batch(table, tmp, network, cells, base, kind=kind,
+                                   dmax_m=payload["dmax_m"],
+                                   tolerance=payload["tolerance"])
+                seen += table.num_rows
+                work += time.perf_counter() - t0
+                yield from out
+        if timer is not None:  # the reading of the input by Spark is not included
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            part = ctx.partitionId() if ctx is not None else -1
+            timer.add([(f"read {kind}:validate and locate", part, work, seen, seen)])
+
+    return run
+
+
+def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
+                 base: TermWeights, *, kind: str, dmax_m: float,
+                 tolerance: float) -> list[pa.RecordBatch]:
+    data = table.select([c for c in table.column_names if c in _FILE_COLUMNS])
+    pq.write_table(data, tmp)
+    weights = TermWeights(dict(zip(base.terms, base.weights.tolist(), strict=True)),
+                          default_weight=base.default_weight)
+    error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
+    try:
+        if kind == "subscriptions":
+            parsed: Subscriptions | Messages = read_subscriptions(tmp, network, weights)
+        else:
+            parsed = read_messages(tmp, network, weights)
+    except error as exc:
+        text = str(exc)
+        prefix = f"invalid {kind} in {tmp}: "
+        problems = text[len(prefix):] if text.startswith(prefix) else text.replace(
+            str(tmp), "")
+        # Duplicates across the whole input are found once by the driver's check.
+        parts = [p for p in problems.split("; ") if not p.startswith("duplicate ids")]
+        return [_rows_batch({"kind": [_PROBLEM] * len(parts), "problem": parts})]
+    n = table.num_rows
+    cell = cells.edge_cell[parsed.points.edge].astype(np.int64)
+    cols: dict[str, Any] = {
+        "kind": np.full(n, _ROW, np.int32), "cell": cell.astype(np.int32), "id": parsed.ids,
+        "edge": parsed.points.edge, "offset": parsed.points.offset,
+        "raw": data.column("keywords"),
+    }
+    if isinstance(parsed, Subscriptions):
+        limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), parsed,
+                                      dmax_m=dmax_m, tolerance=tolerance)
+        cols.update({"alpha": parsed.alpha, "tau": parsed.tau, "dn_limit": limits[cell]})
+    out = [_rows_batch(cols)]
+    if isinstance(parsed, Subscriptions):
+        out.append(_unknown_terms(data.column("keywords"), base, table))
+    return out
+
+
+def _unknown_terms(keywords: pa.ChunkedArray, base: TermWeights, table: pa.Table
+                   ) -> pa.RecordBatch:
+    """Keywords missing from ``base``, each with the place of its first appearance."""
+    col = keywords.combine_chunks()
+    flat = pc.cast(pc.list_flatten(col), pa.string())
+    if len(flat) == 0:
+        return _rows_batch({"kind": []})
+    encoded = pc.dictionary_encode(flat)
+    uniq = encoded.dictionary.to_pylist()
+    unknown = base.ids(uniq, add=False) < 0
+    if not unknown.any():
+        return _rows_batch({"kind": []})
+    index = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    first = np.full(len(uniq), np.iinfo(np.int64).max)
+    np.minimum.at(first, index, np.arange(index.size))
+    lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(
+        zero_copy_only=False), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    pick = np.flatnonzero(unknown)
+    flat_pos = first[pick]
+    row = np.searchsorted(starts, flat_pos, side="right") - 1
+    files = table.column("_file").to_pylist()
+    blocks = np.asarray(table.column("_block").to_numpy(zero_copy_only=False), dtype=np.int64)
+    places = np.asarray(table.column("_row").to_numpy(zero_copy_only=False), dtype=np.int64)
+    return _rows_batch({
+        "kind": np.full(pick.size, _TERM, np.int32),
+        "term": [uniq[i] for i in pick],
+        "o_file": [files[r] for r in row], "o_block": blocks[row],
+        "o_row": places[row], "o_k": (flat_pos - starts[row]).astype(np.int32),
+    })
+
+
+_PARSED_ARROW = pa.schema([
+    ("kind", pa.int32()), ("cell", pa.int32()), ("id", pa.int64()), ("edge", pa.int32()),
+    ("offset", pa.float64()), ("alpha", pa.float64()), ("tau", pa.float64()),
+    ("dn_limit", pa.float64()), ("raw", pa.list_(pa.string())), ("problem", pa.string()),
+    ("term", pa.string()), ("o_file", pa.string()), ("o_block", pa.int64()),
+    ("o_row", pa.int64()), ("o_k", pa.int32()),
+])
+
+
+def _rows_batch(cols: dict[str, Any]) -> pa.RecordBatch:
+    """A batch of the pass-1 schema; absent columns are null."""
+    n = len(cols["kind"])
+    arrays = []
+    for field in _PARSED_ARROW:
+        value = cols.get(field.name)
+        if value is None:
+            arrays.append(pa.nulls(n, field.type))
+        elif isinstance(value, pa.ChunkedArray):
+            arrays.append(pc.cast(value.combine_chunks(), field.type))
+        else:
+            arrays.append(pa.array(value, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=_PARSED_ARROW)
+
+
+# ---------------------------------------------------------------------------- pass 2: term ids
+def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow function: parsed rows -> frame rows (keywords as the final term ids)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        weights = cached_payload(bc, "final-weights",
+                                 lambda p: weights_from_payload(p["weights"]))
+        for batch in batches:
+            col = batch.column("raw")
+            lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(
+                zero_copy_only=False), dtype=np.int64)
+            values = pc.cast(pc.list_flatten(col), pa.string())
+            # The reader's own conversion: normalised, sorted, distinct; unknown dropped.
+            ptr, terms = _keyword_csr(lengths, values, weights, add=False)
+            names = ["cell", "id", "edge", "offset"]
+            if kind == "subscriptions":
+                names += ["alpha", "tau", "dn_limit"]
+            arrays = [batch.column(c) for c in names] + [_id_lists(ptr, terms)]
+            yield pa.RecordBatch.from_arrays(arrays, names=[*names, "keywords"])
+
+    return run
+
+
+# ---------------------------------------------------------------------------- reading
+def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
+                weights: TermWeights, *, kind: str, dmax_m: float, tolerance: float,
+                timer: Any = None) -> DataFrame:
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.storagelevel import StorageLevel
+
+    error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
+    schema = SUBSCRIPTION_SCHEMA if kind == "subscriptions" else MESSAGE_SCHEMA
+    if not storage.exists(spark, path):
+        msg = f"file not found: {path}"
+        raise FileNotFoundError(msg)
+    if os.fspath(path).lower().endswith(_JSON_SUFFIXES):
+        # Small inputs only: read whole on the driver by the same reader.
+        with storage.local_copy(path, spark=spark) as local:
+            if kind == "subscriptions":
+                subs = read_subscriptions(local, network, weights)
+                return subscriptions_frame(spark, subs, cells, dmax_m=dmax_m,
+                                           tolerance=tolerance)
+            return messages_frame(spark, read_messages(local, network, weights), cells)
+    raw = spark.read.parquet(storage.spark_uri(path))
+    keep = [c for c in raw.columns if c in _FILE_COLUMNS]
+    # Where each row lies in the input (file, block, then an id that grows along the rows
+    # of a block), taken as the file is read: the order of first appearance of unknown
+    # keywords, kept through the repartition below.
+    raw = raw.select(*keep, F.input_file_name().alias("_file"),
+                     F.input_file_block_start().alias("_block"),
+                     F.monotonically_increasing_id().alias("_row"))
+    cores = spark.sparkContext.defaultParallelism
+    if raw.rdd.getNumPartitions() < cores:
+        # A file of one row group is read by one task: spread the validation and location
+        # work (the heavy part) over every core.
+        raw = raw.repartition(cores)
+    name = Path(path.rstrip("/")).name
+    name = name if name.lower().endswith((".parquet", ".pq")) else "rows.parquet"
+    bc = broadcast_payload(spark, {"network": network_payload(network),
+                                   "cells": cells_payload(cells),
+                                   "weights": weights_payload(weights),
+                                   "dmax_m": float(dmax_m), "tolerance": float(tolerance)})
+    parsed = raw.mapInArrow(_parse_task(bc, kind=kind, name=name, timer=timer), _PARSED_SCHEMA) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    notes = parsed.filter(F.col("kind") != _ROW).toArrow()
+    problems = list(dict.fromkeys(
+        p for p in notes.column("problem").to_pylist() if p is not None))[:_MAX_PROBLEMS]
+    rows = parsed.filter(F.col("kind") == _ROW)
+    # Over the file's id column, so that rows of a batch with other problems count too.
+    dups = [] if "id" not in keep else (
+        raw.filter(F.col("id").isNotNull()).groupBy("id").count()
+        .filter(F.col("count") > 1).select("id")
+        .orderBy("id").limit(11).toArrow().column("id").to_pylist())
+    if dups:
+        problems.append(f"duplicate ids: {describe_rows(dups[:10])}"
+                        + (" and more" if len(dups) > 10 else ""))
+    if problems:
+        parsed.unpersist()
+        msg = f"invalid {kind} in {path}: " + "; ".join(problems)
+        raise error(msg)
+    if kind == "subscriptions":
+        _add_unknown_terms(notes, weights)
+    final = broadcast_payload(spark, {"weights": weights_payload(weights)})
+    return rows.mapInArrow(_terms_task(final, kind=kind), schema)
+
+
+def _add_unknown_terms(notes: pa.Table, weights: TermWeights) -> None:
+    """Add the keywords missing from ``weights`` in the order the local reader adds them."""
+    first: dict[str, tuple[str, int, int, int]] = {}
+    cols = [notes.column(c).to_pylist() for c in ("kind", "term", "o_file", "o_block",
+                                                  "o_row", "o_k")]
+    for kind, term, f, b, r, k in zip(*cols, strict=True):
+        if kind != _TERM:
+            continue
+        key = (f, b, r, k)
+        if term not in first or key < first[term]:
+            first[term] = key
+    weights.ids(sorted(first, key=first.__getitem__), add=True)
+
+
+def read_subscriptions_frame(spark: SparkSession, path: str, network: RoadNetwork,
+                             cells: Cells, weights: TermWeights, *, dmax_m: float,
+                             tolerance: float = DEFAULTS.score_tolerance,
+                             timer: Any = None) -> DataFrame:
+    """Subscriptions of a file (local path or URL) as a distributed frame (see the module
+    docstring). Keywords missing from ``weights`` are added to it, as the local reader does.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    index.model.InvalidSubscriptionError
+        One message naming the file and every problem found (up to 20), with row ids.
+    """
+    return _read_frame(spark, path, network, cells, weights, kind="subscriptions",
+                       dmax_m=dmax_m, tolerance=tolerance, timer=timer)
+
+
+def read_messages_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
+                        weights: TermWeights, *, timer: Any = None) -> DataFrame:
+    """Messages of a file (local path or URL) as a distributed frame; read the
+    subscriptions first (their keywords extend ``weights``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    index.model.InvalidMessageError
+        As :func:`read_subscriptions_frame`.
+    """
+    return _read_frame(spark, path, network, cells, weights, kind="messages",
+                       dmax_m=DEFAULTS.dmax_m, tolerance=DEFAULTS.score_tolerance,
+                       timer=timer)
+
+
+# ---------------------------------------------------------------------------- per-cell figures
+@dataclass(frozen=True)
+class CellStats:
+    """Per-cell figures of a subscriptions frame (arrays of ``n_cells``)."""
+
+    #: Subscriptions per cell.
+    load: npt.NDArray[np.int64]
+    #: DNlimit(ci) in metres (-inf: no subscription; -1: none reachable), as
+    #: :func:`pruning.routing.cell_distance_limits`.
+    dn_limit: npt.NDArray[np.float64]
+
+    @property
+    def n_subscriptions(self) -> int:
+        """Number of subscriptions."""
+        return int(self.load.sum())
+
+
+def cell_stats(subs: DataFrame, n_cells: int) -> CellStats:
+    """Load and DNlimit per cell of a subscriptions frame (one small aggregation)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    table = subs.groupBy("cell").agg(F.count("*").alias("n"),
+                                     F.max("dn_limit").alias("lim")).toArrow()
+    cell = np.asarray(table.column("cell").to_numpy(), dtype=np.int64)
+    load = np.zeros(n_cells, dtype=np.int64)
+    lim = np.full(n_cells, -np.inf)
+    load[cell] = np.asarray(table.column("n").to_numpy(), dtype=np.int64)
+    lim[cell] = np.asarray(table.column("lim").to_numpy(), dtype=np.float64)
+    return CellStats(load=load, dn_limit=lim)
