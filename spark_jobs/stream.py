@@ -61,7 +61,6 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +78,7 @@ from spark_jobs.session import (
     run_job,
     session_from_args,
 )
+from spark_jobs.storage import check_output, local_path, spark_uri
 from spark_jobs.stream_changes import (
     DEFAULT_REBASE_ROWS,
     SNAP_M,
@@ -127,12 +127,25 @@ REJECTED = "_rejected"
 FAULT_ENV = "ROADPUBSUB_STREAM_FAULT"
 _BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 # ---------------------------------------------------------------------------- files
-def _local_path(uri: str) -> Path:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file"):
-        msg = f"{uri}: the stream job reads local or mounted directories only (file:)"
+def _local_path(uri: str, what: str = "a message file") -> Path:
+    """The local path of a path or ``file:`` URL (:func:`spark_jobs.storage.local_path`)."""
+    path = local_path(uri)
+    if path is None:
+        msg = (f"{what} {uri}: the stream job reads and writes local or mounted "
+               f"directories only (paths or file: URLs); its sink commits by rename")
         raise SparkJobError(msg)
-    return Path(unquote(parsed.path))
+    return path
+
+
+def _check_paths(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Local paths only; --out and --checkpoint are neither inputs nor each other, and are
+    locked for this process (two drivers on one checkpoint would break exactly-once)."""
+    for what in ("index_file", "messages", "changes", "out", "checkpoint"):
+        _local_path(getattr(args, what), f"--{what.replace('_', '-')}")
+    inputs = (args.index_file, args.messages, args.changes)
+    check_output(spark, args.out, folder=True, what="--out", inputs=inputs)
+    check_output(spark, args.checkpoint, folder=True, what="--checkpoint",
+                 inputs=(*inputs, args.out))
 
 
 def _fault(point: str, batch_id: int) -> None:
@@ -412,7 +425,7 @@ def _source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
             .option("maxFilesPerTrigger", str(args.max_files_per_trigger))
             .option("ignoreMissingFiles", "true")
             .schema(_BINARY_FILE_SCHEMA)
-            .load(str(Path(args.messages).absolute()))
+            .load(spark_uri(_local_path(args.messages)))
             .select("path"))
 
 
@@ -468,18 +481,19 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
 def start_stream(spark: SparkSession, args: argparse.Namespace
                  ) -> tuple[StreamingQuery, StreamDriver]:
     """Start the query (not waiting for it); the query and its driver."""
-    checkpoint = Path(args.checkpoint).absolute()
-    out = Path(args.out).absolute()
+    _check_paths(spark, args)
+    checkpoint = _local_path(args.checkpoint).absolute()
+    out = _local_path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     for folder in (args.messages, args.changes):
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        _local_path(folder).mkdir(parents=True, exist_ok=True)
     if args.kafka_bootstrap:
         problem = kafka_problem(spark)
         if problem is not None:
             raise SparkJobError(problem)
-    driver = StreamDriver(spark, index_file=Path(args.index_file),
-                          messages=Path(args.messages).absolute(),
-                          changes=Path(args.changes).absolute(), out=out,
+    driver = StreamDriver(spark, index_file=_local_path(args.index_file),
+                          messages=_local_path(args.messages).absolute(),
+                          changes=_local_path(args.changes).absolute(), out=out,
                           checkpoint=checkpoint, rebase_rows=args.rebase_rows)
     driver.warm()
     source = _kafka_source(spark, args) if args.kafka_bootstrap else _source(spark, args)
@@ -565,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
-    if not Path(args.index_file).is_file():
+    if not _local_path(args.index_file, "--index-file").is_file():
         msg = f"--index-file {args.index_file}: no such file"
         raise FileNotFoundError(msg)
     if args.max_files_per_trigger < 1:

@@ -240,3 +240,17 @@ def test_kafka_records_are_matched_and_bad_ones_kept(
     kept = (tmp_path / "out" / "_rejected" / "batch-000000000000.jsonl").read_text()
     assert (tmp_path / "out" / "batch_id=0").is_dir()
     assert "keywords" in kept and "1000000" in kept
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("out", "expect"), [
+    ("messages", "is the input"), ("hdfs://nn/out", "local or mounted directories only")])
+def test_bad_outputs_are_one_line(spark: SparkSession, tmp_path: Path, index_file: Path,
+                                  out: str, expect: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "messages").mkdir()
+    args = sys_args(tmp_path, index_file)
+    args[args.index("--out") + 1] = out if "://" in out else str(tmp_path / out)
+    assert cli_main(["spark", "stream", *args, "--once"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert expect in err[-1], err
