@@ -313,6 +313,10 @@ class StreamDriver:
             self._apply(recs)  # the next file is checked against this one's result
             files.append(path.name)
             records.extend(recs)
+        if not files and not rejected:
+            # Nothing to log: a re-run of this batch may take files landed meanwhile, which
+            # is fine, since no attempt of it was committed with another set.
+            return {"batch_id": batch_id, "files": [], "rejected": {}, "records": []}
         entry = self.log_.write(batch_id, files=files, rejected=rejected, records=records)
         self.consumed.update(files)
         self.consumed.update(rejected)

@@ -256,9 +256,10 @@ def fsync_dir(folder: Path) -> None:
 class ChangeLog:
     """Which change files each micro-batch consumed, and their records (in the checkpoint).
 
-    One file per batch that consumed change files, ``NNNNNNNNNNNN.json``, written with
-    temp + fsync + rename before the batch's changes are applied; a batch re-run after a
-    crash finds its entry and applies exactly the same records.
+    One file per batch that consumed change files (accepted or rejected),
+    ``NNNNNNNNNNNN.json``, written with temp + fsync + rename before the batch's messages
+    are matched; a batch re-run after a crash finds its entry and applies exactly the same
+    records (a restart has applied every entry already).
     """
 
     def __init__(self, folder: Path) -> None:

@@ -149,9 +149,11 @@ def test_rounds_equal_single_process_matcher(spark: SparkSession, tmp_path: Path
 @pytest.mark.spark
 def test_once_restart_and_brute_reference(spark: SparkSession, tmp_path: Path,
                                           andorra: RoadNetwork, workload: Workload,
-                                          index_file: Path) -> None:
-    """--once twice on one checkpoint (the second run rebuilds the set from the change log);
-    the result equals the brute-force matcher's pairs as well."""
+                                          index_file: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--once twice on one checkpoint (the second run rebuilds the set from the change log;
+    both ship new base indexes to the workers); the result equals the brute-force
+    matcher's pairs as well."""
     ref = Reference(index_file)
     for k in range(2):
         changes, events, files = _round_files(k, workload, andorra)
@@ -161,7 +163,10 @@ def test_once_restart_and_brute_reference(spark: SparkSession, tmp_path: Path,
             land_table(tmp_path / "messages" / name, table)
         ref.apply(events)
         ref.match([tmp_path / "messages" / name for name, _ in files])
-        assert cli_main(["spark", "stream", *sys_args(tmp_path, index_file), "--once"]) == 0
+        # A small --rebase-rows: each round's 82 change rows make a new base index.
+        assert cli_main(["spark", "stream", *sys_args(tmp_path, index_file), "--once",
+                         "--rebase-rows", "50"]) == 0
+        assert "new base index" in capsys.readouterr().err
     from pruning.deliveries import Deliveries
 
     want = Deliveries.concat(ref.found)
