@@ -471,8 +471,14 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, _terminate)
     t0 = time.perf_counter()
+    from pyspark.errors import StreamingQueryException
+
     try:
         query.awaitTermination()
+    except StreamingQueryException as exc:  # one line, as the other errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = f"the streaming query stopped: {first}"
+        raise SparkJobError(msg) from exc
     finally:
         stop.set()
         signal.signal(signal.SIGTERM, previous)

@@ -172,6 +172,11 @@ def test_once_restart_and_brute_reference(spark: SparkSession, tmp_path: Path,
     want = Deliveries.concat(ref.found)
     sink = read_sink(tmp_path / "out")
     assert_same(sink, want)
+    # Spark reads the sink as it is, batch_id from the directory names.
+    frame = spark.read.parquet(str(tmp_path / "out"))
+    assert set(frame.columns) == {"message_id", "subscription_id", "distance", "score",
+                                  "batch_id"}
+    assert frame.count() == sink.num_rows
     # Independent check of the last round with the brute-force matcher.
     from index.io import read_messages
     from index.model import Subscriptions
