@@ -23,6 +23,12 @@ functions the single-process path calls, so their outputs are the local ones.
     located and given its cell in the tasks (the driver reads nothing big).
 :mod:`spark_jobs.bound_frames`
     The bound table as a DataFrame, shuffled to the partitions that need its rows.
+:mod:`spark_jobs.stream`
+    Structured Streaming matching: message files matched as they land against a
+    subscription set that change files update between micro-batches, exactly once
+    (:mod:`spark_jobs.stream_changes`: the change files, their log, their application;
+    :mod:`spark_jobs.stream_tasks`: the executors' index and tasks;
+    :mod:`spark_jobs.bench_stream`: its benchmark against ``roadpubsub match``).
 :mod:`spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`spark_jobs.session`
@@ -39,6 +45,7 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 __all__ = [
     "batch_match",
     "bench_spark",
+    "bench_stream",
     "bound_frames",
     "bound_table",
     "cell_frames",
@@ -50,4 +57,7 @@ __all__ = [
     "precompute_bounds",
     "session",
     "storage",
+    "stream",
+    "stream_changes",
+    "stream_tasks",
 ]

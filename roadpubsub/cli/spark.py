@@ -24,6 +24,8 @@ JOBS: dict[str, tuple[str, str]] = {
     "idf": ("spark_jobs.idf", "smoothed idf keyword weights of a text corpus on Spark"),
     "batch-match": ("spark_jobs.batch_match",
                     "match a message set against a subscription set on Spark"),
+    "stream": ("spark_jobs.stream",
+               "match messages as they land (Structured Streaming, exactly once)"),
 }
 
 
@@ -31,7 +33,7 @@ def register(subparsers: Any) -> None:
     """Add the ``spark`` command and its job subcommands to the CLI."""
     parser = subparsers.add_parser(
         "spark",
-        help="run a Spark job (precompute-bounds, idf, batch-match)",
+        help="run a Spark job (precompute-bounds, idf, batch-match, stream)",
         description="Run one of the Spark jobs; each also runs as "
                     "'spark-submit spark_jobs/<job>.py'. Needs Java 17+.",
         epilog="Run 'roadpubsub spark JOB --help' for a job's options and an example.",

@@ -1,0 +1,610 @@
+"""Spark Structured Streaming job: match messages as they land, exactly once.
+
+The distributed counterpart of ``roadpubsub serve``: message files landing in a directory
+are matched micro-batch by micro-batch with the EIA matcher
+(:class:`~pruning.indexed.IndexMatcher` over the index file's
+:class:`~index.eia.EnhancedIndex`), while subscription changes landing in a second
+directory update the subscription set between micro-batches.
+
+Ordering rule
+-------------
+Every message is matched against the subscription set as of its micro-batch: at the start
+of micro-batch *b* the driver takes the change files present that no earlier batch took,
+in file-name order, and applies them (each file whole, or refused whole); then the
+messages of *b* are matched. Changes wait for the next micro-batch with messages.
+
+How executors learn the changes
+-------------------------------
+The index file is shipped to the executors once (``SparkContext.addFile``); each Python
+worker loads it once and keeps it. Each micro-batch broadcasts only the change *records*
+since that base, numbered by a version; a worker applies the records it has not applied
+yet, with the index's own ``subscribe``/``unsubscribe``/``move``, and matches. When the
+records since the base exceed ``--rebase-rows`` rows the driver saves its index as a new
+base file and ships that instead, so the broadcast stays small.
+
+Exactly once
+------------
+* Which message files make micro-batch *b* is fixed by Spark's checkpoint (the file
+  source's offset log), so a batch re-run after a crash reads the same files.
+* Which change files *b* consumed, and the records they became, are in this job's change
+  log in the checkpoint (:class:`~spark_jobs.stream_changes.ChangeLog`), written before
+  they are applied; a restart rebuilds the subscription set from the index file and the
+  log, so a re-run batch sees the same subscriptions.
+* The deliveries of *b* are written by the tasks as part files (each fsynced, named by its
+  input, so a retried task rewrites the same part) into a temporary directory that the
+  driver renames to ``OUT/batch_id=<b>`` once every task is done; a re-run of a batch
+  whose directory exists writes nothing.
+
+So after a SIGKILL at any moment and a restart on the same checkpoint, the sink holds each
+delivery exactly once. Files that cannot be read or validated are moved to
+``_rejected/`` in their directory with ``NAME.reason.txt`` beside them; the query goes on.
+
+Examples
+--------
+::
+
+    roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
+        --changes in/changes --out out/deliveries --checkpoint out/checkpoint --once
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from index.base import load_index
+from roadnet.errors import format_error
+from roadnet.files import atomic_paths
+from roadpubsub.service.events import BodyParser
+from spark_jobs.session import (
+    SparkJobError,
+    add_spark_arguments,
+    broadcast_payload,
+    log,
+    run_job,
+    session_from_args,
+)
+from spark_jobs.storage import check_output, local_path, spark_uri
+from spark_jobs.stream_changes import (
+    DEFAULT_REBASE_ROWS,
+    SNAP_M,
+    ChangeFileError,
+    ChangeLog,
+    apply_record,
+    change_records,
+    check_records,
+    fsync_dir,
+    visible_files,
+)
+from spark_jobs.stream_tasks import (
+    TASK_SCHEMA,
+    kafka_problem,
+    kafka_task,
+    match_task,
+    warm_task,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "FAULT_ENV",
+    "SINK_SCHEMA",
+    "StreamDriver",
+    "add_arguments",
+    "build_parser",
+    "main",
+    "read_sink",
+    "run",
+    "run_stream",
+    "start_stream",
+]
+
+#: Columns of the sink's Parquet files.
+SINK_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int64()),
+                         ("distance", pa.float64()), ("score", pa.float64()),
+                         ("batch_id", pa.int64())])
+#: Name of the folder bad files are moved to (Spark's file source skips ``_`` names).
+REJECTED = "_rejected"
+#: Test hook: ``after-changelog:B`` or ``after-sink:B`` kills this driver with SIGKILL
+#: right after batch B's change log entry, or its sink file, is durable (the crash test's
+#: precise moments; its random moments need no hook).
+FAULT_ENV = "ROADPUBSUB_STREAM_FAULT"
+_BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+# ---------------------------------------------------------------------------- files
+def _local_path(uri: str, what: str = "a message file") -> Path:
+    """The local path of a path or ``file:`` URL (:func:`spark_jobs.storage.local_path`)."""
+    path = local_path(uri)
+    if path is None:
+        msg = (f"{what} {uri}: the stream job reads and writes local or mounted "
+               f"directories only (paths or file: URLs); its sink commits by rename")
+        raise SparkJobError(msg)
+    return path
+
+
+def _check_paths(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Local paths only; --out and --checkpoint are neither inputs nor each other, and are
+    locked for this process (two drivers on one checkpoint would break exactly-once)."""
+    for what in ("index_file", "messages", "changes", "out", "checkpoint"):
+        _local_path(getattr(args, what), f"--{what.replace('_', '-')}")
+    inputs = (args.index_file, args.messages, args.changes)
+    check_output(spark, args.out, folder=True, what="--out", inputs=inputs)
+    check_output(spark, args.checkpoint, folder=True, what="--checkpoint",
+                 inputs=(*inputs, args.out))
+
+
+def _fault(point: str, batch_id: int) -> None:
+    if os.environ.get(FAULT_ENV) == f"{point}:{batch_id}":
+        log(f"{FAULT_ENV}: SIGKILL {point} of batch {batch_id}")
+        if os.getpgrp() == os.getpid():  # a session of its own: the JVM goes too
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _move_aside(path: Path, reason: str, what: str) -> None:
+    """Move a bad input file to ``_rejected/`` beside it, with its reason; log it."""
+    folder = path.parent / REJECTED
+    folder.mkdir(exist_ok=True)
+    note = folder / f"{path.name}.reason.txt"
+    note.write_text(reason + "\n", encoding="utf-8")
+    if path.exists():
+        os.replace(path, folder / path.name)
+    log(f"rejected {what} file {path.name} (moved to {folder}): {reason}")
+
+
+def _commit_batch(tmp: Path, target: Path) -> None:
+    """Make a batch's sink directory visible: its part files are durable (the tasks
+    fsynced them), then one rename, then an fsync of the sink folder."""
+    fsync_dir(tmp)
+    os.rename(tmp, target)
+    fsync_dir(target.parent)
+
+
+def _clean_temporaries(out: Path) -> None:
+    """Remove temporary batch directories left by a killed driver."""
+    for stale in out.glob(".batch_id=*.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
+    with atomic_paths(path) as (tmp,):
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def sink_path(out: Path, batch_id: int) -> Path:
+    """The sink directory of a micro-batch (Hive-style: readers get a ``batch_id``)."""
+    return out / f"batch_id={batch_id}"
+
+
+def read_sink(out: str | os.PathLike[str]) -> pa.Table:
+    """Every committed delivery of a sink folder (sorted by batch, message, subscription).
+
+    Spark reads the same folder with ``spark.read.parquet(OUT)`` (``batch_id`` from the
+    directory names).
+    """
+    parts = []
+    for folder in Path(out).glob("batch_id=*"):
+        b = int(folder.name.split("=", 1)[1])
+        for f in sorted(folder.glob("part-*.parquet")):
+            t = pq.read_table(f)
+            parts.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, b),
+                                                               pa.int64())))
+    if not parts:
+        return SINK_SCHEMA.empty_table()
+    table = pa.concat_tables(parts)
+    return table.sort_by([("batch_id", "ascending"), ("message_id", "ascending"),
+                          ("subscription_id", "ascending")])
+
+
+# ---------------------------------------------------------------------------- driver
+class StreamDriver:
+    """The driver side of the job: the subscription set, the change log, the sink.
+
+    Parameters
+    ----------
+    spark
+        The session.
+    index_file
+        The index the subscription set starts from (``roadpubsub index build``).
+    messages, changes, out, checkpoint
+        The two input directories, the sink directory and the checkpoint directory.
+    rebase_rows
+        Rows of change records since the base index after which a new base is written.
+    """
+
+    def __init__(self, spark: SparkSession, *, index_file: Path, messages: Path,
+                 changes: Path, out: Path, checkpoint: Path,
+                 rebase_rows: int = DEFAULT_REBASE_ROWS) -> None:
+        self.spark = spark
+        self.messages = messages
+        self.changes = changes
+        self.out = out
+        self.checkpoint = checkpoint
+        self.rebase_rows = int(rebase_rows)
+        self.base_dir = checkpoint / "roadpubsub" / "base"
+        self.log_ = ChangeLog(checkpoint / "roadpubsub" / "changes")
+        t0 = time.perf_counter()
+        self.index = load_index(index_file)
+        self.parser = BodyParser(self.index.network, max_snap_m=SNAP_M)
+        self.records: list[tuple[int, dict[str, Any]]] = []  # (version, record) since base
+        self.version = 0
+        self.consumed: set[str] = set()
+        self.last_logged = -1
+        for entry in self.log_.entries():  # restart: the subscription set of the log
+            self._apply(entry["records"])
+            self.consumed.update(entry["files"])
+            self.consumed.update(entry["rejected"])
+            self.last_logged = int(entry["batch_id"])
+        shutil.rmtree(self.base_dir, ignore_errors=True)  # earlier bases: caches only
+        out.mkdir(parents=True, exist_ok=True)
+        _clean_temporaries(out)
+        self._set_base(Path(index_file), 0)
+        self.last_end = time.time()
+        self.batches = 0
+        self.rows = 0
+        log(f"stream: {len(self.index):,} subscriptions at version {self.version} "
+            f"({len(self.consumed)} change files in the log) in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+    def _apply(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            apply_record(self.index, rec)
+            self.version += 1
+            self.records.append((self.version, rec))
+
+    def _set_base(self, path: Path, version: int) -> None:
+        """Ship ``path`` (the index at ``version``) to the executors under a unique name
+        (``addFile`` refuses a second file of the same name)."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        shipped = self.base_dir / f"base-{version:09d}-{uuid.uuid4().hex[:8]}.npz"
+        if path.parent != self.base_dir:
+            try:
+                os.link(path, shipped)  # no copy of a large file where a link will do
+            except OSError:
+                shutil.copyfile(path, shipped)
+        else:
+            shipped = path
+        self.base = {"base_token": shipped.name, "base_version": version,
+                     "base_name": shipped.name, "base_path": str(shipped), "base_shipped": True}
+        self.spark.sparkContext.addFile(str(shipped))
+        self.records = [(v, r) for v, r in self.records if v > version]
+
+    def _maybe_rebase(self) -> None:
+        rows = sum(len(r["id"]) for _, r in self.records)
+        if rows <= self.rebase_rows:
+            return
+        t0 = time.perf_counter()
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        path = self.base_dir / f"base-{self.version:09d}-{uuid.uuid4().hex[:8]}.npz"
+        self.index.save(path)
+        self._set_base(path, self.version)
+        log(f"stream: {rows:,} change rows since the base: new base index at version "
+            f"{self.version} in {time.perf_counter() - t0:.1f} s")
+
+    # ------------------------------------------------------------------ changes
+    def _consume_changes(self, batch_id: int) -> dict[str, Any]:
+        files: list[str] = []
+        rejected: dict[str, str] = {}
+        records: list[dict[str, Any]] = []
+        for path in visible_files(self.changes):
+            if path.name in self.consumed:
+                continue
+            try:
+                recs = change_records(path, self.parser)
+                check_records(self.index, recs, path)
+            except (ChangeFileError, OSError) as exc:
+                rejected[path.name] = format_error(exc)
+                continue
+            self._apply(recs)  # the next file is checked against this one's result
+            files.append(path.name)
+            records.extend(recs)
+        if not files and not rejected:
+            # Nothing to log: a re-run of this batch may take files landed meanwhile, which
+            # is fine, since no attempt of it was committed with another set.
+            return {"batch_id": batch_id, "files": [], "rejected": {}, "records": []}
+        entry = self.log_.write(batch_id, files=files, rejected=rejected, records=records)
+        self.consumed.update(files)
+        self.consumed.update(rejected)
+        self.last_logged = batch_id
+        return entry
+
+    # ------------------------------------------------------------------ a micro-batch
+    def process(self, frame: DataFrame, batch_id: int) -> None:
+        """foreachBatch function: apply the batch's changes, match, commit the sink file."""
+        t0 = time.time()
+        kafka = "value" in frame.columns
+        paths = [] if kafka else sorted(str(_local_path(r[0]))
+                                        for r in frame.select("path").collect())
+        entry = self.log_.get(batch_id)
+        if entry is None:
+            if batch_id <= self.last_logged:
+                msg = (f"micro-batch {batch_id} is older than the change log "
+                       f"(batch {self.last_logged}): the checkpoint was altered")
+                raise SparkJobError(msg)
+            entry = self._consume_changes(batch_id)
+            _fault("after-changelog", batch_id)
+        elif batch_id != self.last_logged:
+            msg = (f"micro-batch {batch_id} re-run after later batches were logged "
+                   f"(last {self.last_logged}): the checkpoint was altered")
+            raise SparkJobError(msg)
+        for name, reason in entry["rejected"].items():
+            if (self.changes / name).exists():
+                _move_aside(self.changes / name, reason, "change")
+        target = sink_path(self.out, batch_id)
+        if target.exists():
+            log(f"batch {batch_id}: already committed ({target.name}), skipped")
+            return
+        self._maybe_rebase()
+        n_msgs, n_found = self._match(paths, batch_id, target, frame if kafka else None)
+        _fault("after-sink", batch_id)
+        t1 = time.time()
+        wait = max(t1 - self.last_end, 1e-9)
+        self.last_end = t1
+        self.batches += 1
+        self.rows += n_msgs
+        n_events = sum(len(r["id"]) for r in entry["records"])
+        log(f"batch {batch_id}: {len(paths)} files, {n_msgs:,} messages, "
+            f"{n_found:,} deliveries; {len(entry['files'])} change files "
+            f"({n_events:,} events, version {self.version}); {t1 - t0:.2f} s, "
+            f"{n_msgs / max(t1 - t0, 1e-9):,.0f} messages/s processed, "
+            f"{n_msgs / wait:,.0f} messages/s input")
+
+    def warm(self) -> None:
+        """Load the index in every Python worker before the first micro-batch (one task
+        per core, each a few seconds long, so they run side by side in distinct workers)."""
+        t0 = time.perf_counter()
+        n = self.spark.sparkContext.defaultParallelism
+        bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
+                                            "records": self.records, "paths": []})
+        try:
+            self.spark.sparkContext.setJobDescription("stream: loading the index in the workers")
+            self.spark.range(0, n, 1, n).mapInArrow(warm_task(bc), "id long").collect()
+        finally:
+            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+            bc.unpersist()
+        log(f"stream: index loaded in the workers ({n} tasks) in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+    def _match(self, paths: list[str], batch_id: int, target: Path,
+               records: DataFrame | None = None) -> tuple[int, int]:
+        """Match the batch's message files, or its Kafka ``records``, into the sink
+        directory ``target``; (messages, deliveries)."""
+        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp.mkdir()
+        n_msgs = n_found = 0
+        if paths or records is not None:
+            bc = broadcast_payload(self.spark, {**self.base, "version": self.version,
+                                                "records": self.records, "paths": paths,
+                                                "folder": str(tmp)})
+            try:
+                n = len(paths)
+                self.spark.sparkContext.setJobDescription(
+                    f"stream: batch {batch_id}, {n or 'Kafka'} files, version {self.version}")
+                inputs = (self.spark.range(0, n, 1, n).mapInArrow(match_task(bc), TASK_SCHEMA)
+                          if records is None else
+                          records.mapInArrow(kafka_task(bc), TASK_SCHEMA))
+                result = inputs.toArrow()
+            finally:
+                self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+                bc.unpersist()
+            bad_records: list[dict[str, Any]] = []
+            for f, s, reason, k, d in zip(*(result.column(c).to_pylist() for c in (
+                    "file", "status", "reason", "messages", "deliveries")), strict=True):
+                if s == "ok":
+                    n_msgs += int(k)
+                    n_found += int(d)
+                elif s == "bad" and records is not None:
+                    bad_records.append({"record": f, "reason": reason})
+                elif s == "bad":
+                    _move_aside(Path(f), str(reason), "message")
+                elif not (Path(f).parent / REJECTED / Path(f).name).exists():
+                    log(f"batch {batch_id}: message file {f} vanished before it was read")
+            if bad_records:  # Kafka records cannot be moved aside: kept beside the sink
+                _write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
+                                        bad_records)
+                log(f"batch {batch_id}: rejected {len(bad_records)} Kafka records (kept in "
+                    f"{self.out / REJECTED}): {bad_records[0]['reason']}")
+        _commit_batch(tmp, target)
+        return n_msgs, n_found
+
+
+# ---------------------------------------------------------------------------- the query
+def _source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    return (spark.readStream.format("binaryFile")
+            .option("maxFilesPerTrigger", str(args.max_files_per_trigger))
+            .option("ignoreMissingFiles", "true")
+            .schema(_BINARY_FILE_SCHEMA)
+            .load(spark_uri(_local_path(args.messages)))
+            .select("path"))
+
+
+def _kafka_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """Kafka records as messages: ``value`` is one JSON message object (the service's)."""
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.kafka_bootstrap)
+            .option("subscribe", args.kafka_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(1000 * args.max_files_per_trigger))
+            .load().selectExpr("CAST(value AS STRING) AS value"))
+
+
+def _progress(query: StreamingQuery, stop: threading.Event) -> None:
+    """Print Spark's progress of each new micro-batch (input rate, batch duration)."""
+    seen = -1
+    while not stop.wait(1.0):
+        p = query.lastProgress
+        if not p or p.get("batchId", -1) == seen:
+            continue
+        seen = int(p["batchId"])
+        d = p.get("durationMs", {})
+        log(f"progress: batch {seen}, {p.get('numInputRows', 0)} files, input "
+            f"{p.get('inputRowsPerSecond', 0.0):.2f} files/s, processed "
+            f"{p.get('processedRowsPerSecond', 0.0):.2f} files/s, batch duration "
+            f"{d.get('triggerExecution', 0)} ms")
+
+
+def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Start the query and wait for it (``--once``: until the files present are done)."""
+    query, driver = start_stream(spark, args)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_progress, args=(query, stop), daemon=True)
+    watcher.start()
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        log(f"stream: signal {signum}, stopping after the current micro-batch")
+        query.stop()
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    t0 = time.perf_counter()
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as exc:  # one line, as the other errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = f"the streaming query stopped: {first}"
+        raise SparkJobError(msg) from exc
+    finally:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)
+    dt = time.perf_counter() - t0
+    log(f"stream: stopped; {driver.batches} micro-batches, {driver.rows:,} messages in "
+        f"{dt:.1f} s")
+    return 0
+
+
+def start_stream(spark: SparkSession, args: argparse.Namespace
+                 ) -> tuple[StreamingQuery, StreamDriver]:
+    """Start the query (not waiting for it); the query and its driver."""
+    _check_paths(spark, args)
+    checkpoint = _local_path(args.checkpoint).absolute()
+    out = _local_path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in (args.messages, args.changes):
+        _local_path(folder).mkdir(parents=True, exist_ok=True)
+    if args.kafka_bootstrap:
+        problem = kafka_problem(spark)
+        if problem is not None:
+            raise SparkJobError(problem)
+    driver = StreamDriver(spark, index_file=_local_path(args.index_file),
+                          messages=_local_path(args.messages).absolute(),
+                          changes=_local_path(args.changes).absolute(), out=out,
+                          checkpoint=checkpoint, rebase_rows=args.rebase_rows)
+    driver.warm()
+    source = _kafka_source(spark, args) if args.kafka_bootstrap else _source(spark, args)
+    writer = (source.writeStream.foreachBatch(driver.process)
+              .option("checkpointLocation", str(checkpoint / "spark"))
+              .queryName("roadpubsub_stream"))
+    if args.once:
+        writer = writer.trigger(availableNow=True)
+    elif args.trigger_seconds > 0:
+        writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
+    return writer.start(), driver
+
+
+# ---------------------------------------------------------------------------- command line
+_EXAMPLE = """\
+ordering rule:
+  every message is matched against the subscription set as of its micro-batch: at the
+  start of each micro-batch the change files not taken yet are applied in file-name order
+  (each whole, or refused whole), then that batch's messages are matched.
+
+files:
+  messages  Parquet or JSON Lines files with the columns of 'roadpubsub match --messages'
+            (id, keywords, u/v/offset or lon/lat); write them as .NAME or _NAME and rename,
+            names starting with '.' or '_' are not read.
+  changes   JSON Lines or Parquet, one event per row: "op" is subscribe, unsubscribe or move,
+            with the live service's fields (subscribe: id, keywords, alpha, tau, location;
+            unsubscribe: id; move: id, location).
+  bad files are moved to _rejected/ in their directory with NAME.reason.txt beside them.
+  the sink: OUT/batch_id=<id>/part-*.parquet (message_id, subscription_id, distance, score;
+  spark.read.parquet(OUT) adds batch_id), each batch committed once by a directory rename;
+  restart on the same --checkpoint after any crash.
+
+example:
+  roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
+      --changes in/changes --out out/deliveries --checkpoint out/checkpoint
+  spark-submit spark_jobs/stream.py --index-file work/rome/eia.npz --messages in/messages \\
+      --changes in/changes --out out/deliveries --checkpoint out/checkpoint --once
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the job (shared by the script and ``roadpubsub spark``)."""
+    parser.add_argument("--index-file", required=True, metavar="F",
+                        help="the starting subscription index ('roadpubsub index build')")
+    parser.add_argument("--messages", required=True, metavar="DIR",
+                        help="directory where message files land")
+    parser.add_argument("--changes", required=True, metavar="DIR",
+                        help="directory where subscription change files land")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="sink directory of deliveries (Parquet, a directory per batch)")
+    parser.add_argument("--checkpoint", required=True, metavar="DIR",
+                        help="checkpoint directory (Spark's offsets and the change log)")
+    parser.add_argument("--once", action="store_true",
+                        help="process the files present, then stop (Trigger.AvailableNow)")
+    parser.add_argument("--max-files-per-trigger", type=int, default=8, metavar="N",
+                        help="message files per micro-batch at most (default: %(default)s)")
+    parser.add_argument("--trigger-seconds", type=float, default=0.0, metavar="S",
+                        help="micro-batch interval (default 0: as soon as the previous "
+                             "one is done and files are there)")
+    parser.add_argument("--rebase-rows", type=int, default=DEFAULT_REBASE_ROWS, metavar="N",
+                        help="change rows after which executors get a new base index "
+                             "instead of a longer delta (default: %(default)s)")
+    parser.add_argument("--kafka-bootstrap", default=None, metavar="HOST:PORT",
+                        help="read messages from Kafka instead, one JSON message object per "
+                             "record, at most 1,000 x --max-files-per-trigger records per "
+                             "batch; bad records are kept in OUT/_rejected/ (needs the "
+                             "spark-sql-kafka "
+                             "package on the classpath, e.g. --packages)")
+    parser.add_argument("--kafka-topic", default="messages", help="Kafka topic")
+    add_spark_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The job's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="stream.py",
+        description="Match messages as they land, on Spark Structured Streaming, with "
+                    "live subscription changes and exactly-once deliveries.",
+        epilog=_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job for parsed arguments; returns the exit code."""
+    if not _local_path(args.index_file, "--index-file").is_file():
+        msg = f"--index-file {args.index_file}: no such file"
+        raise FileNotFoundError(msg)
+    if args.max_files_per_trigger < 1:
+        msg = f"--max-files-per-trigger must be >= 1, got {args.max_files_per_trigger}"
+        raise SparkJobError(msg)
+    spark = session_from_args(args, app_name="roadpubsub stream")
+    return run_stream(spark, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Script entry point (``spark-submit spark_jobs/stream.py ...``)."""
+    return run_job(run, build_parser().parse_args(argv), name="stream")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from spark_jobs.stream import main as _main
+
+    sys.exit(_main())
