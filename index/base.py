@@ -91,6 +91,9 @@ class SubscriptionIndex:
     """
 
     kind: ClassVar[str] = "base"
+    #: Compact in :meth:`subscribe` once :meth:`delta_due`; the live service turns this off
+    #: and compacts in the background (:func:`index.delta.compaction_input`).
+    auto_compact: bool = True
 
     def __init__(
         self,
@@ -323,9 +326,14 @@ class SubscriptionIndex:
             msg = f"subscription ids already in the index: {known}"
             raise InvalidSubscriptionError(msg)
         self._append_delta(subscriptions)
-        if len(self.delta) > max(DEFAULTS.delta_compaction_min,
-                                 DEFAULTS.delta_compaction_ratio * len(self.subs)):
+        if self.auto_compact and self.delta_due():
             self.compact()
+
+    def delta_due(self) -> bool:
+        """Whether the delta has outgrown ``delta_compaction_min`` and
+        ``delta_compaction_ratio`` of the slots (time to compact)."""
+        return len(self.delta) > max(DEFAULTS.delta_compaction_min,
+                                     DEFAULTS.delta_compaction_ratio * len(self.subs))
 
     def unsubscribe(self, ids: npt.ArrayLike) -> None:
         """Remove subscriptions by id.

@@ -10,8 +10,8 @@ buffers, built without re-validating rows that were checked when they arrived.
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +20,11 @@ from index.model import Subscriptions
 from index.spatial import PointFacts
 from roadnet.locations import EdgePoints
 
-__all__ = ["DeltaBuffer"]
+if TYPE_CHECKING:
+    from index.base import SubscriptionIndex
+
+__all__ = ["CompactionInput", "DeltaBuffer", "adopt_compacted", "build_compacted",
+           "compaction_input"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -137,3 +141,89 @@ class DeltaBuffer:
 def _facts_dtype(name: str) -> type:
     # PointFacts: cell and chain are int32, the rest float64.
     return np.int32 if name in ("facts.cell", "facts.chain") else np.float64
+
+
+# ---------------------------------------------------------------------- background compaction
+# The live service folds the delta into fresh slots and postings on another thread while it
+# keeps applying events to the index: take the input (apply thread, cheap), build (any
+# thread, touches nothing the apply thread changes), adopt (apply thread, brief).
+
+
+class _FrozenWeights:
+    """The part of :class:`~index.terms.TermWeights` a build reads, copied at one moment.
+
+    Terms added later take the default weight, which never changes the relative order of
+    the terms already there (:meth:`TermWeights.rank`), and later terms are in no slot of
+    this build: postings and prefixes built on the copy are those the live weights give.
+    """
+
+    def __init__(self, weights: npt.NDArray[np.float64], rank: IntArray) -> None:
+        self.weights = weights
+        self._rank = rank
+
+    def __len__(self) -> int:
+        return int(self.weights.size)
+
+    def rank(self) -> IntArray:
+        return self._rank
+
+
+@dataclass(frozen=True)
+class CompactionInput:
+    """The live subscriptions of an index at one moment, for :func:`build_compacted`."""
+
+    slots: Subscriptions  # the index's slots (never changed in place)
+    active: npt.NDArray[np.bool_]  # a copy of the active flags
+    delta: Subscriptions  # a copy of the delta rows
+    weights: _FrozenWeights
+
+
+def compaction_input(index: SubscriptionIndex) -> CompactionInput:
+    """What :func:`build_compacted` needs, copied from ``index`` now (O(delta + slots/8))."""
+    w = index.weights
+    return CompactionInput(index.subs, index.active.copy(),
+                           index.delta.take(np.arange(len(index.delta))),
+                           _FrozenWeights(w.weights.copy(), w.rank().copy()))
+
+
+def build_compacted(index: SubscriptionIndex, given: CompactionInput) -> SubscriptionIndex:
+    """A new index of ``index``'s kind over the live subscriptions of ``given``: the result
+    of :meth:`~index.base.SubscriptionIndex.compact` at the moment ``given`` was taken.
+
+    Reads only ``given`` and ``index``'s fixed parts (cells, bounds, Dmax, tolerance), so
+    it may run on another thread while ``index`` takes updates.
+    """
+    from index.base import concat_subscriptions
+
+    live = concat_subscriptions([given.slots.take(np.flatnonzero(given.active)), given.delta])
+    built = type(index)(index.spatial, live, given.weights,  # type: ignore[arg-type]
+                        dmax_m=index.dmax_m, tolerance=index.tolerance)
+    built.auto_compact = False
+    return built
+
+
+#: Attributes of an index that :func:`adopt_compacted` keeps (the rest is the build's).
+_KEEP = frozenset({"weights", "version", "spatial", "dmax_m", "tolerance", "auto_compact",
+                   "_delta", "delta", "delta_facts", "delta_dn_limit", "delta_wildcard"})
+
+
+def adopt_compacted(index: SubscriptionIndex, built: SubscriptionIndex,
+                    removed: IntArray) -> None:
+    """Make ``built`` (from :func:`build_compacted`) the slots and postings of ``index``,
+    carrying over what changed since its input was taken.
+
+    ``removed`` holds every id unsubscribed (moves and expiry included) since then. A
+    subscription of the input whose id is not in ``removed`` is untouched since, so it is
+    the same row in ``built`` (active) and, if it was in the delta, that delta row is
+    dropped. Every other live row was added since, so it sits in the delta and stays
+    there; its slot in ``built``, if any, is deactivated. Removed slots keep their
+    statistics, as an unsubscribe does, so every bound stays safe.
+    """
+    gone = built._slot_of(np.unique(np.asarray(removed, dtype=np.int64)))
+    built.active[gone[gone >= 0]] = False
+    carry = np.flatnonzero(built._slot_of(index.delta.ids) < 0)
+    for name, value in vars(built).items():
+        if name not in _KEEP:
+            setattr(index, name, value)
+    index.term_rank = index.weights.rank()
+    index._keep_delta_rows(carry)  # bumps the version: matchers resize their scratch

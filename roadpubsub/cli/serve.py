@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
                         "power loss can then lose acknowledged events)")
+    p.add_argument("--inline-compaction", action="store_true",
+                   help="compact the index on the apply thread, pausing events (default: "
+                        "in the background while events go on)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
     p.set_defaults(func=run)
 
@@ -214,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
                f"drop {', '.join(_creation_flags(args))}")
         raise InputError(msg)
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
-                             fsync=not args.no_fsync, max_snap_m=args.max_snap)
+                             fsync=not args.no_fsync, max_snap_m=args.max_snap,
+                             background_compaction=not args.inline_compaction)
     state = ServiceState.open(folder, options)
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "

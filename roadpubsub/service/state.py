@@ -37,6 +37,7 @@ from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import InputError, describe_rows
 from roadnet.locations import EdgePoints
+from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from roadpubsub.service.expiry import Expiry
@@ -72,12 +73,16 @@ class ServiceOptions:
         fsync the log before answering (False only to measure what it costs).
     max_snap_m
         Largest snap distance of lon/lat locations, metres.
+    background_compaction
+        Fold the index's delta on a worker thread while events go on
+        (:mod:`roadpubsub.service.compactor`); False compacts in line, on the apply thread.
     """
 
     snapshot_every: int = 20_000
     flush_every: int = 2_000
     fsync: bool = True
     max_snap_m: float = 250.0
+    background_compaction: bool = True
 
 
 @dataclass
@@ -119,6 +124,7 @@ class ServiceState:
         self.failed: BaseException | None = None
         self.wal: WriteAheadLog
         self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
+        self.compactor = Compactor(index)
         self.recovery_seconds = 0.0
         self._lock: int | None = None
         self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
@@ -159,6 +165,8 @@ class ServiceState:
             records += 1
             rows += len(rec["id"])
         state._replay_moves(moves)
+        # Replay compacts in line (nothing else waits); from now on, in the background.
+        state.index.auto_compact = not state.options.background_compaction
         state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
                                   fsync=state.options.fsync)
         state.flush_deliveries()  # the restart completes the deliveries log
@@ -236,12 +244,14 @@ class ServiceState:
 
     def _unsubscribe(self, ids: IntArray) -> None:
         self.index.unsubscribe(ids)
+        self.compactor.removed(ids)
         self.expiry.remove(ids)
         self.counts["unsubscribe"] += ids.size
 
     def _move(self, ids: IntArray, points: EdgePoints) -> None:
         before = self.index.subs
         self.index.move(ids, points)
+        self.compactor.removed(ids)
         self._watch_compaction(before)
         self.counts["move"] += ids.size
 
@@ -250,6 +260,7 @@ class ServiceState:
         due = self.expiry.due(t)
         if due.size:
             self.index.unsubscribe(due)
+            self.compactor.removed(due)
             self.counts["expire"] += due.size
 
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
@@ -388,7 +399,12 @@ class ServiceState:
         if len(self._pending) and sum(p[1].size for p in self._pending) >= \
                 self.options.flush_every:
             self.flush_deliveries()
-        if self.events_since_snapshot >= self.options.snapshot_every:
+        if self.compactor.step():
+            self.compactions += 1
+        # A snapshot waits for a running compaction (both would share the CPU, and the
+        # snapshot child compacts too), unless the log has grown to twice its due size.
+        if self.events_since_snapshot >= self.options.snapshot_every * (
+                2 if self.compactor.running else 1):
             self.start_snapshot()
         return applied
 
@@ -433,6 +449,8 @@ class ServiceState:
         """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
         snapshot (so the next start replays nothing), and close the log."""
         self.snapshots.stop()
+        if self.compactor.finish():
+            self.compactions += 1
         self.flush_deliveries()
         seq = self.wal.next_seq - 1
         if seq > self.snapshot_seq and self.failed is None:
