@@ -32,12 +32,18 @@ IntArray = npt.NDArray[np.int64]
 class Compactor:
     """Builds compacted indexes of ``index`` in the background (see the module docstring).
 
+    ``delta_rows``: compact once the delta holds more rows (None: the index's own rule);
+    ``background=False`` compacts in line instead (when the index does not do so itself).
+
     Only the apply thread calls the methods; the worker thread touches the input copy and
     the index's fixed parts only.
     """
 
-    def __init__(self, index: SubscriptionIndex) -> None:
+    def __init__(self, index: SubscriptionIndex, *, delta_rows: int | None = None,
+                 background: bool = True) -> None:
         self.index = index
+        self.delta_rows = delta_rows
+        self.background = background
         self.completed = 0
         self.last_seconds = 0.0  # the last build, on the worker thread
         self.last_adopt_seconds = 0.0  # the last swap, on the apply thread
@@ -63,8 +69,15 @@ class Compactor:
             if self._thread.is_alive():
                 return False
             return self._adopt()
-        if self.index.delta_due():
-            self.start()
+        due = (self.index.delta_due() if self.delta_rows is None
+               else len(self.index.delta) > self.delta_rows)
+        if not due:
+            return False
+        if not self.background:
+            self.index.compact()
+            self.completed += 1
+            return True
+        self.start()
         return False
 
     def start(self) -> None:

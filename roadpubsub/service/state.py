@@ -76,6 +76,9 @@ class ServiceOptions:
     background_compaction
         Fold the index's delta on a worker thread while events go on
         (:mod:`roadpubsub.service.compactor`); False compacts in line, on the apply thread.
+    compact_delta
+        Compact once the delta holds more rows than this (>= 1); None: the index's own rule
+        (``DEFAULTS.delta_compaction_min`` and ``delta_compaction_ratio``).
     """
 
     snapshot_every: int = 20_000
@@ -83,6 +86,7 @@ class ServiceOptions:
     fsync: bool = True
     max_snap_m: float = 250.0
     background_compaction: bool = True
+    compact_delta: int | None = None
 
 
 @dataclass
@@ -124,7 +128,8 @@ class ServiceState:
         self.failed: BaseException | None = None
         self.wal: WriteAheadLog
         self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
-        self.compactor = Compactor(index)
+        self.compactor = Compactor(index, delta_rows=options.compact_delta,
+                                   background=options.background_compaction)
         self.recovery_seconds = 0.0
         self._lock: int | None = None
         self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
@@ -166,7 +171,8 @@ class ServiceState:
             rows += len(rec["id"])
         state._replay_moves(moves)
         # Replay compacts in line (nothing else waits); from now on, in the background.
-        state.index.auto_compact = not state.options.background_compaction
+        state.index.auto_compact = (not state.options.background_compaction
+                                    and state.options.compact_delta is None)
         state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
                                   fsync=state.options.fsync)
         state.flush_deliveries()  # the restart completes the deliveries log
