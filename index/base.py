@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.delta import DeltaBuffer
+from index.delta import DeltaBuffer, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
@@ -238,7 +238,7 @@ class SubscriptionIndex:
         if self.subs.ids.size == 0:
             return np.full(ids.size, -1, dtype=np.int64)
         sorted_ids = self._sorted_ids
-        pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+        pos = np.minimum(search_sorted(sorted_ids, ids), sorted_ids.size - 1)
         slot = np.where(sorted_ids[pos] == ids, self._id_order[pos], -1)
         return np.where((slot >= 0) & self.active[np.maximum(slot, 0)], slot, -1)
 
