@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
@@ -87,6 +88,45 @@ class DeliveryHub:
 _STATIC = Path(__file__).with_name("static")
 
 
+class _LoopBridge:
+    """Results of the apply thread handed to the event loop in bunches.
+
+    ``asyncio.wrap_future`` wakes the loop once per request; the apply thread finishes a
+    run of queued requests at once, so here the first result of a bunch wakes the loop and
+    the others ride along.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._done: list[tuple[asyncio.Future[Any], Future[Any]]] = []
+
+    def wrap(self, fut: Future[Any]) -> asyncio.Future[Any]:
+        """An asyncio future of the loop with ``fut``'s outcome."""
+        mine: asyncio.Future[Any] = self.loop.create_future()
+        fut.add_done_callback(lambda f: self._finished(mine, f))
+        return mine
+
+    def _finished(self, mine: asyncio.Future[Any], fut: Future[Any]) -> None:
+        with self._lock:
+            self._done.append((mine, fut))
+            first = len(self._done) == 1
+        if first:
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+        for mine, fut in done:
+            if mine.done():
+                continue
+            exc = fut.exception()
+            if exc is not None:
+                mine.set_exception(exc)
+            else:
+                mine.set_result(fut.result())
+
+
 class _JSONResponse(JSONResponse):
     """JSON answers rendered by orjson (the json module's encoder was a fifth of the event
     loop's own Python time under the mixed load, most of it the deliveries lists)."""
@@ -123,12 +163,19 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     hub = DeliveryHub()
     events = DeliveryHub()  # the live map's stream: messages with their deliveries
     cache: dict[str, bytes] = {}
+    bridges: list[_LoopBridge] = []
+
+    def bridge(fut: Future[Any]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        if not bridges or bridges[0].loop is not loop:
+            bridges[:] = [_LoopBridge(loop)]
+        return bridges[0].wrap(fut)
 
     async def run(fn: Callable[[], Any]) -> Any:
-        return await asyncio.wrap_future(applier.call(fn))
+        return await bridge(applier.call(fn))
 
     async def apply(kind: str, fut: Future[Applied], t0: float) -> Applied:
-        applied = await asyncio.wrap_future(fut)
+        applied = await bridge(fut)
         await state.wal.wait_durable(applied.seq)
         metrics.observe(kind, time.perf_counter() - t0)
         return applied
