@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from index.model import Subscriptions
+from index.model import InvalidSubscriptionError, Subscriptions
 from index.spatial import PointFacts
+from roadnet.errors import describe_rows
 from roadnet.locations import EdgePoints
 
 if TYPE_CHECKING:
     from index.base import SubscriptionIndex
 
 __all__ = ["CompactionInput", "DeltaBuffer", "adopt_compacted", "build_compacted",
-           "compaction_input", "search_sorted"]
+           "compaction_input", "relocate", "search_sorted"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -108,6 +109,14 @@ class DeltaBuffer:
         hit = sorted_ids[pos] == q
         out[hit] = order[pos[hit]]
         return out
+
+    def relocate(self, rows: IntArray, points: EdgePoints, facts: PointFacts) -> None:
+        """Give ``rows`` new points and their facts, in place (their DNlimit and wildcard
+        flag depend on alpha, tau and keywords only, so they stay)."""
+        self._rows["edge"][rows] = points.edge
+        self._rows["offset"][rows] = points.offset
+        for f in fields(PointFacts):
+            self._rows[f"facts.{f.name}"][rows] = getattr(facts, f.name)
 
     def keep(self, rows: IntArray) -> None:
         """Keep only ``rows`` (delta row numbers, in that order)."""
@@ -196,6 +205,63 @@ def _merge_by_id(ids: IntArray, by_id: IntArray, ids_sorted: IntArray, n_old: in
 def _facts_dtype(name: str) -> type:
     # PointFacts: cell and chain are int32, the rest float64.
     return np.int32 if name in ("facts.cell", "facts.chain") else np.float64
+
+
+# ---------------------------------------------------------------------- moves
+def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> None:
+    """What :meth:`~index.base.SubscriptionIndex.move` does, with less work per row.
+
+    A subscription in the delta gets its new point in place; one in the slots is
+    deactivated and appended to the delta with its keywords, alpha and tau, as ``move``
+    does, but without re-checking rows the index holds. The live subscriptions are then
+    the same as after ``move`` (only the delta's row order differs, which no matcher
+    output depends on). A single move at 1M subscriptions was mostly the fixed cost of
+    ``move``'s general path (three validated copies of the row, a merge, an unsubscribe
+    and a subscribe); the live service moves one vehicle per request.
+
+    Raises
+    ------
+    InvalidSubscriptionError
+        Unknown or repeated ids, or points off the network; nothing moves then.
+    """
+    q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+    if len(points) != q.size:
+        msg = f"move: {q.size} ids but {len(points)} points"
+        raise InvalidSubscriptionError(msg)
+    index.check_points(points, labels=q)
+    if q.size > 1 and np.unique(q).size != q.size:
+        index.move(q, points)  # the general path names the repeated ids
+        return
+    slot = index._slot_of(q)
+    drow = index._delta_row_of(q)
+    missing = (slot < 0) & (drow < 0)
+    if missing.any():
+        names = describe_rows(q[missing][:10].tolist(), total=int(missing.sum()))
+        msg = f"unknown subscription ids: {names}"
+        raise InvalidSubscriptionError(msg)
+    facts = index.spatial.facts(points)
+    in_delta = drow >= 0
+    if in_delta.any():
+        k = np.flatnonzero(in_delta)
+        index._delta.relocate(drow[k], points[k], _take_facts(facts, k))
+    if not in_delta.all():
+        k = np.flatnonzero(~in_delta)
+        s = slot[k]
+        rows = index.subs.take(s)
+        moved = _trusted(Subscriptions, ids=rows.ids, points=points[k], alpha=rows.alpha,
+                         tau=rows.tau, kw_ptr=rows.kw_ptr, kw_terms=rows.kw_terms)
+        limit, wildcard = index._limits(moved)
+        index.active[s] = False
+        index._bump_version()
+        index._delta.append(moved, _take_facts(facts, k), limit, wildcard)
+        index._publish_delta()
+
+
+def _take_facts(facts: PointFacts, rows: IntArray) -> PointFacts:
+    if rows.size == facts.x.size:
+        return facts
+    return _trusted(PointFacts, **{f.name: getattr(facts, f.name)[rows]
+                                   for f in fields(PointFacts)})
 
 
 # ---------------------------------------------------------------------- background compaction
