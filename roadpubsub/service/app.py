@@ -249,7 +249,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     def announce(done: Applied) -> None:
         """Durable deliveries to WebSocket clients, the map and the broker."""
-        if done.deliveries is not None and len(done.deliveries):
+        if done.deliveries is not None and len(done.deliveries) and (
+                hub.clients or connector):  # the objects only when someone takes them
             found = deliveries_json(done.deliveries)
             hub.push(found)
             if connector and done.messages is not None:
