@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.delta import DeltaBuffer
+from index.delta import DeltaBuffer, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
@@ -87,6 +87,9 @@ class SubscriptionIndex:
     """
 
     kind: ClassVar[str] = "base"
+    #: Compact in :meth:`subscribe` once :meth:`delta_due`; the live service turns this off
+    #: and compacts in the background (:func:`index.delta.compaction_input`).
+    auto_compact: bool = True
 
     def __init__(
         self,
@@ -236,7 +239,7 @@ class SubscriptionIndex:
         if self.subs.ids.size == 0:
             return np.full(ids.size, -1, dtype=np.int64)
         sorted_ids = self._sorted_ids
-        pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+        pos = np.minimum(search_sorted(sorted_ids, ids), sorted_ids.size - 1)
         slot = np.where(sorted_ids[pos] == ids, self._id_order[pos], -1)
         return np.where((slot >= 0) & self.active[np.maximum(slot, 0)], slot, -1)
 
@@ -249,8 +252,8 @@ class SubscriptionIndex:
         """Delta row of each id, -1 where it is not in the delta.
 
         A few ids are compared with the delta's ids directly (tens of microseconds at 50,000
-        rows); sorting the delta for each single move, as ``np.isin`` does, cost
-        milliseconds a call once the delta held 10,000 moved subscriptions.
+        rows); more are looked up in the delta's id order, which the delta keeps up to
+        date (:meth:`~index.delta.DeltaBuffer.row_of`), rather than sorting it per call.
         """
         d = self.delta.ids
         out = np.full(q.size, -1, dtype=np.int64)
@@ -262,10 +265,7 @@ class SubscriptionIndex:
                 if hit.size:
                     out[k] = hit[0]
             return out
-        order = np.argsort(d, kind="stable")
-        pos = np.minimum(np.searchsorted(d[order], q), d.size - 1)
-        row = order[pos]
-        return np.where(d[row] == q, row, -1)
+        return self._delta.row_of(q)
 
     def check_points(self, points: EdgePoints, *, labels: npt.ArrayLike | None = None,
                      what: str = "subscriptions") -> None:
@@ -324,9 +324,14 @@ class SubscriptionIndex:
             msg = f"subscription ids already in the index: {known}"
             raise InvalidSubscriptionError(msg)
         self._append_delta(subscriptions)
-        if len(self.delta) > max(DEFAULTS.delta_compaction_min,
-                                 DEFAULTS.delta_compaction_ratio * len(self.subs)):
+        if self.auto_compact and self.delta_due():
             self.compact()
+
+    def delta_due(self) -> bool:
+        """Whether the delta has outgrown ``delta_compaction_min`` and
+        ``delta_compaction_ratio`` of the slots (time to compact)."""
+        return len(self.delta) > max(DEFAULTS.delta_compaction_min,
+                                     DEFAULTS.delta_compaction_ratio * len(self.subs))
 
     def unsubscribe(self, ids: npt.ArrayLike) -> None:
         """Remove subscriptions by id.
@@ -338,7 +343,8 @@ class SubscriptionIndex:
         """
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
         slot = self._slot_of(q)
-        in_delta = self._delta_row_of(q) >= 0
+        delta_row = self._delta_row_of(q)
+        in_delta = delta_row >= 0
         unknown = (slot < 0) & ~in_delta
         if unknown.any():
             msg = ("unknown subscription ids: "
@@ -346,7 +352,8 @@ class SubscriptionIndex:
             raise InvalidSubscriptionError(msg)
         self.active[slot[slot >= 0]] = False
         if in_delta.any():
-            keep = ~np.isin(self.delta.ids, q)
+            keep = np.ones(len(self.delta), dtype=bool)
+            keep[delta_row[in_delta]] = False
             self._keep_delta_rows(np.flatnonzero(keep))
 
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:

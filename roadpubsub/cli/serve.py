@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
                         "power loss can then lose acknowledged events)")
+    p.add_argument("--inline-compaction", action="store_true",
+                   help="compact the index on the apply thread, pausing events (default: "
+                        "in the background while events go on)")
+    p.add_argument("--compact-delta", type=int, default=None, metavar="N",
+                   help="compact the index once its delta holds more than N subscriptions "
+                        "(default: 20,000 or 5%% of the indexed ones, whichever is more)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
     p.set_defaults(func=run)
 
@@ -129,7 +135,7 @@ def run_loadgen(args: argparse.Namespace) -> int:
                       batch=args.batch, events=args.events, seconds=args.seconds,
                       seed=args.seed, first_message_id=first)
     after = httpx.get(args.url + "/health", timeout=30).json()
-    out = {**report.summary(), "clients": args.clients if args.batch == 1 else 1,
+    out = {**report.summary(), "clients": args.clients,
            "batch": args.batch, "server_before": before, "server_after": after}
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
@@ -197,6 +203,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
+    if args.compact_delta is not None and args.compact_delta < 1:
+        msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
+        raise InputError(msg)
     if not 0 <= args.port < 65536:
         msg = f"--port must lie in [0, 65535], got {args.port}"
         raise InputError(msg)
@@ -214,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
                f"drop {', '.join(_creation_flags(args))}")
         raise InputError(msg)
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
-                             fsync=not args.no_fsync, max_snap_m=args.max_snap)
+                             fsync=not args.no_fsync, max_snap_m=args.max_snap,
+                             background_compaction=not args.inline_compaction,
+                             compact_delta=args.compact_delta)
     try:
         state = ServiceState.open(folder, options)
     except RuntimeError as exc:

@@ -3,7 +3,7 @@
 It replays a mixed stream against a running service: by default 80% moves, 15% publishes
 of messages with 5-25 real tweet keywords, 5% subscribes and unsubscribes, each a single
 request, from ``clients`` concurrent keep-alive connections; or (``batch > 1``) batches of
-moves only, from one connection. Events are built before the clock starts (locations and
+moves only. Events are built before the clock starts (locations and
 keywords from :func:`index.workload.generate_workload`), and the run stops after
 ``events`` requests or ``seconds``, whichever comes first.
 
@@ -179,17 +179,29 @@ async def _mixed_client(conn: _Connection, stream: Stream, state: dict[str, Any]
             state["live"].append(row["id"])
 
 
-async def _batch_client(conn: _Connection, stream: Stream, report: LoadReport,
-                        rng: random.Random, *, existing: int, batch: int, deadline: float,
-                        budget: list[int]) -> None:
+def _move_batches(stream: Stream, rng: random.Random, *, existing: int, batch: int,
+                  count: int) -> list[bytes]:
+    """``count`` JSON bodies of ``batch`` moves each (random live ids, stream locations)."""
     n = len(stream.moves)
-    while budget[0] > 0 and time.perf_counter() < deadline:
-        size = min(batch, budget[0])
-        budget[0] -= size
-        ids = rng.sample(range(existing), size)
+    bodies = []
+    for _ in range(count):
+        ids = rng.sample(range(existing), min(batch, existing))
         start = rng.randrange(n)
         rows = [{"id": i, **stream.moves[(start + k) % n]} for k, i in enumerate(ids)]
-        body = json.dumps(rows).encode()
+        bodies.append(json.dumps(rows).encode())
+    return bodies
+
+
+async def _batch_client(conn: _Connection, bodies: list[bytes], report: LoadReport,
+                        rng: random.Random, stream: Stream, *, existing: int, batch: int,
+                        deadline: float, budget: list[int]) -> None:
+    k = rng.randrange(len(bodies))
+    while budget[0] > 0 and time.perf_counter() < deadline:
+        size = min(batch, budget[0], existing)
+        budget[0] -= size
+        k = (k + 1) % len(bodies)
+        body = bodies[k] if size == min(batch, existing) else _move_batches(
+            stream, rng, existing=existing, batch=size, count=1)[0]
         t0 = time.perf_counter()
         status, _ = await conn.request("POST", "/subscriptions/moves", body)
         report.latency.setdefault("move_batch", []).append(time.perf_counter() - t0)
@@ -206,14 +218,19 @@ async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: 
     host, port = check_loopback(url)
     report = LoadReport()
     budget = [events]
-    conns = [_Connection(host, port) for _ in range(clients if batch <= 1 else 1)]
+    conns = [_Connection(host, port) for _ in range(clients)]
     state: dict[str, Any] = {"message_id": first_message_id, "live": [], "next_sub": 0}
+    bodies: list[bytes] = []
+    if batch > 1:  # encoded before the clock starts, as the single events are built
+        n_bodies = max(1, min(-(-events // batch), 4 * clients, 32))
+        bodies = _move_batches(stream, random.Random(seed), existing=existing, batch=batch,
+                               count=n_bodies)
     t0 = time.perf_counter()
     deadline = t0 + seconds
     if batch > 1:
-        tasks = [_batch_client(conns[0], stream, report, random.Random(seed),
+        tasks = [_batch_client(c, bodies, report, random.Random(seed + k), stream,
                                existing=existing, batch=batch, deadline=deadline,
-                               budget=budget)]
+                               budget=budget) for k, c in enumerate(conns)]
     else:
         tasks = [_mixed_client(c, stream, state, report, random.Random(seed + k),
                                existing=existing, mix=mix, deadline=deadline, budget=budget)
@@ -242,9 +259,10 @@ def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch
     existing
         Subscriptions ``0 .. existing - 1`` exist (moves pick among them).
     clients
-        Concurrent connections of the mixed stream (1 for batches).
+        Concurrent connections.
     batch
-        Moves per request; > 1 sends batches of moves only.
+        Moves per request; > 1 sends batches of moves only (bodies encoded before the
+        clock starts, cycled through).
     events
         Most rows to send (> 0); ``seconds`` bounds the run too.
     mix

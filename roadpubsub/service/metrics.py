@@ -99,6 +99,11 @@ class Metrics:
         out.append(f"roadpubsub_deliveries_total {state.delivered}")
         head("roadpubsub_compactions_total", "counter", "Index compactions (delta folded).")
         out.append(f"roadpubsub_compactions_total {state.compactions}")
+        head("roadpubsub_compaction_seconds", "gauge",
+             "The last background compaction's build (worker thread).")
+        out.append(f"roadpubsub_compaction_seconds {state.compactor.last_seconds!r}")
+        head("roadpubsub_delta_rows", "gauge", "Subscriptions in the index's delta.")
+        out.append(f"roadpubsub_delta_rows {len(state.index.delta)}")
         head("roadpubsub_snapshots_total", "counter", "Snapshots completed.")
         out.append(f"roadpubsub_snapshots_total {state.snapshots.completed}")
         head("roadpubsub_snapshot_failures_total", "counter", "Snapshots that failed.")

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
+from index.delta import relocate
 from index.io import subscriptions_table
 from index.model import Messages, Subscriptions
 from index.store import load_index
@@ -38,6 +39,7 @@ from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import InputError, describe_rows
 from roadnet.locations import EdgePoints
+from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from roadpubsub.service.expiry import Expiry
@@ -73,12 +75,20 @@ class ServiceOptions:
         fsync the log before answering (False only to measure what it costs).
     max_snap_m
         Largest snap distance of lon/lat locations, metres.
+    background_compaction
+        Fold the index's delta on a worker thread while events go on
+        (:mod:`roadpubsub.service.compactor`); False compacts in line, on the apply thread.
+    compact_delta
+        Compact once the delta holds more rows than this (>= 1); None: the index's own rule
+        (``DEFAULTS.delta_compaction_min`` and ``delta_compaction_ratio``).
     """
 
     snapshot_every: int = 20_000
     flush_every: int = 2_000
     fsync: bool = True
     max_snap_m: float = 250.0
+    background_compaction: bool = True
+    compact_delta: int | None = None
 
 
 @dataclass
@@ -110,6 +120,7 @@ class ServiceState:
         self.messages: dict[int, tuple[int, float, Deliveries]] = {}
         self.dlog = DeliveriesLog(state_dir / "deliveries")
         self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
+        self._pending_messages = 0
         self.flushed_through = 0
         self.snapshot_seq = int(manifest["seq"])
         self.events_since_snapshot = 0
@@ -120,6 +131,8 @@ class ServiceState:
         self.failed: BaseException | None = None
         self.wal: WriteAheadLog
         self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
+        self.compactor = Compactor(index, delta_rows=options.compact_delta,
+                                   background=options.background_compaction)
         self.recovery_seconds = 0.0
         self._lock: int | None = None
         self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
@@ -160,6 +173,9 @@ class ServiceState:
             records += 1
             rows += len(rec["id"])
         state._replay_moves(moves)
+        # Replay compacts in line (nothing else waits); from now on, in the background.
+        state.index.auto_compact = (not state.options.background_compaction
+                                    and state.options.compact_delta is None)
         state.wal = WriteAheadLog(folder / "wal", next_seq=last + 1,
                                   fsync=state.options.fsync)
         state.flush_deliveries()  # the restart completes the deliveries log
@@ -237,13 +253,16 @@ class ServiceState:
 
     def _unsubscribe(self, ids: IntArray) -> None:
         self.index.unsubscribe(ids)
+        self.compactor.removed(ids)
         self.expiry.remove(ids)
         self.counts["unsubscribe"] += ids.size
 
     def _move(self, ids: IntArray, points: EdgePoints) -> None:
-        before = self.index.subs
-        self.index.move(ids, points)
-        self._watch_compaction(before)
+        relocate(self.index, ids, points)  # index.move's result, less work per row
+        self.compactor.removed(ids)
+        if self.index.auto_compact and self.index.delta_due():  # replay compacts in line
+            self.index.compact()
+            self.compactions += 1
         self.counts["move"] += ids.size
 
     def _expire(self, t: float) -> None:
@@ -251,6 +270,7 @@ class ServiceState:
         due = self.expiry.due(t)
         if due.size:
             self.index.unsubscribe(due)
+            self.compactor.removed(due)
             self.counts["expire"] += due.size
 
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
@@ -292,6 +312,7 @@ class ServiceState:
             self.messages[m] = (seq, t, mine)
         if seq > self.flushed_through:
             self._pending.append((seq, ids, times, found))
+            self._pending_messages += ids.size
 
     # ------------------------------------------------------------------ checked events
     def _log(self, record: dict[str, Any]) -> int:
@@ -348,9 +369,10 @@ class ServiceState:
         self._check_alive()
         self._require_live(batch.ids)
         self._move(batch.ids, batch.points)
-        seq = self._log({"op": "move", "id": batch.ids.tolist(),
-                         "edge": batch.points.edge.tolist(),
-                         "offset": batch.points.offset.tolist()})
+        # arrays go to the log's encoder as they are (no list of Python numbers)
+        seq = self._log({"op": "move", "id": np.ascontiguousarray(batch.ids, np.int64),
+                         "edge": np.ascontiguousarray(batch.points.edge, np.int64),
+                         "offset": np.ascontiguousarray(batch.points.offset, np.float64)})
         return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
 
     def publish(self, batch: MessageBatch, *, now: float | None = None) -> Applied:
@@ -386,10 +408,14 @@ class ServiceState:
         # about a millisecond to replay, a row of a large batch about 1/25 of that (511,000
         # moved rows in 10,700 records replayed in 8.7 s on Rome at 1M subscriptions).
         self.events_since_snapshot += 1 + rows // 25
-        if len(self._pending) and sum(p[1].size for p in self._pending) >= \
-                self.options.flush_every:
+        if self._pending_messages >= self.options.flush_every:
             self.flush_deliveries()
-        if self.events_since_snapshot >= self.options.snapshot_every:
+        if self.compactor.step():
+            self.compactions += 1
+        # A snapshot waits for a running compaction (both would share the CPU, and the
+        # snapshot child compacts too), unless the log has grown to twice its due size.
+        if self.events_since_snapshot >= self.options.snapshot_every * (
+                2 if self.compactor.running else 1):
             self.start_snapshot()
         return applied
 
@@ -408,6 +434,7 @@ class ServiceState:
         self.dlog.write(first, last, Published(ids, seqs, times), found)
         self.flushed_through = last
         self._pending = []
+        self._pending_messages = 0
 
     def start_snapshot(self) -> bool:
         """Fork a background snapshot of the state as of the last logged event."""
@@ -434,6 +461,8 @@ class ServiceState:
         """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
         snapshot (so the next start replays nothing), and close the log."""
         self.snapshots.stop()
+        if self.compactor.finish():
+            self.compactions += 1
         self.flush_deliveries()
         seq = self.wal.next_seq - 1
         if seq > self.snapshot_seq and self.failed is None:

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from roadnet.errors import RoadPubSubError
 
 __all__ = ["WalCorruptError", "WriteAheadLog", "fsync_path", "read_records"]
@@ -200,7 +202,9 @@ class WriteAheadLog:
             raise RuntimeError(msg) from self._error
         seq = self.next_seq
         record["seq"] = seq
-        frame = _frame(json.dumps(record, separators=(",", ":")).encode())
+        # orjson writes the shortest decimal that reads back as the same double, as the
+        # json module does, so a replayed location or time is bit-identical
+        frame = _frame(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
         with self._io:
             written = os.write(self._fd, frame)
             if written != len(frame):  # a full disk: nothing after this may be acknowledged
@@ -283,8 +287,12 @@ class WriteAheadLog:
                 done = [w for w in self._waiters if w[0] <= target]
                 self._waiters = [w for w in self._waiters if w[0] > target]
                 self._cond.notify_all()
+            # one wake-up of each event loop per fsync, not one per waiting request
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
             for _, fut, loop in done:
-                loop.call_soon_threadsafe(_resolve, fut)
+                by_loop.setdefault(loop, []).append(fut)
+            for loop, futs in by_loop.items():
+                loop.call_soon_threadsafe(_resolve_all, futs)
 
     last_fsync_s = 0.0
 
@@ -306,9 +314,10 @@ class WriteAheadLog:
             os.close(self._fd)
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def _resolve_all(futs: list[asyncio.Future[None]]) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(None)
 
 
 def _reject(fut: asyncio.Future[None], exc: BaseException) -> None:
