@@ -115,16 +115,20 @@ class SubscriptionIndex:
     @classmethod
     def restore(cls, spatial: SpatialIndex, slots: Subscriptions, weights: TermWeights, *,
                 dmax_m: float, tolerance: float,
-                structures: dict[str, npt.NDArray[Any]]) -> Self:
+                structures: dict[str, npt.NDArray[Any]],
+                saved: dict[str, npt.NDArray[Any]] | None = None) -> Self:
         """An index from saved parts, without building its postings.
 
         ``slots`` are the subscriptions in slot order (as :meth:`save` writes them) and
         ``structures`` the arrays of :meth:`structure_arrays` built on them with these
-        weights, Dmax and tolerance.
+        weights, Dmax and tolerance. ``saved`` may hold the slots' id order
+        (``subs.id_order``) and point facts (``facts.x``, ``facts.y``, ``facts.din_out``,
+        ``facts.din_in``) as :meth:`save` writes them, checked by
+        :func:`index.validate.check_index_arrays`; what it lacks is computed.
         """
         index = cls.__new__(cls)
         index._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
-        index._set_slots(slots)
+        index._set_slots(slots, saved=saved or {})
         index._restore_structures(structures)
         index._set_delta(_empty_subscriptions())
         return index
@@ -142,13 +146,27 @@ class SubscriptionIndex:
         self._build_structures()
         self._set_delta(_empty_subscriptions())
 
-    def _set_slots(self, subscriptions: Subscriptions) -> None:
-        """Make ``subscriptions`` (sorted by (cell, edge)) the slots, all active."""
+    def _set_slots(self, subscriptions: Subscriptions, *,
+                   saved: dict[str, npt.NDArray[Any]] | None = None) -> None:
+        """Make ``subscriptions`` (sorted by (cell, edge)) the slots, all active.
+
+        ``saved``: checked id order and point facts of a file (see :meth:`restore`).
+        """
+        saved = saved or {}
         self._bump_version()
         self.subs = subscriptions
-        self.facts: PointFacts = self.spatial.facts(self.subs.points)
+        if all(f"facts.{k}" in saved for k in ("x", "y", "din_out", "din_in")):
+            local = self.spatial.graph.to_local(subscriptions.points)
+            self.facts: PointFacts = PointFacts(
+                x=saved["facts.x"], y=saved["facts.y"],
+                cell=self.spatial.cells.edge_cell[subscriptions.points.edge],
+                din_out=saved["facts.din_out"], din_in=saved["facts.din_in"],
+                chain=local.edge, chain_offset=local.offset)
+        else:
+            self.facts = self.spatial.facts(self.subs.points)
         self.active = np.ones(len(self.subs), dtype=bool)
-        self._id_order = np.argsort(self.subs.ids, kind="stable")
+        self._id_order = saved["subs.id_order"] if "subs.id_order" in saved \
+            else np.argsort(self.subs.ids, kind="stable")
         self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
@@ -439,6 +457,12 @@ class SubscriptionIndex:
         arrays.update({"subs.ids": s.ids, "subs.edge": s.points.edge,
                        "subs.offset": s.points.offset, "subs.alpha": s.alpha,
                        "subs.tau": s.tau, "subs.kw_ptr": s.kw_ptr, "subs.kw_terms": s.kw_terms,
+                       # What a load would otherwise recompute (a sort of the ids and
+                       # the points' positions and border distances: most of loading
+                       # 10M subscriptions); the load checks them instead.
+                       "subs.id_order": self._id_order, "facts.x": self.facts.x,
+                       "facts.y": self.facts.y, "facts.din_out": self.facts.din_out,
+                       "facts.din_in": self.facts.din_in,
                        "weights.terms": np.asarray(self.weights.terms, dtype=str),
                        "weights.values": self.weights.weights.copy()})
         # The slots above are saved in slot order, which the postings refer to.
@@ -457,7 +481,7 @@ def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None 
     """(meta, arrays) of an index file: all arrays, or just ``keys``; one clear error."""
     not_an_index = f"{path}: not a roadpubsub index file (or an unsupported version)"
     try:
-        meta, arrays = read_npz(path, keys)
+        meta, arrays = read_npz(path, keys, mmap=True)
     except ValueError as exc:
         msg = f"{not_an_index}: {exc}"
         raise IndexFileError(msg) from exc
@@ -541,17 +565,21 @@ def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: s
     weights = TermWeights(dict(zip(terms, arrays["weights.values"].tolist(), strict=True)),
                           default_weight=meta["default_weight"],
                           normalize=bool(meta.get("normalize_keywords", False)))
-    subs = Subscriptions(arrays["subs.ids"],
-                         EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
-                         arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
-                         arrays["subs.kw_terms"])
+    columns = (arrays["subs.ids"], EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
+               arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
+               arrays["subs.kw_terms"])
+    saved = {k: v for k, v in arrays.items() if k == "subs.id_order" or k.startswith("facts.")}
+    # check_index_arrays has checked every rule of Subscriptions (ids unique through the
+    # saved id order, without sorting 10M ids twice more) when the file holds the order.
+    subs = Subscriptions.checked(*columns) if "subs.id_order" in saved \
+        else Subscriptions(*columns)
     cls = SUBSCRIPTION_INDEX_KINDS[meta["kind"]]
     structures = {k[10:]: v for k, v in arrays.items() if k.startswith("structure.")}
     if not structures:  # written before the structures were saved: build them
         return cls(spatial, subs, weights, dmax_m=meta["dmax_m"], tolerance=meta["tolerance"])
     try:
         return cls.restore(spatial, subs, weights, dmax_m=meta["dmax_m"],
-                           tolerance=meta["tolerance"], structures=structures)
+                           tolerance=meta["tolerance"], structures=structures, saved=saved)
     except ValueError as exc:
         msg = f"{source}: damaged index file: {exc}"
         raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'") from exc

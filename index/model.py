@@ -102,6 +102,18 @@ class Subscriptions:
             msg = "invalid subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
 
+    @classmethod
+    def checked(cls, ids: IntArray, points: EdgePoints, alpha: FloatArray, tau: FloatArray,
+                kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32]) -> Subscriptions:
+        """A batch whose columns already passed every rule of this class elsewhere (an
+        index file's slots, by :func:`index.validate.check_index_arrays`): built without
+        checking them again."""
+        obj = cls.__new__(cls)
+        for name, value in (("ids", ids), ("points", points), ("alpha", alpha), ("tau", tau),
+                            ("kw_ptr", kw_ptr), ("kw_terms", kw_terms)):
+            object.__setattr__(obj, name, value)
+        return obj
+
     def keywords(self, i: int) -> npt.NDArray[np.int32]:
         """Term ids of row i."""
         return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
