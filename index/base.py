@@ -28,7 +28,7 @@ from index.delta import DeltaBuffer
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
-from index.spatial import PointFacts, SpatialIndex
+from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from index.validate import IndexFileError, array_digest, check_index_arrays
 from roadnet.errors import InputError, describe_rows
@@ -429,12 +429,12 @@ class SubscriptionIndex:
         return out
 
     def nbytes_per_subscription(self) -> float:
-        """Bytes held per subscription: slots, facts and postings (not cells or network)."""
+        """Bytes held per subscription: slots, facts, id lookup and postings (not cells,
+        network or a matcher's scratch)."""
         s = self.subs
         arrays: list[npt.NDArray[Any]] = [
             s.ids, s.points.edge, s.points.offset, s.alpha, s.tau, s.kw_ptr, s.kw_terms,
-            self.facts.x, self.facts.y, self.facts.cell, self.facts.din_out, self.facts.din_in,
-            self.active, self._id_order,
+            *astuple_facts(self.facts), self.active, self._id_order, self._sorted_ids,
             *(v for k, v in self.structure_arrays().items() if k.startswith("layout.")),
         ]
         return sum(int(a.nbytes) for a in arrays) / max(len(self.subs), 1)
