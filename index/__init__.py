@@ -16,6 +16,7 @@ from index import (
     model,
     postings,
     spatial,
+    store,
     terms,
     text,
     validate,
@@ -30,6 +31,7 @@ from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
 from index.postings import *  # noqa: F403
 from index.spatial import *  # noqa: F403
+from index.store import *  # noqa: F403
 from index.terms import *  # noqa: F403
 from index.text import *  # noqa: F403
 from index.validate import *  # noqa: F403
@@ -37,6 +39,6 @@ from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, delta, base, bia,
-               eia, workload)
+               eia, store, workload)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

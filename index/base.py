@@ -1,4 +1,6 @@
-"""What both indexing architectures share: subscription slots, dynamic updates, persistence.
+"""What both indexing architectures share: subscription slots and dynamic updates.
+
+Index files (save, load, inspect, verify) live in :mod:`index.store`.
 
 Subscriptions live in *slots*, sorted by (cell, edge) at build time so that a cell's
 subscriptions sit together. Updates never require the caller to rebuild:
@@ -16,7 +18,6 @@ slots and postings are rebuilt from the live subscriptions, reusing cells and bo
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -30,21 +31,16 @@ from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
 from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
-from index.validate import IndexFileError, array_digest, check_index_arrays
 from roadnet.errors import InputError, describe_rows
-from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import check_dmax
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["SUBSCRIPTION_INDEX_KINDS", "SubscriptionIndex", "concat_subscriptions",
-           "index_file_info", "index_from_arrays", "load_index"]
+__all__ = ["SubscriptionIndex", "concat_subscriptions"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-_FORMAT_VERSION = 1
 
 
 def concat_subscriptions(parts: list[Subscriptions]) -> Subscriptions:
@@ -178,19 +174,24 @@ class SubscriptionIndex:
     def _restore_structures(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
         """Take the postings and statistics from :meth:`structure_arrays` of a saved index
         of the same slots, instead of building them."""
-        self.layout = PostingLayout.from_arrays(arrays, prefix="layout.")
-        for name, value in arrays.items():
-            if not name.startswith("layout."):
-                setattr(self, name, value)
         try:
-            have = self.structure_arrays()
-        except AttributeError as exc:
+            self.layout = PostingLayout.from_arrays(arrays, prefix="layout.")
+            self.edge_min_alpha = arrays["edge_min_alpha"]
+            self.edge_max_alpha = arrays["edge_max_alpha"]
+            self.edge_min_tau_e = arrays["edge_min_tau_e"]
+            self._restore_cell_statistics(arrays)
+        except KeyError as exc:
             msg = f"the saved {self.kind} index lacks part of its structures ({exc})"
             raise InputError(msg) from exc
+        have = self.structure_arrays()
         if set(have) != set(arrays):
             msg = (f"the saved {self.kind} index does not hold the structures of this "
                    f"version: {sorted(set(have) ^ set(arrays))}")
             raise InputError(msg)
+
+    def _restore_cell_statistics(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Subclasses take their per-cell statistics from saved ``arrays`` here."""
+        raise NotImplementedError
 
     def _edge_statistics(self, tau_e: FloatArray) -> None:
         """Per-edge min/max alpha and min tau_e of the slots (paper Fig. 3(b) statistics)."""
@@ -441,145 +442,18 @@ class SubscriptionIndex:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the index, its network, cells, bounds and weights to one ``.npz`` file.
+        """Write the index to one ``.npz`` file (:func:`index.store.save_index`)."""
+        from index.store import save_index  # the file format lives there
 
-        The delta is compacted first. The postings and statistics are saved too, so
-        :func:`load_index` does not rebuild them. The file is written under a temporary name
-        and renamed, so a failure leaves nothing behind.
-        """
-        self.compact()
-        target = Path(path)
-        net = self.network
-        arrays: dict[str, npt.NDArray[Any]] = {
-            f"network.{k}": v for k, v in net.to_arrays().items() if isinstance(v, np.ndarray)}
-        arrays.update(self.spatial.to_arrays())
-        s = self.subs
-        arrays.update({"subs.ids": s.ids, "subs.edge": s.points.edge,
-                       "subs.offset": s.points.offset, "subs.alpha": s.alpha,
-                       "subs.tau": s.tau, "subs.kw_ptr": s.kw_ptr, "subs.kw_terms": s.kw_terms,
-                       # What a load would otherwise recompute (a sort of the ids and
-                       # the points' positions and border distances: most of loading
-                       # 10M subscriptions); the load checks them instead.
-                       "subs.id_order": self._id_order, "facts.x": self.facts.x,
-                       "facts.y": self.facts.y, "facts.din_out": self.facts.din_out,
-                       "facts.din_in": self.facts.din_in,
-                       "weights.terms": np.asarray(self.weights.terms, dtype=str),
-                       "weights.values": self.weights.weights.copy()})
-        # The slots above are saved in slot order, which the postings refer to.
-        arrays.update({f"structure.{k}": v for k, v in self.structure_arrays().items()})
-        meta = {"version": _FORMAT_VERSION, "kind": self.kind, "dmax_m": self.dmax_m,
-                "tolerance": self.tolerance, "default_weight": self.weights.default_weight,
-                "network": {"crs": net.crs, "directed": net.directed, "name": net.name},
-                "normalize_keywords": self.weights.normalize, "digest": array_digest(arrays)}
-        with atomic_paths(target) as (tmp,), tmp.open("wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
-        return target
+        return save_index(self, path)
 
 
-def _read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None = None
-                     ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(meta, arrays) of an index file: all arrays, or just ``keys``; one clear error."""
-    not_an_index = f"{path}: not a roadpubsub index file (or an unsupported version)"
-    try:
-        meta, arrays = read_npz(path, keys, mmap=True)
-    except ValueError as exc:
-        msg = f"{not_an_index}: {exc}"
-        raise IndexFileError(msg) from exc
-    if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
-            or meta.get("kind") not in ("eia", "bia") or not isinstance(meta.get("network"), dict):
-        raise IndexFileError(not_an_index)
-    return meta, arrays
+def __getattr__(name: str) -> Any:
+    # index.base.load_index and index_file_info moved to index.store; code written against
+    # the old path (other branches of this session) keeps working until it is updated.
+    if name in ("load_index", "index_file_info"):
+        from index import store
 
-
-def index_file_info(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What an index file holds, checked as a load checks it, without building the index.
-
-    Returns
-    -------
-    dict
-        ``kind``, ``dmax_m`` (metres), ``subscriptions``, ``terms``, ``cells``,
-        ``network`` (``name``, ``nodes``, ``edges``, ``directed``, ``crs``) and ``checked``:
-        what was checked (every array's ranges, and the content digest when the file has
-        one). ``roadpubsub index verify`` also rebuilds the postings and bounds.
-
-    Raises
-    ------
-    FileNotFoundError
-        No such file.
-    IndexFileError
-        Not an index file, or a damaged one (the file and array are named).
-    """
-    meta, arrays = _read_index_file(path)
-    check_index_arrays(meta, arrays, source=str(path))
-    digest = meta.get("digest")
-    if digest is not None and digest != array_digest(arrays):
-        msg = f"{path}: damaged index file: its arrays do not match the digest saved with them"
-        raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'")
-    net = meta["network"]
-    return {"kind": meta["kind"], "dmax_m": meta["dmax_m"],
-            "subscriptions": int(arrays["subs.ids"].size),
-            "terms": int(arrays["weights.values"].size),
-            "cells": int(arrays["cells.bbox"].shape[0]),
-            "network": {"name": net["name"], "nodes": int(arrays["network.node_ids"].size),
-                        "edges": int(arrays["network.edge_u"].size),
-                        "directed": net["directed"], "crs": net["crs"]},
-            "checked": "ranges and digest" if digest is not None
-                       else "ranges (no digest: written by an older version)"}
-
-
-#: Index classes by the ``kind`` their files record (filled by index.eia and index.bia).
-SUBSCRIPTION_INDEX_KINDS: dict[str, type[SubscriptionIndex]] = {}
-
-
-def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
-    """Read an index written by :meth:`SubscriptionIndex.save` (either architecture).
-
-    Every array is checked (:func:`index.validate.check_index_arrays`) before any compiled
-    code reads it.
-
-    Raises
-    ------
-    FileNotFoundError
-        No such file.
-    IndexFileError
-        Not an index file, or one whose arrays are missing, malformed or out of range.
-    """
-    meta, arrays = _read_index_file(path)
-    check_index_arrays(meta, arrays, source=str(path))
-    return index_from_arrays(meta, arrays, source=str(path))
-
-
-def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: str
-                      ) -> SubscriptionIndex:
-    """The index an index file's (checked) metadata and arrays describe."""
-    import index.bia
-    import index.eia  # noqa: F401  (they register their kinds)
-
-    net_meta = meta["network"]
-    network = RoadNetwork(**{k[8:]: v for k, v in arrays.items() if k.startswith("network.")},
-                          crs=net_meta["crs"], directed=net_meta["directed"],
-                          name=net_meta["name"])
-    spatial = SpatialIndex.from_arrays(network, arrays)
-    terms = arrays["weights.terms"].tolist()
-    # Files written before keywords were normalised hold exact strings: keep them exact.
-    weights = TermWeights(dict(zip(terms, arrays["weights.values"].tolist(), strict=True)),
-                          default_weight=meta["default_weight"],
-                          normalize=bool(meta.get("normalize_keywords", False)))
-    columns = (arrays["subs.ids"], EdgePoints(arrays["subs.edge"], arrays["subs.offset"]),
-               arrays["subs.alpha"], arrays["subs.tau"], arrays["subs.kw_ptr"],
-               arrays["subs.kw_terms"])
-    saved = {k: v for k, v in arrays.items() if k == "subs.id_order" or k.startswith("facts.")}
-    # check_index_arrays has checked every rule of Subscriptions (ids unique through the
-    # saved id order, without sorting 10M ids twice more) when the file holds the order.
-    subs = Subscriptions.checked(*columns) if "subs.id_order" in saved \
-        else Subscriptions(*columns)
-    cls = SUBSCRIPTION_INDEX_KINDS[meta["kind"]]
-    structures = {k[10:]: v for k, v in arrays.items() if k.startswith("structure.")}
-    if not structures:  # written before the structures were saved: build them
-        return cls(spatial, subs, weights, dmax_m=meta["dmax_m"], tolerance=meta["tolerance"])
-    try:
-        return cls.restore(spatial, subs, weights, dmax_m=meta["dmax_m"],
-                           tolerance=meta["tolerance"], structures=structures, saved=saved)
-    except ValueError as exc:
-        msg = f"{source}: damaged index file: {exc}"
-        raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'") from exc
+        return getattr(store, name)
+    msg = f"module 'index.base' has no attribute {name!r}"
+    raise AttributeError(msg)

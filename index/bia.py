@@ -13,12 +13,12 @@ that BIA, too, is exact.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SUBSCRIPTION_INDEX_KINDS, SubscriptionIndex
+from index.base import SubscriptionIndex
 from index.limits import effective_tau
 from index.postings import build_posting_layout
 
@@ -64,10 +64,13 @@ class BasicIndex(SubscriptionIndex):
         np.minimum.at(self.cell_min_tau_e, self.facts.cell, tau_e)
         self._edge_statistics(tau_e)
 
+    def _restore_cell_statistics(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        self.cell_min_alpha = arrays["cell_min_alpha"]
+        self.cell_max_alpha = arrays["cell_max_alpha"]
+        self.cell_min_tau_e = arrays["cell_min_tau_e"]
+
     def structure_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Postings and the cell and edge statistics."""
         return {**super().structure_arrays(), "cell_min_alpha": self.cell_min_alpha,
                 "cell_max_alpha": self.cell_max_alpha, "cell_min_tau_e": self.cell_min_tau_e}
 
-
-SUBSCRIPTION_INDEX_KINDS["bia"] = BasicIndex

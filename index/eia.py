@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SUBSCRIPTION_INDEX_KINDS, SubscriptionIndex
+from index.base import SubscriptionIndex
 from index.limits import effective_tau, location_aware_prefixes
 from index.postings import build_posting_layout, edge_groups_by_value
 
@@ -52,6 +52,9 @@ class EnhancedIndex(SubscriptionIndex):
         np.maximum.at(self.cell_dn_limit, self.facts.cell, dn_limit)
         self._edge_statistics(effective_tau(self.subs.tau, tolerance=self.tolerance))
 
+    def _restore_cell_statistics(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        self.cell_dn_limit = arrays["cell_dn_limit"]
+
     def _restore_structures(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
         super()._restore_structures(arrays)
         # Files saved before the edge groups were ordered by DNUB hold them in edge order,
@@ -63,5 +66,3 @@ class EnhancedIndex(SubscriptionIndex):
         """Postings, DNlimit per cell and the edge statistics."""
         return {**super().structure_arrays(), "cell_dn_limit": self.cell_dn_limit}
 
-
-SUBSCRIPTION_INDEX_KINDS["eia"] = EnhancedIndex

@@ -28,6 +28,7 @@ from roadnet.settings import DEFAULTS
 
 __all__ = [
     "DNUB_NUMERATOR_SLACK",
+    "SIMILARITY_SLACK",
     "TEXT_BOUND_INFLATION",
     "LocationAwarePrefixes",
     "distance_limit",
@@ -47,6 +48,12 @@ IntArray = npt.NDArray[np.int64]
 #: :func:`text_bound_allowance`, so that summing the same weights in another order (the
 #: verifier sums in term-id order) can never make a bound fall short of TSIM.
 TEXT_BOUND_INFLATION = 1e-12
+
+#: Added to a region's SIM upper bound before it is compared with the smallest tau_e
+#: there (Algorithm 1, lines 14-17, and BIA's cell and edge tests). The bound is a few
+#: rounded operations on values in [0, 1] (each off by at most 2^-53), so 1e-12 covers its
+#: rounding by three orders of magnitude and a region is never pruned for an ulp.
+SIMILARITY_SLACK = 1e-12
 
 #: Unit roundoff of float64 (2^-53).
 _U = 2.0**-53

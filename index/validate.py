@@ -25,7 +25,7 @@ from index.terms import MAX_WEIGHT, MIN_WEIGHT
 from roadnet.errors import InputError, describe_rows
 from roadnet.lengths import check_dmax
 
-__all__ = ["IndexFileError", "array_digest", "check_index_arrays", "verify_index"]
+__all__ = ["IndexFileError", "array_digest", "check_index_arrays"]
 
 Arrays = Mapping[str, npt.NDArray[Any]]
 
@@ -239,50 +239,3 @@ def check_index_arrays(meta: Mapping[str, Any], arrays: Arrays, *, source: str) 
         "cell_min_alpha", "cell_max_alpha", "cell_min_tau_e")
     for name in cell_stats:
         c.floats(f"structure.{name}", (n_cells,))
-
-
-def verify_index(path: str | Any) -> dict[str, Any]:
-    """Check an index file thoroughly: ranges (as every load does), the content digest
-    written at save, and the cell bounds and postings rebuilt from the file's own network,
-    cells and subscriptions, compared bit for bit.
-
-    Returns
-    -------
-    dict
-        ``digest`` ("ok", or "absent" for files written before digests were kept),
-        ``bounds`` and ``structures`` ("ok"), ``subscriptions`` (count) and ``kind``.
-
-    Raises
-    ------
-    IndexFileError
-        The first problem found, naming the file and the array.
-    """
-    from index.base import SUBSCRIPTION_INDEX_KINDS, _read_index_file, index_from_arrays
-    from roadnet.cell_bounds import compute_cell_bounds
-
-    source = str(path)
-    meta, arrays = _read_index_file(path)
-    check_index_arrays(meta, arrays, source=source)
-    digest = meta.get("digest")
-    if digest is not None and digest != array_digest(arrays):
-        msg = f"{source}: damaged index file: its arrays do not match the digest saved with them"
-        raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'")
-    index = index_from_arrays(meta, arrays, source=source)
-    spatial = index.spatial
-    again = compute_cell_bounds(spatial.network, spatial.cells)
-    for name, value in again.to_arrays().items():
-        if not np.array_equal(np.asarray(value), np.asarray(arrays[f"bounds.{name}"])):
-            msg = (f"{source}: damaged index file: bounds.{name} differs from the bounds "
-                   f"rebuilt from its network and cells")
-            raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'")
-    cls = SUBSCRIPTION_INDEX_KINDS[meta["kind"]]
-    fresh = cls(spatial, index.subs, index.weights, dmax_m=index.dmax_m,
-                tolerance=index.tolerance)
-    for name, value in fresh.structure_arrays().items():
-        if not np.array_equal(value, arrays[f"structure.{name}"]):
-            msg = (f"{source}: damaged index file: structure.{name} differs from the one "
-                   f"rebuilt from its subscriptions")
-            raise IndexFileError(msg, hint="rebuild it with 'roadpubsub index build'")
-    return {"kind": meta["kind"], "subscriptions": len(index.subs),
-            "digest": "ok" if digest is not None else "absent", "bounds": "ok",
-            "structures": "ok"}

@@ -21,7 +21,19 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["COUNTER_NAMES", "bia_candidates", "cell_lower_bounds", "eia_candidates"]
+from index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
+from pruning.kernel_args import (
+    BiaCellArrays,
+    BoundArrays,
+    EdgeArrays,
+    EiaCellArrays,
+    LayoutArrays,
+    ScratchArrays,
+    SlotArrays,
+)
+
+__all__ = ["COUNTER_NAMES", "bia_candidates", "cell_lower_bounds", "eia_candidates",
+           "network_lower_bound"]
 
 #: Names of the per-message counters the kernels fill, by index.
 COUNTER_NAMES = (
@@ -63,6 +75,22 @@ def _box_distance(x: float, y: float, box: FloatArray, i: int) -> float:  # prag
     return float(np.sqrt(dx * dx + dy * dy))
 
 
+@numba.njit(cache=True, inline="always")
+def network_lower_bound(de: float, same_cell: bool, kappa: float, eta: float,
+                        din_out: float, D: float, din_in: float
+                        ) -> float:  # pragma: no cover - compiled
+    """A lower bound on dN(s, m) in metres from the Euclidean distance ``de`` (m).
+
+    kappa * dE when s lies in the message's cell, else
+    max(eta_minus(cs, cm) * dE, din_out(s) + D(cs, cm) + din_in(m)) (Eq. 5 and the
+    border-vertex bound, :mod:`roadnet.cell_bounds`). For a region (a cell, an edge) pass
+    its least ``de`` and ``din_out``.
+    """
+    if same_cell:
+        return kappa * de
+    return max(eta * de, din_out + D + din_in)
+
+
 @numba.njit(cache=True)
 def cell_lower_bounds(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din_in: float, kappa: float,
@@ -71,10 +99,8 @@ def cell_lower_bounds(  # pragma: no cover - compiled
     """dNmin(ci, m) for every cell ci (Eq. 5 and the border bound; kappa * dE in cm)."""
     for c in range(cell_bbox.shape[0]):
         de = _box_distance(m_x, m_y, cell_bbox, c)
-        if c == m_cell:
-            out[c] = kappa * de
-        else:
-            out[c] = max(eta_col[c] * de, D_col[c] + m_din_in)
+        out[c] = network_lower_bound(de, c == m_cell, kappa, eta_col[c], 0.0, D_col[c],
+                                     m_din_in)
 
 
 @numba.njit(cache=True, inline="always")
@@ -83,9 +109,8 @@ def _edge_lower_bound(  # pragma: no cover - compiled
     D_col: FloatArray, eta_col: FloatArray, edge_bbox: FloatArray, edge_din_out: FloatArray,
 ) -> float:
     de = _box_distance(m_x, m_y, edge_bbox, e)
-    if same_cell:
-        return kappa * de
-    return max(eta_col[c] * de, edge_din_out[e] + D_col[c] + m_din_in)
+    return network_lower_bound(de, same_cell, kappa, eta_col[c], edge_din_out[e], D_col[c],
+                               m_din_in)
 
 
 @numba.njit(cache=True, inline="always")
@@ -99,26 +124,33 @@ def _max_similarity(lower_bound: float, dmax: float, tsim_ub: float, a_min: floa
 @numba.njit(cache=True)
 def eia_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
-    kappa: float, D_col: FloatArray, eta_col: FloatArray, cell_bbox: FloatArray,
-    cell_dn_limit: FloatArray,
-    edge_bbox: FloatArray, edge_din_out: FloatArray, edge_min_alpha: FloatArray,
-    edge_max_alpha: FloatArray, edge_min_tau_e: FloatArray,
-    term_ptr: IntArray, grp_cell: npt.NDArray[np.int32], grp_value: FloatArray,
-    grp_start: IntArray, eg_edge: npt.NDArray[np.int32], eg_value: FloatArray,
-    eg_start: IntArray, post_slot: npt.NDArray[np.int32], post_value: FloatArray,
-    slot_x: FloatArray, slot_y: FloatArray, slot_din_out: FloatArray,
-    slot_active: npt.NDArray[np.bool_],
-    dmax: float, slack_abs: float, slack_rel: float,
-    cell_lb: FloatArray, cell_state: npt.NDArray[np.int8], mark: IntArray, stamp: int,
-    cand_out: npt.NDArray[np.int32], cand_dnub: FloatArray, counters: IntArray,
+    bounds: BoundArrays, cells: EiaCellArrays, edges: EdgeArrays, layout: LayoutArrays,
+    slots: SlotArrays, dmax: float, slack_abs: float, slack_rel: float,
+    scratch: ScratchArrays, stamp: int, counters: IntArray,
 ) -> int:
-    """EIA pruning for one message; returns the number of candidates in ``cand_out``.
+    """EIA pruning for one message; returns the number of candidates in ``scratch.cand``.
 
-    ``cand_dnub[s]`` receives the largest DNUB(s|t) over the shared prefix keywords t that
-    passed (Lemma 6), which bounds the verification search. The edge groups of each
-    IL(ci|t) must come DNUB-descending (``build_posting_layout(..., edges_by_value=True)``):
-    the scan of a list stops at the first one below dNmin(ci, m).
+    The message is given by its cell, position (m), din_in (m) and term slots (0 the
+    wildcard, t + 1 for term t). ``scratch.cand_dnub[s]`` receives the largest DNUB(s|t)
+    over the shared prefix keywords t that passed (Lemma 6), which bounds the verification
+    search. The edge groups of each IL(ci|t) must come DNUB-descending
+    (``build_posting_layout(..., edges_by_value=True)``): the scan of a list stops at the
+    first one below dNmin(ci, m). ``scratch.mark`` equal to ``stamp`` marks a slot already
+    taken for this message.
     """
+    kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
+    D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
+    cell_dn_limit = cells.dn_limit
+    edge_bbox, edge_din_out = edges.bbox, edges.din_out
+    edge_min_alpha, edge_max_alpha, edge_min_tau_e = (edges.min_alpha, edges.max_alpha,
+                                                      edges.min_tau_e)
+    term_ptr, grp_cell, grp_value, grp_start = (layout.term_ptr, layout.grp_cell,
+                                                layout.grp_value, layout.grp_start)
+    eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
+    post_slot, post_value = layout.post_slot, layout.post_value
+    slot_x, slot_y, slot_din_out, slot_active = slots.x, slots.y, slots.din_out, slots.active
+    cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
+    cand_out, cand_dnub = scratch.cand, scratch.cand_dnub
     n_cells = cell_bbox.shape[0]
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     # cell_state: 0 empty, 1 pruned by Lemma 2, 2 alive, 3 holds a keyword of m, 4 passed.
@@ -161,7 +193,7 @@ def eia_candidates(  # pragma: no cover - compiled
                     continue
                 # Paper Alg. 1 lines 14-17: the best SIM any subscription on e could reach.
                 if _max_similarity(lbe, dmax, 1.0, edge_min_alpha[e], edge_max_alpha[e]) \
-                        + 1e-12 < edge_min_tau_e[e]:
+                        + SIMILARITY_SLACK < edge_min_tau_e[e]:
                     counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
                 for p in range(eg_start[eg], eg_start[eg + 1]):
@@ -175,10 +207,8 @@ def eia_candidates(  # pragma: no cover - compiled
                     dx = slot_x[s] - m_x
                     dy = slot_y[s] - m_y
                     de = np.sqrt(dx * dx + dy * dy)
-                    if same:
-                        lb = kappa * de
-                    else:
-                        lb = max(eta_col[c] * de, slot_din_out[s] + D_col[c] + m_din_in)
+                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_din_out[s],
+                                             D_col[c], m_din_in)
                     if not _keep(lb, v, slack_abs, slack_rel):
                         counters[POSTINGS_PRUNED_LEMMA6] += 1
                         continue
@@ -201,26 +231,32 @@ def eia_candidates(  # pragma: no cover - compiled
 @numba.njit(cache=True)
 def bia_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
-    kappa: float, D_col: FloatArray, eta_col: FloatArray, cell_bbox: FloatArray,
-    cell_min_alpha: FloatArray, cell_max_alpha: FloatArray, cell_min_tau_e: FloatArray,
-    edge_bbox: FloatArray, edge_din_out: FloatArray, edge_min_alpha: FloatArray,
-    edge_max_alpha: FloatArray, edge_min_tau_e: FloatArray,
-    term_ptr: IntArray, grp_cell: npt.NDArray[np.int32], grp_value: FloatArray,
-    grp_start: IntArray, eg_edge: npt.NDArray[np.int32], eg_value: FloatArray,
-    eg_start: IntArray, post_slot: npt.NDArray[np.int32],
-    slot_active: npt.NDArray[np.bool_],
-    dmax: float, slack_abs: float, slack_rel: float,
-    cell_lb: FloatArray, cell_state: npt.NDArray[np.int8], cell_tsum: FloatArray,
-    edge_tsum: FloatArray, edge_stamp: IntArray, mark: IntArray, stamp: int,
-    cand_out: npt.NDArray[np.int32], counters: IntArray,
+    bounds: BoundArrays, cells: BiaCellArrays, edges: EdgeArrays, layout: LayoutArrays,
+    slots: SlotArrays, dmax: float, slack_abs: float, slack_rel: float,
+    scratch: ScratchArrays, stamp: int, counters: IntArray,
 ) -> int:
-    """BIAB pruning for one message; returns the number of candidates in ``cand_out``.
+    """BIAB pruning for one message; returns the number of candidates in ``scratch.cand``.
 
     Cells: distance bound > Dmax, then max SIM from the cell's distance bound and the sum
     of its maximum normalised weights of m's keywords against its min tau. Edges: the same
     test with the edge's bound and statistics. Every posting of a surviving edge group is a
-    candidate (BIA keeps no per-subscription bound).
+    candidate (BIA keeps no per-subscription bound). The message is given as to
+    :func:`eia_candidates`.
     """
+    kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
+    D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
+    cell_min_alpha, cell_max_alpha, cell_min_tau_e = (cells.min_alpha, cells.max_alpha,
+                                                      cells.min_tau_e)
+    edge_bbox, edge_din_out = edges.bbox, edges.din_out
+    edge_min_alpha, edge_max_alpha, edge_min_tau_e = (edges.min_alpha, edges.max_alpha,
+                                                      edges.min_tau_e)
+    term_ptr, grp_cell, grp_value, grp_start = (layout.term_ptr, layout.grp_cell,
+                                                layout.grp_value, layout.grp_start)
+    eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
+    post_slot, slot_active = layout.post_slot, slots.active
+    cell_lb, cell_state, cell_tsum = scratch.cell_lb, scratch.cell_state, scratch.cell_tsum
+    edge_tsum, edge_stamp, mark = scratch.edge_tsum, scratch.edge_stamp, scratch.mark
+    cand_out = scratch.cand
     n_cells = cell_bbox.shape[0]
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     for c in range(n_cells):
@@ -245,9 +281,10 @@ def bia_candidates(  # pragma: no cover - compiled
         if cell_state[c] == 2:
             counters[CELLS_PRUNED_LEMMA4] += 1
         elif cell_state[c] == 3:
-            sim = _max_similarity(cell_lb[c], dmax, min(1.0, cell_tsum[c] + 1e-12),
+            sim = _max_similarity(cell_lb[c], dmax,
+                                  min(1.0, cell_tsum[c] + TEXT_BOUND_INFLATION),
                                   cell_min_alpha[c], cell_max_alpha[c])
-            if sim + 1e-12 < cell_min_tau_e[c]:
+            if sim + SIMILARITY_SLACK < cell_min_tau_e[c]:
                 counters[CELLS_PRUNED_LEMMA8] += 1
             else:
                 cell_state[c] = 4
@@ -280,9 +317,9 @@ def bia_candidates(  # pragma: no cover - compiled
                 if not _keep(lbe, dmax, slack_abs, slack_rel):
                     counters[EDGES_SKIPPED_DISTANCE] += 1
                     continue
-                sim = _max_similarity(lbe, dmax, min(1.0, edge_tsum[e] + 1e-12),
+                sim = _max_similarity(lbe, dmax, min(1.0, edge_tsum[e] + TEXT_BOUND_INFLATION),
                                       edge_min_alpha[e], edge_max_alpha[e])
-                if sim + 1e-12 < edge_min_tau_e[e]:
+                if sim + SIMILARITY_SLACK < edge_min_tau_e[e]:
                     counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
                 for p in range(eg_start[eg], eg_start[eg + 1]):

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from pruning.kernel_args import GraphArrays
 from pruning.similarity import delivered_kernel, sim_kernel
 from roadnet.distance import (
     bucket_dijkstra_kernel,
@@ -34,7 +35,7 @@ IntArray = npt.NDArray[np.int64]
 
 @numba.njit(cache=True, nogil=True)
 def verify_candidates(  # pragma: no cover - compiled
-    net: tuple,
+    net: GraphArrays,
     ws: tuple,
     m_edge: int, m_offset: float,
     cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
@@ -43,8 +44,8 @@ def verify_candidates(  # pragma: no cover - compiled
 ) -> int:
     """Distances from the first ``n_cand`` candidates to the message; returns nodes settled.
 
-    ``net`` = (indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway,
-    dead_end_to) of the reversed arcs (:func:`~roadnet.distance.dead_ends`); ``ws`` = a
+    ``net`` holds the reversed arcs and their dead ends (:func:`~roadnet.distance.dead_ends`);
+    ``ws`` = a
     :class:`~roadnet.distance.NodeSearch` workspace, restored on return.
     ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
     ``buckets`` = (bucket heads, entry links) of
@@ -52,7 +53,10 @@ def verify_candidates(  # pragma: no cover - compiled
     of ``bucket_width`` metres; where it cannot (too few buckets or entries), the heap
     kernel does, with the same distances.
     """
-    indptr, indices, weights, edge_u, edge_v, edge_length, edge_twoway, dead_end_to = net
+    indptr, indices, weights = net.indptr, net.indices, net.weights
+    edge_u, edge_v, edge_length, edge_twoway = (net.edge_u, net.edge_v, net.edge_length,
+                                                net.edge_twoway)
+    dead_end_to = net.dead_end_to
     dist, target_ws, heap_d, heap_n, touched = ws
     bucket_head, entry_next = buckets
     if n_cand == 0:

@@ -25,7 +25,13 @@ from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.limits import distance_upper_bound_kernel
 from index.model import InvalidMessageError, Messages
-from pruning.algorithm1 import CANDIDATES, COUNTER_NAMES, bia_candidates, eia_candidates
+from pruning.algorithm1 import (
+    CANDIDATES,
+    COUNTER_NAMES,
+    bia_candidates,
+    eia_candidates,
+    network_lower_bound,
+)
 from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.kernel_args import (
@@ -94,7 +100,8 @@ def _delta_candidates(  # pragma: no cover - compiled
         dy = d_y[r] - m_y
         de = np.sqrt(dx * dx + dy * dy)
         c = d_cell[r]
-        lb = kappa * de if c == m_cell else max(eta_col[c] * de, d_din_out[r] + D_col[c] + m_din)
+        lb = network_lower_bound(de, c == m_cell, kappa, eta_col[c], d_din_out[r], D_col[c],
+                                 m_din)
         lim = d_limit[r]
         if lb > lim + slack_abs + slack_rel * abs(lim):
             continue
@@ -133,27 +140,13 @@ def _match_batch(  # pragma: no cover - compiled
     """
     m_chain, m_chain_offset, m_x, m_y = msg.chain, msg.chain_offset, msg.x, msg.y
     m_cell, m_din, m_kw_ptr, m_kw_terms = msg.cell, msg.din_in, msg.kw_ptr, msg.kw_terms
-    kappa, D_t, eta_t, cell_bbox = bounds.kappa, bounds.D_t, bounds.eta_t, bounds.cell_bbox
-    edge_bbox, edge_din_out = edges.bbox, edges.din_out
-    edge_min_alpha, edge_max_alpha, edge_min_tau_e = (edges.min_alpha, edges.max_alpha,
-                                                      edges.min_tau_e)
-    term_ptr, grp_cell, grp_value, grp_start = (lay.term_ptr, lay.grp_cell, lay.grp_value,
-                                                lay.grp_start)
-    eg_edge, eg_value, eg_start = lay.eg_edge, lay.eg_value, lay.eg_start
-    post_slot, post_value = lay.post_slot, lay.post_value
-    cell_dn_limit = eia_cells.dn_limit
-    cell_min_alpha, cell_max_alpha, cell_min_tau_e = (bia_cells.min_alpha,
-                                                      bia_cells.max_alpha,
-                                                      bia_cells.min_tau_e)
-    s_x, s_y, s_din_out, s_active = slots.x, slots.y, slots.din_out, slots.active
+    kappa, D_t, eta_t = bounds.kappa, bounds.D_t, bounds.eta_t
     s_chain, s_chain_offset, s_alpha, s_tau = (slots.chain, slots.chain_offset, slots.alpha,
                                                slots.tau)
     s_kw_ptr, s_kw_terms = slots.kw_ptr, slots.kw_terms
     d_chain, d_chain_offset, d_alpha, d_tau = (delta.chain, delta.chain_offset, delta.alpha,
                                                delta.tau)
     d_kw_ptr, d_kw_terms = delta.kw_ptr, delta.kw_terms
-    cell_lb, cell_state, cell_tsum = scratch.cell_lb, scratch.cell_state, scratch.cell_tsum
-    edge_tsum, edge_stamp, mark = scratch.edge_tsum, scratch.edge_stamp, scratch.mark
     cand, cand_dnub, term_mark = scratch.cand, scratch.cand_dnub, scratch.term_mark
     term_slots, d_rows, d_lim = scratch.term_slots, scratch.d_rows, scratch.d_lim
     t_nodes, t_limits = scratch.t_nodes, scratch.t_limits
@@ -182,21 +175,13 @@ def _match_batch(  # pragma: no cover - compiled
                 term_mark[t] = stamp
         c = m_cell[i]
         if is_eia:
-            n_main = eia_candidates(
-                c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], kappa, D_t[c], eta_t[c],
-                cell_bbox, cell_dn_limit, edge_bbox, edge_din_out, edge_min_alpha,
-                edge_max_alpha, edge_min_tau_e, term_ptr, grp_cell, grp_value, grp_start,
-                eg_edge, eg_value, eg_start, post_slot, post_value, s_x, s_y, s_din_out,
-                s_active, dmax, slack_abs, slack_rel, cell_lb, cell_state, mark, stamp, cand,
-                cand_dnub, counters)
+            n_main = eia_candidates(c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], bounds,
+                                    eia_cells, edges, lay, slots, dmax, slack_abs, slack_rel,
+                                    scratch, stamp, counters)
         else:
-            n_main = bia_candidates(
-                c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], kappa, D_t[c], eta_t[c],
-                cell_bbox, cell_min_alpha, cell_max_alpha, cell_min_tau_e, edge_bbox,
-                edge_din_out, edge_min_alpha, edge_max_alpha, edge_min_tau_e, term_ptr,
-                grp_cell, grp_value, grp_start, eg_edge, eg_value, eg_start, post_slot,
-                s_active, dmax, slack_abs, slack_rel, cell_lb, cell_state, cell_tsum,
-                edge_tsum, edge_stamp, mark, stamp, cand, counters)
+            n_main = bia_candidates(c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], bounds,
+                                    bia_cells, edges, lay, slots, dmax, slack_abs, slack_rel,
+                                    scratch, stamp, counters)
         n_delta = _delta_candidates(c, m_x[i], m_y[i], m_din[i], kappa, D_t[c], eta_t[c],
                                     delta, term_mark, stamp, slack_abs, slack_rel, d_rows,
                                     d_lim)

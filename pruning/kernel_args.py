@@ -118,14 +118,14 @@ class DeltaArrays(NamedTuple):
 class GraphArrays(NamedTuple):
     """The verification graph: reverse adjacency, chain edges, dead ends."""
 
-    indptr: npt.NDArray[np.integer]
-    indices: npt.NDArray[np.integer]
+    indptr: I64
+    indices: I32
     weights: F
     edge_u: I32
     edge_v: I32
     edge_length: F
     edge_twoway: B
-    dead_end_to: npt.NDArray[np.integer]
+    dead_end_to: I32
 
 
 class ScratchArrays(NamedTuple):

@@ -132,7 +132,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     heap_d: FloatArray,
     heap_n: IntArray,
     touched: IntArray,
-    dead_end_to: IntArray,
+    dead_end_to: npt.NDArray[np.int32],
 ) -> tuple[int, int]:
     """Multi-source Dijkstra with a 4-ary heap (lazy deletion), bounded by ``limit``.
 
@@ -215,7 +215,7 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
     entry_d: FloatArray,
     entry_n: IntArray,
     touched: IntArray,
-    dead_end_to: IntArray,
+    dead_end_to: npt.NDArray[np.int32],
     bucket_head: IntArray,
     entry_next: IntArray,
     width: float,
@@ -426,6 +426,7 @@ class NodeSearch:
         self._touched = np.empty(n, dtype=np.int64)
         self._n_touched = 0
         self._no_targets = np.empty(0, dtype=np.int64)
+        self._no_dead_ends = np.empty(0, dtype=np.int32)
         self._no_limits = np.empty(0, dtype=np.float64)
 
     def workspace(self) -> tuple[FloatArray, FloatArray, FloatArray, IntArray, IntArray]:
@@ -474,7 +475,7 @@ class NodeSearch:
             adj.indptr, adj.indices, adj.weights,
             np.asarray(seed_nodes, dtype=np.int64), np.asarray(seed_dist, dtype=np.float64),
             float(limit), tg, tl, self._dist, self._target_ws,
-            self._heap_d, self._heap_n, self._touched, self._no_targets,
+            self._heap_d, self._heap_n, self._touched, self._no_dead_ends,
         )
         self._n_touched = n_touched
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 __all__ = [
     "InputError",
     "InvalidLocationError",
+    "MissingDataError",
     "NetworkFormatError",
     "RoadPubSubError",
     "UnsupportedNetworkFormatError",
@@ -50,6 +51,10 @@ class NetworkFormatError(InputError):
 
 class UnsupportedNetworkFormatError(NetworkFormatError):
     """A network path has a suffix that no loader handles."""
+
+
+class MissingDataError(RoadPubSubError, FileNotFoundError):
+    """A data file a default needs is absent (the message says where it was looked for)."""
 
 
 class InvalidLocationError(InputError):

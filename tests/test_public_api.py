@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ("roadnet", "index", "pruning")
+PACKAGES = ("roadnet", "index", "pruning", "roadpubsub.bench", "roadpubsub.demo")
 #: Modules with an ``__all__`` of their own that stay out of the package API.
 INTERNAL = {("roadnet", "jit")}
 

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")  # files only: never open a window
 
     from roadpubsub.bench import ThroughputConfig, run_figures, run_throughput, scaled
-    from roadpubsub.demo import dumps_json
+    from roadpubsub.outputs import dumps_json
 
     for name in ("n_subscriptions", "n_messages", "brute_messages", "repeats", "cell_capacity",
                  "threads"):

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")  # files only: never open a window
 
-    from roadpubsub.demo import dumps_json, format_summary, run_demo
+    from roadpubsub.demo import format_summary, run_demo
+    from roadpubsub.outputs import dumps_json
 
     check_output_path(args.out_dir, folder=True, what="--out-dir", inputs=(args.network,))
     result = run_demo(

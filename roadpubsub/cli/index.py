@@ -154,7 +154,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     """Print what an index file holds; returns the exit code."""
-    from index.base import index_file_info
+    from index.store import index_file_info
 
     info = {"file": str(args.path), **index_file_info(args.path)}
     if args.json:
@@ -174,7 +174,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify an index file; exit 0 when sound (a damaged file raises, exit 2)."""
-    from index.validate import verify_index
+    from index.store import verify_index
 
     report = {"file": str(args.path), **verify_index(args.path)}
     if args.json:

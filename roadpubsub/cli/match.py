@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
     """Match and write the deliveries; returns the exit code."""
     from tqdm import tqdm
 
-    from index.base import load_index
     from index.io import read_messages, write_deliveries
+    from index.store import load_index
     from pruning.deliveries import Deliveries
     from pruning.matchers import LoadedIndexMatcher, Matcher, build_matcher
     from roadnet.locations import point_xy

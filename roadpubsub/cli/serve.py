@@ -147,11 +147,11 @@ def _creation_flags(args: argparse.Namespace) -> list[str]:
 def _create(args: argparse.Namespace, folder: Path) -> None:
     import numpy as np
 
-    from index.base import load_index
     from index.eia import EnhancedIndex
     from index.io import read_subscriptions
     from index.model import Subscriptions
     from index.spatial import SpatialIndex
+    from index.store import load_index
     from roadnet.io import load_network
     from roadnet.locations import EdgePoints
     from roadpubsub.cli.sources import read_weights_option

@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex, load_index
+from index.base import SubscriptionIndex
 from index.io import subscriptions_table
 from index.model import Messages, Subscriptions
+from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import InputError, describe_rows

@@ -21,7 +21,7 @@ TINY = ["--scale", "tiny", "--network", "helsinki", "--keywords-from", "pois",
 
 @pytest.fixture(scope="module")
 def needs_helsinki() -> None:
-    from roadpubsub.demo import helsinki_pbf
+    from roadpubsub.networks import helsinki_pbf
 
     try:
         helsinki_pbf()
@@ -171,7 +171,7 @@ def test_subsample_keywords_is_nested_and_exact() -> None:
 
 def test_rome_is_the_default_when_present() -> None:
     from roadnet.settings import shared_data_dir
-    from roadpubsub.bench import default_network
+    from roadpubsub.networks import default_network
 
     rome = shared_data_dir() / "dimacs" / "rome.gr.gz"
     if not rome.exists():

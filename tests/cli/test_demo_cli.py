@@ -18,7 +18,7 @@ SMALL = ["--n-subscriptions", "3000", "--n-messages", "80", "--brute-messages", 
 
 
 def helsinki() -> Path:
-    from roadpubsub.demo import helsinki_pbf
+    from roadpubsub.networks import helsinki_pbf
 
     try:
         return helsinki_pbf()
@@ -144,7 +144,8 @@ def test_errors_are_one_line(argv: list[str], needle: str, tmp_path: Path,
 
 def test_library_helpers() -> None:
     from pruning.deliveries import Deliveries
-    from roadpubsub.demo import auto_capacity, pick_message
+    from roadpubsub.demo import pick_message
+    from roadpubsub.networks import auto_capacity
 
     assert auto_capacity(541) == 9
     assert auto_capacity(258_193) == 2400

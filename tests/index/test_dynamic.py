@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.base import concat_subscriptions, load_index
+from index.base import concat_subscriptions
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import build_posting_layout, edge_groups_by_value
 from index.spatial import SpatialIndex
+from index.store import load_index
 from index.workload import Workload, generate_workload
 from pruning.brute import match_brute
 from pruning.indexed import IndexMatcher

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.base import load_index
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.io import write_messages
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.spatial import SpatialIndex
-from index.validate import IndexFileError, verify_index
+from index.store import load_index, verify_index
+from index.validate import IndexFileError
 from index.workload import generate_workload
 from pruning.indexed import IndexMatcher
 from roadnet.locations import EdgePoints
@@ -128,7 +128,7 @@ def tampered(source: Path, folder: Path, case: str, edit: Callable[[Arrays], Non
 
 _CHILD = """
 import json, sys
-from index.base import load_index, index_file_info
+from index.store import index_file_info, load_index
 from index.io import read_messages
 from pruning.indexed import IndexMatcher
 out = []

@@ -28,17 +28,27 @@ from hypothesis import strategies as st
 from split_graph import split_graph
 from strategies import assert_same, random_points, tiny_network
 
-from index.base import SubscriptionIndex, load_index
+from index.base import SubscriptionIndex
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.model import Messages, Subscriptions
 from index.postings import build_posting_layout
 from index.spatial import SpatialIndex
+from index.store import load_index
 from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds, eia_candidates
 from pruning.algorithm2 import verify_candidates
 from pruning.brute import match_brute
 from pruning.indexed import IndexMatcher
+from pruning.kernel_args import (
+    BoundArrays,
+    EdgeArrays,
+    EiaCellArrays,
+    GraphArrays,
+    LayoutArrays,
+    ScratchArrays,
+    SlotArrays,
+)
 from roadnet.distance import (
     NodeSearch,
     bucket_dijkstra_kernel,
@@ -78,8 +88,8 @@ def verify(net: RoadNetwork, m_edge: int, m_offset: float, cand: EdgePoints,
     """Run :func:`verify_candidates` as the matcher does, on the network's own edges."""
     search = search or NodeSearch(net, reverse=True)
     adj = search.adjacency
-    net_arrays = (adj.indptr, adj.indices, adj.weights, net.edge_u, net.edge_v,
-                  net.edge_length, net.edge_twoway, dead_ends(adj))
+    net_arrays = GraphArrays(adj.indptr, adj.indices, adj.weights, net.edge_u, net.edge_v,
+                             net.edge_length, net.edge_twoway, dead_ends(adj))
     ws = search.workspace()
     heap_d = ws[2]
     if n_heads is None:
@@ -255,15 +265,30 @@ def eia_arguments(index: EnhancedIndex, messages: Messages, i: int
 
 def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                       slack_abs: float, slack_rel: float) -> dict[int, float]:
-    args, _ = eia_arguments(index, messages, i)
-    n_cells = index.spatial.cells.n_cells
+    """:func:`eia_candidates` on message i, its arguments grouped as the matcher does."""
+    (c, x, y, din_in, slots, kappa, _D_col, _eta_col, cell_bbox, cell_dn_limit, *edge,
+     term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value, eg_start, post_slot,
+     post_value, slot_x, slot_y, slot_din_out, slot_active), _ = eia_arguments(index,
+                                                                              messages, i)
+    sp = index.spatial
+    n_cells = sp.cells.n_cells
     n_slots = len(index.subs)
+    none_f, none_i = np.empty(0), np.empty(0, dtype=np.int64)
+    bounds = BoundArrays(kappa, np.ascontiguousarray(sp.bounds.D.T),
+                         np.ascontiguousarray(sp.bounds.eta_minus.T), cell_bbox)
+    layout = LayoutArrays(term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value,
+                          eg_start, post_slot, post_value)
+    slot_arrays = SlotArrays(slot_x, slot_y, slot_din_out, slot_active,
+                             np.empty(0, dtype=np.int32), none_f, none_f, none_f, none_i,
+                             np.empty(0, dtype=np.int32))
     cand = np.empty(n_slots + 1, dtype=np.int32)
     dnub = np.full(n_slots + 1, np.nan)
-    kernel: Any = eia_candidates
-    n = kernel(*args, index.dmax_m, slack_abs, slack_rel, np.empty(n_cells),
-                       np.empty(n_cells, dtype=np.int8), np.zeros(n_slots + 1, dtype=np.int64),
-                       1, cand, dnub, np.zeros(8, dtype=np.int64))
+    scratch = ScratchArrays(np.empty(n_cells), np.empty(n_cells, dtype=np.int8), none_f,
+                            none_f, none_i, np.zeros(n_slots + 1, dtype=np.int64), cand, dnub,
+                            none_i, none_i, none_i, none_f, none_i, none_f)
+    n = eia_candidates(c, x, y, din_in, slots, bounds, EiaCellArrays(cell_dn_limit),
+                       EdgeArrays(*edge), layout, slot_arrays, index.dmax_m, slack_abs,
+                       slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))
     chosen = cand[:n].tolist()
     assert len(set(chosen)) == len(chosen)
     return {int(s): float(dnub[s]) for s in chosen}

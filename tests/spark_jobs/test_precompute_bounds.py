@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from index.base import load_index
 from index.io import write_subscriptions, write_weights
 from index.spatial import SpatialIndex
+from index.store import load_index
 from index.workload import generate_workload
 from pruning.brute import match_brute
 from pruning.indexed import IndexMatcher
