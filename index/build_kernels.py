@@ -4,7 +4,9 @@ At ten million subscriptions a vectorised build spends most of its peak memory o
 temporaries (a row id, a weight, a bound per keyword, each 8 bytes times 26 million, and
 the sort keys of the postings). These kernels walk the rows once or twice and write only
 their outputs; each reproduces its vectorised counterpart bit for bit (same operations in
-the same order), which the tests check against the vectorised code.
+the same order), which the tests check against the vectorised code. Internal to the package (no
+``__all__``): :func:`index.limits.location_aware_prefixes`,
+:func:`index.postings.build_posting_layout` and ``Subscriptions.take`` call them.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import numpy as np
 import numpy.typing as npt
 
 from index.limits import DNUB_NUMERATOR_SLACK, TEXT_BOUND_INFLATION, distance_upper_bound_kernel
-
-__all__ = ["lap_kernel", "layout_kernel", "take_csr_kernel"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
