@@ -29,7 +29,7 @@ from index.delta import DeltaBuffer, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
-from index.spatial import PointFacts, SpatialIndex
+from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from roadnet.errors import InputError, describe_rows
 from roadnet.lengths import check_dmax
@@ -114,16 +114,20 @@ class SubscriptionIndex:
     @classmethod
     def restore(cls, spatial: SpatialIndex, slots: Subscriptions, weights: TermWeights, *,
                 dmax_m: float, tolerance: float,
-                structures: dict[str, npt.NDArray[Any]]) -> Self:
+                structures: dict[str, npt.NDArray[Any]],
+                saved: dict[str, npt.NDArray[Any]] | None = None) -> Self:
         """An index from saved parts, without building its postings.
 
         ``slots`` are the subscriptions in slot order (as :meth:`save` writes them) and
         ``structures`` the arrays of :meth:`structure_arrays` built on them with these
-        weights, Dmax and tolerance.
+        weights, Dmax and tolerance. ``saved`` may hold the slots' id order
+        (``subs.id_order``) and point facts (``facts.x``, ``facts.y``, ``facts.din_out``,
+        ``facts.din_in``) as :meth:`save` writes them, checked by
+        :func:`index.validate.check_index_arrays`; what it lacks is computed.
         """
         index = cls.__new__(cls)
         index._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
-        index._set_slots(slots)
+        index._set_slots(slots, saved=saved or {})
         index._restore_structures(structures)
         index._set_delta(_empty_subscriptions())
         return index
@@ -141,13 +145,27 @@ class SubscriptionIndex:
         self._build_structures()
         self._set_delta(_empty_subscriptions())
 
-    def _set_slots(self, subscriptions: Subscriptions) -> None:
-        """Make ``subscriptions`` (sorted by (cell, edge)) the slots, all active."""
+    def _set_slots(self, subscriptions: Subscriptions, *,
+                   saved: dict[str, npt.NDArray[Any]] | None = None) -> None:
+        """Make ``subscriptions`` (sorted by (cell, edge)) the slots, all active.
+
+        ``saved``: checked id order and point facts of a file (see :meth:`restore`).
+        """
+        saved = saved or {}
         self._bump_version()
         self.subs = subscriptions
-        self.facts: PointFacts = self.spatial.facts(self.subs.points)
+        if all(f"facts.{k}" in saved for k in ("x", "y", "din_out", "din_in")):
+            local = self.spatial.graph.to_local(subscriptions.points)
+            self.facts: PointFacts = PointFacts(
+                x=saved["facts.x"], y=saved["facts.y"],
+                cell=self.spatial.cells.edge_cell[subscriptions.points.edge],
+                din_out=saved["facts.din_out"], din_in=saved["facts.din_in"],
+                chain=local.edge, chain_offset=local.offset)
+        else:
+            self.facts = self.spatial.facts(self.subs.points)
         self.active = np.ones(len(self.subs), dtype=bool)
-        self._id_order = np.argsort(self.subs.ids, kind="stable")
+        self._id_order = saved["subs.id_order"] if "subs.id_order" in saved \
+            else np.argsort(self.subs.ids, kind="stable")
         self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
@@ -419,12 +437,12 @@ class SubscriptionIndex:
         return out
 
     def nbytes_per_subscription(self) -> float:
-        """Bytes held per subscription: slots, facts and postings (not cells or network)."""
+        """Bytes held per subscription: slots, facts, id lookup and postings (not cells,
+        network or a matcher's scratch)."""
         s = self.subs
         arrays: list[npt.NDArray[Any]] = [
             s.ids, s.points.edge, s.points.offset, s.alpha, s.tau, s.kw_ptr, s.kw_terms,
-            self.facts.x, self.facts.y, self.facts.cell, self.facts.din_out, self.facts.din_in,
-            self.active, self._id_order,
+            *astuple_facts(self.facts), self.active, self._id_order, self._sorted_ids,
             *(v for k, v in self.structure_arrays().items() if k.startswith("layout.")),
         ]
         return sum(int(a.nbytes) for a in arrays) / max(len(self.subs), 1)

@@ -34,20 +34,27 @@ class BasicIndex(SubscriptionIndex):
         subs = self.subs
         n = len(subs)
         w = self.weights.weights
-        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(subs.kw_ptr))
+        # int32 slots and term slots, each temporary dropped once used (10M subscriptions
+        # hold 26M keywords: every keyword-sized int64 array is 200 MB).
+        k = subs.kw_terms.size
+        row = np.repeat(np.arange(n, dtype=np.int32), np.diff(subs.kw_ptr))
         term_w = w[subs.kw_terms]
         wsum = np.add.reduceat(term_w, subs.kw_ptr[:-1]) if term_w.size else np.zeros(n)
         tau_e = effective_tau(subs.tau, tolerance=self.tolerance)
         spatial_only = np.flatnonzero(tau_e <= subs.alpha)
-        slot = np.concatenate([row, spatial_only])
-        term_slot = np.concatenate([subs.kw_terms.astype(np.int64) + 1,
-                                    np.zeros(spatial_only.size, dtype=np.int64)])
-        value = np.concatenate([term_w / wsum[row], np.zeros(spatial_only.size)])
+        value = np.zeros(k + spatial_only.size)
+        np.divide(term_w, wsum[row], out=value[:k])
+        del term_w, wsum
+        slot = np.concatenate([row, spatial_only.astype(np.int32)])
+        del row
+        term_slot = np.zeros(slot.size, dtype=np.int32)
+        np.add(subs.kw_terms, 1, out=term_slot[:k])
         self.layout = build_posting_layout(
             post_slot=slot, post_term_slot=term_slot, post_value=value,
             slot_cell=self.facts.cell, slot_edge=subs.points.edge,
             n_term_slots=len(self.weights) + 1,
         )
+        del slot, term_slot, value
         c = self.spatial.cells.n_cells
         self.cell_min_alpha = np.full(c, np.inf)
         self.cell_max_alpha = np.full(c, -np.inf)

@@ -29,18 +29,27 @@ class EnhancedIndex(SubscriptionIndex):
     def _build_structures(self) -> None:
         lap = location_aware_prefixes(self.subs, self.weights.weights, self.term_rank,
                                       dmax_m=self.dmax_m, tolerance=self.tolerance)
-        slot = np.concatenate([lap.row, lap.wildcard_rows])
-        term_slot = np.concatenate([lap.term.astype(np.int64) + 1,
-                                    np.zeros(lap.wildcard_rows.size, dtype=np.int64)])
+        # Slots and term slots fit int32 (slots are int32 in the layout already); each
+        # part of the prefixes is dropped once copied, so that at 10M subscriptions the
+        # build holds one copy of the postings, not three.
+        n_wild = lap.wildcard_rows.size
+        slot = np.empty(lap.row.size + n_wild, dtype=np.int32)
+        slot[:lap.row.size] = lap.row
+        slot[lap.row.size:] = lap.wildcard_rows
+        term_slot = np.zeros(slot.size, dtype=np.int32)
+        np.add(lap.term, 1, out=term_slot[:lap.row.size])
         value = np.concatenate([lap.dnub, lap.wildcard_dnub])
+        dn_limit = lap.dn_limit
+        del lap
         self.layout = build_posting_layout(
             post_slot=slot, post_term_slot=term_slot, post_value=value,
             slot_cell=self.facts.cell, slot_edge=self.subs.points.edge,
             n_term_slots=len(self.weights) + 1, edges_by_value=True,
         )
+        del slot, term_slot, value
         # DNlimit(ci) = max over s in ci of DNlimit(s) (Lemma 2); -inf for empty cells.
         self.cell_dn_limit = np.full(self.spatial.cells.n_cells, -np.inf)
-        np.maximum.at(self.cell_dn_limit, self.facts.cell, lap.dn_limit)
+        np.maximum.at(self.cell_dn_limit, self.facts.cell, dn_limit)
         self._edge_statistics(effective_tau(self.subs.tau, tolerance=self.tolerance))
 
     def _restore_cell_statistics(self, arrays: dict[str, npt.NDArray[Any]]) -> None:

@@ -215,6 +215,32 @@ def location_aware_prefixes(
     (Eqs. 11-12). t_i is in the prefix iff DNUB(s|t_i) >= 0, i.e. iff TUB(s|t_i) >=
     TSIMlimit: the minimal p of Eq. 9 (suffix sums decrease, so this is a prefix).
     """
+    # One compiled pass per row (index.build_kernels.lap_kernel): the same operations as
+    # the vectorised form kept in _location_aware_prefixes_vectorised, without its
+    # per-keyword temporaries (26 million keywords at 10M subscriptions).
+    from index.build_kernels import lap_kernel
+
+    row, term, dnub, tub, wild_rows, wild_dnub, dn_limit = lap_kernel(
+        np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
+        np.ascontiguousarray(subs.kw_terms, dtype=np.int32),
+        np.ascontiguousarray(subs.alpha, dtype=np.float64),
+        np.ascontiguousarray(subs.tau, dtype=np.float64),
+        np.ascontiguousarray(weights, dtype=np.float64),
+        np.ascontiguousarray(term_rank, dtype=np.int64), float(dmax_m), float(tolerance))
+    return LocationAwarePrefixes(row=row, term=term, dnub=dnub, tub=tub,
+                                 wildcard_rows=wild_rows, wildcard_dnub=wild_dnub,
+                                 dn_limit=dn_limit)
+
+
+def _location_aware_prefixes_vectorised(
+    subs: Subscriptions,
+    weights: FloatArray,
+    term_rank: IntArray,
+    *,
+    dmax_m: float,
+    tolerance: float = DEFAULTS.score_tolerance,
+) -> LocationAwarePrefixes:
+    """:func:`location_aware_prefixes` in numpy operations (the tests' reference)."""
     n = len(subs)
     lengths = np.diff(subs.kw_ptr)
     row = np.repeat(np.arange(n, dtype=np.int64), lengths)

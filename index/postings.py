@@ -17,6 +17,7 @@ normalised keyword weight for the basic one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -75,8 +76,8 @@ class PostingLayout:
 
 def build_posting_layout(
     *,
-    post_slot: IntArray,
-    post_term_slot: IntArray,
+    post_slot: npt.NDArray[np.integer[Any]],
+    post_term_slot: npt.NDArray[np.integer[Any]],
     post_value: FloatArray,
     slot_cell: npt.NDArray[np.int32],
     slot_edge: npt.NDArray[np.int32],
@@ -98,10 +99,39 @@ def build_posting_layout(
         instead of by edge. A scan that needs a value of at least some bound can then stop
         at the first edge group below it.
     """
+    from index.build_kernels import layout_kernel
+
+    # Both architectures hand over slots sorted by (cell, edge) and each term's postings
+    # in slot order: the compiled kernel then needs a counting sort and short per-edge
+    # sorts instead of sorting every posting by four keys (and their temporaries).
+    ok, *parts = layout_kernel(np.asarray(post_slot), np.asarray(post_term_slot),
+                               np.asarray(post_value, dtype=np.float64),
+                               np.asarray(slot_cell), np.asarray(slot_edge),
+                               int(n_term_slots), bool(edges_by_value))
+    if ok:
+        return PostingLayout(*parts)
+    return _build_posting_layout_sorted(
+        post_slot=post_slot, post_term_slot=post_term_slot, post_value=post_value,
+        slot_cell=slot_cell, slot_edge=slot_edge, n_term_slots=n_term_slots,
+        edges_by_value=edges_by_value)
+
+
+def _build_posting_layout_sorted(
+    *,
+    post_slot: npt.NDArray[np.integer[Any]],
+    post_term_slot: npt.NDArray[np.integer[Any]],
+    post_value: FloatArray,
+    slot_cell: npt.NDArray[np.int32],
+    slot_edge: npt.NDArray[np.int32],
+    n_term_slots: int,
+    edges_by_value: bool = False,
+) -> PostingLayout:
+    """:func:`build_posting_layout` for postings in any order: one sort of all of them."""
+    term_slot: IntArray = np.asarray(post_term_slot, dtype=np.int64)
     cell = slot_cell[post_slot].astype(np.int64)
     edge = slot_edge[post_slot].astype(np.int64)
-    order = _posting_order(post_term_slot, cell, edge, post_value)
-    ts = post_term_slot[order]
+    order = _posting_order(term_slot, cell, edge, post_value)
+    ts = term_slot[order]
     cell = cell[order]
     edge = edge[order]
     value = post_value[order]

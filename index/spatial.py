@@ -27,6 +27,8 @@ __all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 
 FloatArray = npt.NDArray[np.float64]
 
+_FACTS_CHUNK = 1 << 20
+
 
 @dataclass(frozen=True, eq=False)
 class PointFacts:
@@ -98,6 +100,17 @@ class SpatialIndex:
 
     def facts(self, points: EdgePoints) -> PointFacts:
         """Position, cell and border distances of edge points."""
+        if len(points) > _FACTS_CHUNK:
+            # In chunks: each fact takes several point-sized temporaries, 1.5 GB at once
+            # for 10M points.
+            first = astuple_facts(self.facts(points[:_FACTS_CHUNK]))
+            out = tuple(np.empty(len(points), dtype=a.dtype) for a in first)
+            for a in range(0, len(points), _FACTS_CHUNK):
+                part = first if a == 0 else astuple_facts(
+                    self.facts(points[a:a + _FACTS_CHUNK]))
+                for dst, src in zip(out, part, strict=True):
+                    dst[a:a + src.size] = src
+            return PointFacts(*out)
         xy = point_xy(self.network, points)
         local = self.graph.to_local(points)
         return PointFacts(

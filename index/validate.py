@@ -177,7 +177,16 @@ def check_index_arrays(meta: Mapping[str, Any], arrays: Arrays, *, source: str) 
     # Subscriptions (slots).
     sids = c.get("subs.ids", "i", (None,))
     n_subs = sids.size
-    c.unique("subs.ids", sids)
+    if "subs.id_order" in arrays:
+        # The saved order of the ids: a permutation under which they strictly increase,
+        # which also proves them unique (one pass instead of a sort).
+        order = c.ids("subs.id_order", (n_subs,), n_subs)
+        ranked = sids[order]
+        if n_subs > 1 and not bool((ranked[1:] > ranked[:-1]).all()):
+            c.unique("subs.ids", sids)  # names repeated ids, if that is the cause
+            c.fail("subs.id_order", "does not put the ids in increasing order")
+    else:
+        c.unique("subs.ids", sids)
     edge = c.ids("subs.edge", (n_subs,), m)
     offset = c.floats("subs.offset", (n_subs,), lo=0.0, finite=True)
     beyond = offset > length[edge]
@@ -198,6 +207,15 @@ def check_index_arrays(meta: Mapping[str, Any], arrays: Arrays, *, source: str) 
     if not step_ok.all():
         rows = np.unique(np.searchsorted(kw_ptr, np.flatnonzero(~step_ok), side="right") - 1)
         c.fail("subs.kw_terms", f"is not a sorted set in rows {describe_rows(rows.tolist())}")
+
+    # Saved point facts: positions and border distances, read by the bounds.
+    facts = [k for k in ("x", "y", "din_out", "din_in") if f"facts.{k}" in arrays]
+    if facts and len(facts) < 4:
+        c.fail("facts", f"are incomplete (only {', '.join(facts)})")
+    for name in facts:
+        # din is +inf in a cell without border vertices; positions are finite.
+        c.floats(f"facts.{name}", (n_subs,), lo=0.0 if name.startswith("din") else -np.inf,
+                 finite=not name.startswith("din"))
 
     # Postings and statistics of the architecture.
     kind = meta.get("kind")

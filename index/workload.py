@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -340,7 +341,13 @@ def _uniform_points(network: RoadNetwork, n: int, rng: np.random.Generator,
     if cum[-1] <= 0:
         msg = f"network {network.name!r} has no edge of positive length to place points on"
         raise InputError(msg)
-    edge = np.searchsorted(cum, rng.random(n) * cum[-1], side="right")
+    # Looked up in sorted order (a sequential walk of cum instead of n cache misses),
+    # then put back in draw order: the same points as an unsorted lookup.
+    u = rng.random(n) * cum[-1]
+    order = np.argsort(u)
+    edge = np.empty(n, dtype=np.int64)
+    edge[order] = np.searchsorted(cum, u[order], side="right")
+    del u, order
     edge = np.minimum(edge, network.n_edges - 1)
     offset = rng.random(n) * network.edge_length[edge]
     return EdgePoints.of(edge, offset)
@@ -400,19 +407,43 @@ def _sample_subsets(rng: np.random.Generator, corpus: _Corpus, docs: IntArray,
         k = np.minimum(rng.integers(lo, hi + 1, c), length)
         width = int(length.max()) if c else 0
         keys = rng.random((c, width))
-        keys[np.arange(width)[None, :] >= length[:, None]] = 2.0
-        take = min(hi, width)
-        pos = np.argsort(keys, axis=1, kind="stable")[:, :take]
-        chosen = np.arange(take)[None, :] < k[:, None]
-        flat = corpus.ptr[d][:, None] + np.where(chosen, pos, 0)
-        term = np.where(chosen, corpus.terms[flat], np.iinfo(np.int32).max)
-        term.sort(axis=1)
-        parts.append(term[chosen].astype(np.int32))
+        # The k smallest keys among each row's first `length` columns, ties by column
+        # (what a stable argsort of the row would put first), then their terms ascending.
+        parts.append(_pick_keywords(keys, length, k, corpus.ptr[d], corpus.terms))
         counts[start:start + c] = k
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     terms = np.concatenate(parts) if parts else np.empty(0, np.int32)
     return ptr, terms
+
+
+@numba.njit(cache=True, nogil=True)
+def _pick_keywords(keys: npt.NDArray[np.float64], length: IntArray, k: IntArray,
+                   start: IntArray, terms: npt.NDArray[np.int32]
+                   ) -> npt.NDArray[np.int32]:  # pragma: no cover - compiled
+    out = np.empty(int(k.sum()), dtype=np.int32)
+    w = 0
+    for r in range(keys.shape[0]):
+        kr = k[r]
+        chosen = np.empty(kr, dtype=np.int64)
+        for i in range(kr):  # selection: i-th smallest key, first column on ties
+            best = -1
+            for c in range(length[r]):
+                taken = False
+                for j in range(i):
+                    if chosen[j] == c:
+                        taken = True
+                        break
+                if not taken and (best < 0 or keys[r, c] < keys[r, best]):
+                    best = c
+            chosen[i] = best
+        row = np.empty(kr, dtype=np.int32)
+        for i in range(kr):
+            row[i] = terms[start[r] + chosen[i]]
+        row.sort()
+        out[w:w + kr] = row
+        w += kr
+    return out
 
 
 def _combine_documents(rng: np.random.Generator, corpus: _Corpus, eligible: IntArray,

@@ -381,6 +381,61 @@ class IndexMatcher:
         assert lane.scratch is not None
         return lane.scratch
 
+    def verification_floor(self, messages: Messages, deliveries: Deliveries
+                           ) -> tuple[float, int]:
+        """Seconds and junctions settled by the verification of ``messages`` if the
+        matcher knew their ``deliveries`` in advance (from :meth:`match`): one search per
+        message with the delivered subscriptions as its only candidates, each limited to
+        its own distance, on one thread and in the compiled kernel the matcher verifies
+        with (:func:`~pruning.algorithm2.verify_known`). A lower bound of what any
+        pruning leaves verification to pay; it checks the distances it finds.
+
+        Raises
+        ------
+        InputError
+            A delivery names a subscription that is not in the index's slots, or its
+            distance differs from the one the floor's search finds.
+        """
+        import time
+
+        from pruning.algorithm2 import verify_known
+
+        index = self.index
+        slot = index._slot_of(deliveries.subscription_id)
+        if (slot < 0).any():
+            msg = "verification_floor: deliveries of subscriptions outside the index's slots"
+            raise InputError(msg)
+        mf = index.spatial.facts(messages.points)
+        first = np.searchsorted(deliveries.message_id, messages.ids, side="left")
+        end = np.searchsorted(deliveries.message_id, messages.ids, side="right")
+        if first.size and (first[0] != 0 or end[-1] != len(deliveries)
+                           or not np.array_equal(end[:-1], first[1:])):
+            msg = ("verification_floor: the messages must be those of the deliveries, in "
+                   "increasing id order")
+            raise InputError(msg)
+        ptr = np.append(first, end[-1:]).astype(np.int64) if first.size \
+            else np.zeros(1, dtype=np.int64)
+        f = index.facts
+        edge, offset = f.chain[slot], f.chain_offset[slot]
+        limit = np.ascontiguousarray(deliveries.distance, dtype=np.float64)
+        most = int(np.diff(ptr).max(initial=0))
+        lane = self._lane(0)
+        adj = lane.search.adjacency
+        graph = index.spatial.graph
+        net = GraphArrays(adj.indptr, adj.indices, adj.weights, graph.edge_u, graph.edge_v,
+                          graph.edge_length, graph.edge_twoway, self._dead_end_to)
+        t_nodes, t_limits = np.empty(2 * most + 2, dtype=np.int64), np.empty(2 * most + 2)
+        out = np.empty(limit.size)
+        t0 = time.perf_counter()
+        settled = verify_known(net, lane.search.workspace(), mf.chain.astype(np.int64),
+                               mf.chain_offset, ptr, edge, offset, limit, t_nodes, t_limits,
+                               out, lane.buckets, self.bucket_width_m)
+        seconds = time.perf_counter() - t0
+        if not np.array_equal(out, limit):
+            msg = "verification_floor: a delivered distance differs from the floor's search"
+            raise InputError(msg)
+        return seconds, int(settled)
+
     def match(
         self,
         messages: Messages,

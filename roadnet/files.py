@@ -241,11 +241,13 @@ def release_output_locks() -> None:
 atexit.register(release_output_locks)
 
 
-def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
+def read_npz(path: PathLike, keys: tuple[str, ...] | None = None, *, mmap: bool = False
              ) -> tuple[Any, dict[str, Any]]:
     """(meta, arrays) of an ``.npz`` file holding a JSON ``meta`` entry beside its arrays.
 
-    ``keys`` limits the arrays read (all but ``meta`` by default). The files the project
+    ``keys`` limits the arrays read (all but ``meta`` by default). ``mmap=True`` maps the
+    large uncompressed arrays copy-on-write instead of reading them (see
+    :func:`_map_members`). The files the project
     writes (networks, indexes) are read through here, so every one fails alike.
 
     Raises
@@ -264,7 +266,8 @@ def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
         with data:
             meta = json.loads(str(data["meta"]))
             names = [k for k in data.files if k != "meta"] if keys is None else list(keys)
-            arrays = {k: data[k] for k in names}
+            mapped = _map_members(Path(path), set(names)) if mmap else {}
+            arrays = {k: mapped[k] if k in mapped else data[k] for k in names}
     except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
@@ -272,6 +275,46 @@ def read_npz(path: PathLike, keys: tuple[str, ...] | None = None
         detail = "not an .npz array archive" if "pickle" in str(exc) else str(exc)
         raise InputError(detail) from exc
     return meta, arrays
+
+
+#: Members smaller than this are read, not mapped.
+_MAP_MIN_BYTES = 1 << 20
+
+
+def _map_members(path: Path, names: set[str]) -> dict[str, np.ndarray]:
+    """The large uncompressed ``.npy`` members of an ``.npz`` as arrays over a private
+    (copy-on-write) map of the file: nothing is read until used, and writes to an array
+    stay in this process. Members that are compressed, small or hold objects are left to
+    the caller. The project replaces files by renaming, so a mapped file is never
+    rewritten underneath its maps."""
+    import mmap as mmap_module
+
+    from numpy.lib import format as npy
+
+    out: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf, path.open("rb") as fh:
+        infos = [i for i in zf.infolist() if i.filename.endswith(".npy")
+                 and i.filename[:-4] in names and i.compress_type == zipfile.ZIP_STORED
+                 and i.file_size >= _MAP_MIN_BYTES]
+        if not infos:
+            return out
+        whole = mmap_module.mmap(fh.fileno(), 0, access=mmap_module.ACCESS_COPY)
+        for info in infos:
+            fh.seek(info.header_offset)
+            local = fh.read(30)
+            if local[:4] != b"PK\x03\x04":
+                continue
+            fh.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little")
+                    + int.from_bytes(local[28:30], "little"))
+            version = npy.read_magic(fh)
+            shape, fortran, dtype = (npy.read_array_header_1_0(fh) if version == (1, 0)
+                                     else npy.read_array_header_2_0(fh))
+            count = int(np.prod(shape, dtype=np.int64))
+            if dtype.hasobject or fh.tell() + count * dtype.itemsize > len(whole):
+                continue
+            flat = np.frombuffer(whole, dtype=dtype, count=count, offset=fh.tell())
+            out[info.filename[:-4]] = flat.reshape(shape, order="F" if fortran else "C")
+    return out
 
 
 def _umask() -> int:

@@ -169,6 +169,15 @@ class ThroughputConfig:
         verification floor (one search per message that knows its farthest delivery).
     dense_messages
         Messages of the dense workload.
+    ratio_point
+        Subscriptions of the EIA/BIA ratio point (section ``ratio_point``; 0 skips it):
+        the main messages matched by EIA and BIA built on that many subscriptions of the
+        same workload, in turns, for the ratio the indexing issue set (EIA >= 5x BIA at
+        4,000,000 subscriptions and more).
+    save_load
+        Also save the EIA index and load it back in a fresh process (section
+        ``save_load``: seconds, file bytes per subscription, the loading process's peak
+        RSS).
     """
 
     network: str | None = None
@@ -191,6 +200,8 @@ class ThroughputConfig:
     latency_messages: int = 1000
     dense: bool = False
     dense_messages: int = 200
+    ratio_point: int = 0
+    save_load: bool = False
 
 
 def scaled(name: str, **overrides: Any) -> BenchConfig:

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from index.model import Messages, Subscriptions
     from index.spatial import SpatialIndex
     from index.terms import TermWeights
-    from index.workload import Workload
     from pruning.deliveries import Deliveries
     from pruning.indexed import IndexMatcher
 
@@ -31,7 +30,6 @@ __all__ = [
     "measure_point",
     "single_message_latency",
     "update_latency",
-    "verification_floor",
     "warm_up",
 ]
 
@@ -144,31 +142,6 @@ def update_latency(index: SubscriptionIndex, matcher: IndexMatcher, subs: Subscr
             times.append(time.perf_counter() - t0)
         out[name] = round(1000 * statistics.median(times), 3)
     return out
-
-
-def verification_floor(spatial: SpatialIndex, wl: Workload, deliveries: Deliveries,
-                       dmax: float) -> float:
-    """Seconds for one search per message that already knows its deliveries: a reverse
-    search from the message bounded by its farthest delivery, then the delivered points'
-    distances. No matcher's verification can settle fewer junctions; pruning is free."""
-    from roadnet.distance import NodeSearch, distances_to_point
-
-    graph = spatial.graph
-    search = NodeSearch(graph, reverse=True)
-    row_of = np.argsort(wl.subscriptions.ids)
-    ids_sorted = wl.subscriptions.ids[row_of]
-    starts = np.searchsorted(deliveries.message_id, wl.messages.ids, side="left")
-    ends = np.searchsorted(deliveries.message_id, wl.messages.ids, side="right")
-    t0 = time.perf_counter()
-    for j in range(len(wl.messages)):
-        a, b = starts[j], ends[j]
-        if a == b:
-            continue
-        rows = row_of[np.searchsorted(ids_sorted, deliveries.subscription_id[a:b])]
-        limit = float(deliveries.distance[a:b].max())
-        distances_to_point(graph, wl.messages.points[j:j + 1],
-                           wl.subscriptions.points[rows], limit=limit, search=search)
-    return time.perf_counter() - t0
 
 
 def single_message_latency(matcher: IndexMatcher, msgs: Messages, count: int

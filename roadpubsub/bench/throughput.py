@@ -23,7 +23,6 @@ from roadpubsub.bench.machine import machine_info, max_rss_mib
 from roadpubsub.bench.measure import (
     single_message_latency,
     update_latency,
-    verification_floor,
     warm_up,
 )
 from roadpubsub.bench.workloads import Prepared, prepare
@@ -74,6 +73,7 @@ class Suite:
     weights: TermWeights
     steps: Steps
     rss: dict[str, float] = field(default_factory=dict)
+    indexes: dict[str, SubscriptionIndex] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,106 @@ def _dense_section(suite: Suite) -> dict[str, Any]:
                           suite.weights, suite.prepared.dmax_m, suite.config)
 
 
+def _ratio_point_section(suite: Suite) -> dict[str, Any]:
+    """EIA and BIA on ``ratio_point`` subscriptions of the same workload, in turns."""
+    from index.bia import BasicIndex
+    from index.eia import EnhancedIndex
+    from pruning.indexed import IndexMatcher
+
+    config = suite.config
+    subs, _, weights = suite.prepared.source.generate(
+        suite.prepared.network, n_subscriptions=config.ratio_point, n_messages=0,
+        seed=config.seed, alpha=config.alpha, alpha_spread=config.alpha_spread,
+        tau=config.tau, tau_spread=config.tau_spread)
+    # The messages' keyword ids are the main workload's: the same corpus and seed give
+    # the same vocabulary, which this checks.
+    if weights.terms != suite.weights.terms:
+        msg = "ratio point: the workload's vocabulary differs from the main one"
+        raise InputError(msg)
+    built: dict[str, dict[str, float]] = {}
+    methods = []
+    for cls in (EnhancedIndex, BasicIndex):
+        t0 = time.perf_counter()
+        index = cls(suite.prepared.spatial, subs, weights, dmax_m=suite.prepared.dmax_m)
+        built[cls.kind] = {"seconds": round(time.perf_counter() - t0, 3),
+                           "bytes_per_subscription": round(index.nbytes_per_subscription(),
+                                                           1)}
+        matcher = IndexMatcher(index, hilbert_order=config.hilbert_order,
+                               threads=config.threads)
+        matcher.match(suite.messages.take([0]))
+        methods.append(index_method(cls.kind, matcher, suite.messages))
+    results, last = time_in_turns(methods, config.repeats)
+    n = len(suite.messages)
+    return {"subscriptions": config.ratio_point, "messages": n, "build": built,
+            "methods": {k: r.to_dict() for k, r in results.items()},
+            "deliveries_per_message": round(len(last["eia"].deliveries) / n, 2),
+            "ratios": {"eia_over_bia": ratio(results, "eia", "bia")},
+            "agree": bool(deliveries_agree(last["eia"].deliveries,
+                                           [last["bia"].deliveries]))}
+
+
+_LOAD_CHILD = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from index.store import load_index
+index = load_index(sys.argv[1])
+seconds = time.perf_counter() - t0
+# VmHWM, not ru_maxrss: a child forked from a large process inherits the parent's maxrss.
+with open("/proc/self/status") as fh:
+    hwm = [int(line.split()[1]) for line in fh if line.startswith("VmHWM")]
+peak = hwm[0] / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "subscriptions": len(index.subs), "peak_rss_mib": peak}))
+"""
+
+
+def _save_load_section(suite: Suite) -> dict[str, Any]:
+    """Save EIA, then load it in a fresh process (imports and kernel cache included)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    index = suite.indexes["eia"]
+    with tempfile.TemporaryDirectory(prefix="roadpubsub-bench-") as folder:
+        path = Path(folder) / "eia.npz"
+        t0 = time.perf_counter()
+        index.save(path)
+        saved = time.perf_counter() - t0
+        size = path.stat().st_size
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _LOAD_CHILD, str(path)],
+                              capture_output=True, text=True, check=False, timeout=3600)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            msg = f"loading the saved index failed: {done.stderr.strip()[-500:]}"
+            raise InputError(msg)
+        child = json.loads(done.stdout.strip().splitlines()[-1])
+    n = len(index.subs)
+    return {"subscriptions": n, "save_seconds": round(saved, 3),
+            "file_bytes": size, "file_bytes_per_subscription": round(size / n, 1),
+            "load_seconds": round(child["seconds"], 3),
+            "load_process_seconds": round(wall, 3),
+            "load_peak_rss_mib": round(child["peak_rss_mib"], 1),
+            "notes": ("load_seconds: load_index in a fresh process, from imports to the "
+                      "index (file in the page cache, large arrays mapped copy-on-write, "
+                      "every array checked); load_process_seconds: the whole child")}
+
+
 #: The further workloads, in the order they run (each after the main timing).
 SECTIONS: list[Section] = [
     Section("dense", "the dense workload (messages among crowds of subscribers)",
             lambda config: config.dense, _dense_section,
             lambda doc: _throughputs(doc["methods"])),
+    Section("ratio_point", "EIA and BIA at the ratio point",
+            lambda config: config.ratio_point > 0, _ratio_point_section,
+            lambda doc: (f"{doc['subscriptions']:,} subscriptions: "
+                         + _throughputs(doc["methods"])
+                         + f"; EIA/BIA {doc['ratios']['eia_over_bia']}")),
+    Section("save_load", "saving EIA and loading it in a fresh process",
+            lambda config: config.save_load, _save_load_section,
+            lambda doc: (f"save {doc['save_seconds']:.1f} s, "
+                         f"{doc['file_bytes_per_subscription']:.0f} B/subscription, "
+                         f"load {doc['load_seconds']:.1f} s")),
 ]
 
 
@@ -182,6 +277,7 @@ def run_throughput(
                                 "bytes_per_subscription":
                                     round(index.nbytes_per_subscription(), 1)}
             indexes[cls.kind] = index
+            suite.indexes[cls.kind] = index
             matchers[cls.kind] = IndexMatcher(index, hilbert_order=config.hilbert_order,
                                               threads=config.threads)
             matchers[cls.kind].match(msgs.take([0]))
@@ -231,7 +327,7 @@ def run_throughput(
                 sections[section.key] = section.run(suite)
                 info["note"] = section.note(sections[section.key])
             else:
-                info["note"] = f"skipped (--{section.key} runs it)"
+                info["note"] = f"skipped (--{section.key.replace('_', '-')} runs it)"
     with steps.step("updates", "one-subscription updates on each index") as info:
         for kind in matchers:
             results[kind].extra["update_ms"] = update_latency(indexes[kind], matchers[kind],
@@ -240,6 +336,7 @@ def run_throughput(
             f"{k} move {results[k].extra['update_ms'].get('move', 0):.2f} ms"
             for k in matchers)
     del indexes, matchers
+    suite.indexes.clear()
     # Traced builds come after every timing: one leaves the heap fragmented, and matching
     # (indexes and brute force alike) measured up to 30% slower after it (the arrays then
     # get fewer huge pages).
@@ -336,8 +433,13 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
                 results[name].seconds_all += r.seconds_all
             else:
                 results[name] = r
-        # The floor knows the deliveries in advance: EIA's of this round.
-        floor.append(verification_floor(spatial, wl, rounds["eia"].deliveries, dmax))
+        # The floor knows the deliveries in advance: EIA's of this round. Compiled, one
+        # thread, the matcher's own search kernel (IndexMatcher.verification_floor).
+        if not floor:  # compile the floor's kernel outside the timing
+            matchers["eia_1thread"].verification_floor(wl.messages, rounds["eia"].deliveries)
+        seconds, floor_settled = matchers["eia_1thread"].verification_floor(
+            wl.messages, rounds["eia"].deliveries)
+        floor.append(seconds)
     results["floor"] = MethodResult("floor", k, floor)
     eia = rounds["eia"]
     totals = eia.counters
@@ -353,6 +455,7 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
         "deliveries_per_message": round(len(eia.deliveries) / k, 2),
         "candidates_per_message": round(totals["candidates"] / k, 2),
         "vertices_settled_per_message": round(totals["vertices_settled"] / k, 2),
+        "floor_vertices_settled_per_message": round(floor_settled / k, 2),
         "methods": docs,
         "ratios": {"eia_over_bia": ratio(results, "eia", "bia"),
                    "eia_over_brute": ratio(results, "eia", "brute"),

@@ -129,6 +129,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--dense", action="store_true",
                    help="throughput: also time a dense workload (every message and half of "
                         "the subscriptions within 3 km of the centre; JSON section 'dense')")
+    p.add_argument("--ratio-point", type=int, default=0, metavar="N",
+                   help="throughput: also time EIA and BIA on N subscriptions of the same "
+                        "workload (JSON section 'ratio_point'; the EIA >= 5x BIA target is "
+                        "set at 4000000)")
+    p.add_argument("--save-load", action="store_true",
+                   help="throughput: also save the EIA index and load it in a fresh process "
+                        "(JSON section 'save_load')")
     p.add_argument("--input-order", action="store_true",
                    help="throughput: EIA and BIA match the messages in input order instead "
                         "of Hilbert order of their locations (for comparison)")
@@ -150,10 +157,11 @@ def run(args: argparse.Namespace) -> int:
     from roadpubsub.outputs import dumps_json
 
     for name in ("n_subscriptions", "n_messages", "brute_messages", "repeats", "cell_capacity",
-                 "threads"):
+                 "threads", "ratio_point"):
         value = getattr(args, name)
-        if value is not None and value < (0 if name == "brute_messages" else 1):
-            msg = f"--{name.replace('_', '-')} must be >= {0 if name == 'brute_messages' else 1}"
+        least = 0 if name in ("brute_messages", "ratio_point") else 1
+        if value is not None and value < least:
+            msg = f"--{name.replace('_', '-')} must be >= {least}"
             raise InputError(msg)
     check_output_path(args.out_dir, folder=True, what="--out-dir", inputs=(args.network,))
     quiet = args.quiet
@@ -167,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         config = ThroughputConfig(**{k: v for k, v in overrides.items() if v is not None},
                                   trace_memory=not args.no_trace_memory,
                                   hilbert_order=not args.input_order, threads=args.threads,
-                                  dense=args.dense)
+                                  dense=args.dense, ratio_point=args.ratio_point,
+                                  save_load=args.save_load)
         doc = run_throughput(config, out_dir=args.out_dir, quiet=quiet)
         ok = doc["agree"] is not False
     else:

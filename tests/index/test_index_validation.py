@@ -23,7 +23,7 @@ from index.eia import EnhancedIndex
 from index.io import write_messages
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.spatial import SpatialIndex
-from index.store import verify_index
+from index.store import load_index, verify_index
 from index.validate import IndexFileError
 from index.workload import generate_workload
 from pruning.indexed import IndexMatcher
@@ -83,6 +83,12 @@ TAMPERS: list[tuple[str, Callable[[Arrays], None], str]] = [
     ("duplicate subscription id", lambda a: a.update(
         {"subs.ids": np.concatenate([a["subs.ids"][:1], a["subs.ids"][:-1]])}), "subs.ids"),
     ("NaN offset", _set("subs.offset", 0, float("nan")), "subs.offset"),
+    ("id order out of range", _set("subs.id_order", 0, 10**7), "subs.id_order"),
+    ("id order repeating a slot", lambda a: a["subs.id_order"].__setitem__(
+        1, a["subs.id_order"][0]), "subs.id_order"),
+    ("NaN position", _set("facts.x", 0, float("nan")), "facts.x"),
+    ("negative border distance", _set("facts.din_in", 2, -1.0), "facts.din_in"),
+    ("a fact missing", _drop("facts.din_out"), "facts"),
     ("offset beyond the edge", _set("subs.offset", 0, 1e9), "subs.offset"),
     ("negative weight", _set("weights.values", 0, -1.0), "weights.values"),
     ("alpha 2", _set("subs.alpha", 0, 2.0), "subs.alpha"),
@@ -235,3 +241,26 @@ def test_api_refuses_points_off_the_network(saved, kind) -> None:
                    msgs.kw_ptr, msgs.kw_terms)
     with pytest.raises(ValueError, match="messages"):
         IndexMatcher(index).match(off)
+
+
+def test_large_arrays_are_mapped_and_equal_to_the_read_ones(saved, monkeypatch) -> None:
+    """Loading maps an index file's large arrays (copy-on-write) instead of reading them;
+    they hold what a plain read gives, and writing to one leaves the file alone."""
+    import roadnet.files as files
+
+    path = saved["files"]["eia"]
+    _, plain = files.read_npz(path)
+    monkeypatch.setattr(files, "_MAP_MIN_BYTES", 1)
+    mapped = files._map_members(Path(path), set(plain))
+    assert {"subs.ids", "subs.id_order", "facts.x", "structure.layout.post_slot"} <= set(mapped)
+    for name, array in mapped.items():
+        assert array.dtype == plain[name].dtype and np.array_equal(array, plain[name]), name
+    before = Path(path).read_bytes()
+    mapped["subs.alpha"][0] = 0.123
+    assert Path(path).read_bytes() == before
+    index = load_index(path)
+    fresh = EnhancedIndex(saved["spatial"], saved["wl"].subscriptions, saved["wl"].weights,
+                          dmax_m=3000.0)
+    for name in ("x", "y", "cell", "din_out", "din_in", "chain", "chain_offset"):
+        np.testing.assert_array_equal(getattr(index.facts, name), getattr(fresh.facts, name))
+    np.testing.assert_array_equal(index._id_order, fresh._id_order)

@@ -100,3 +100,34 @@ def test_delivered_pairs_always_pass_lemmas_3_and_6(weights, sub_mask, msg_mask,
     assert max(bounds) >= d[0] - 1e-9
     assert lap.dn_limit[0] >= d[0] - 1e-9
     assert effective_tau(subs.tau)[0] <= score[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    weights=st.lists(st.floats(1e-290, 1e290) | st.sampled_from([1.0, 2.0]), min_size=1,
+                     max_size=8),
+    rows=st.lists(st.tuples(st.integers(1, 255), st.sampled_from([0.0, 1.0, 0.5])
+                            | st.floats(0.0, 1.0), st.floats(1e-3, 1.0)),
+                  min_size=1, max_size=20),
+    tolerance=st.sampled_from([0.0, 1e-9]),
+)
+def test_compiled_prefixes_equal_the_vectorised_ones(weights, rows, tolerance) -> None:
+    """The compiled prefixes are bit for bit those of the numpy formulation, for weights of
+    any magnitude, alpha at 0 and 1, and ties between weights."""
+    from index.limits import _location_aware_prefixes_vectorised
+
+    vocab = [f"t{i}" for i in range(len(weights))]
+    w = TermWeights(dict(zip(vocab, weights, strict=True)))
+    keywords = [[t for i, t in enumerate(vocab) if mask >> i & 1] or vocab[:1]
+                for mask, _, _ in rows]
+    subs = Subscriptions.from_rows(
+        ids=np.arange(len(rows)), points=EdgePoints.of([0] * len(rows), [0.0] * len(rows)),
+        keywords=keywords, alpha=[a for _, a, _ in rows], tau=[t for _, _, t in rows],
+        weights=w)
+    got = location_aware_prefixes(subs, w.weights, w.rank(), dmax_m=DMAX, tolerance=tolerance)
+    want = _location_aware_prefixes_vectorised(subs, w.weights, w.rank(), dmax_m=DMAX,
+                                                tolerance=tolerance)
+    for name in got.__dataclass_fields__:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype, name
+        np.testing.assert_array_equal(a, b, err_msg=name)

@@ -97,3 +97,57 @@ def test_edge_groups_by_value_sees_a_rise_inside_a_group_only() -> None:
     np.testing.assert_array_equal(by_value.eg_value, [300.0, 100.0, 500.0])
     np.testing.assert_array_equal(by_value.eg_edge, [1, 0, 0])
     assert edge_groups_by_value(by_value)
+
+
+@st.composite
+def sorted_postings(draw: st.DrawFn) -> dict[str, np.ndarray]:
+    """Postings as the architectures make them: slots sorted by (cell, edge) and each term's
+    postings in slot order (the compiled layout's input), with many value ties."""
+    data = draw(postings())
+    order = np.lexsort((data["slot_edge"], data["slot_cell"]))
+    data["slot_cell"], data["slot_edge"] = data["slot_cell"][order], data["slot_edge"][order]
+    key = np.lexsort((data["post_slot"], data["post_term_slot"]))
+    if draw(st.booleans()):  # interleave terms, keeping each term's slots ascending
+        key = key[np.argsort(data["post_slot"][key], kind="stable")]
+    for name in ("post_slot", "post_term_slot", "post_value"):
+        data[name] = data[name][key]
+    return data
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=sorted_postings(), by_value=st.booleans(), narrow=st.booleans())
+def test_compiled_layout_equals_the_sorted_one(data: dict[str, np.ndarray], by_value: bool,
+                                               narrow: bool) -> None:
+    from index.build_kernels import layout_kernel
+    from index.postings import _build_posting_layout_sorted
+
+    if narrow:
+        data["post_slot"] = data["post_slot"].astype(np.int32)
+        data["post_term_slot"] = data["post_term_slot"].astype(np.int32)
+    ok, *parts = layout_kernel(data["post_slot"], data["post_term_slot"], data["post_value"],
+                               data["slot_cell"], data["slot_edge"], 4, by_value)
+    assert ok
+    want = _build_posting_layout_sorted(**data, n_term_slots=4, edges_by_value=by_value)
+    for name, got in zip(PostingLayout.__dataclass_fields__, parts, strict=True):
+        expect = getattr(want, name)
+        assert got.dtype == expect.dtype, name
+        np.testing.assert_array_equal(got, expect, err_msg=name)
+
+
+def test_compiled_layout_declines_unsorted_input() -> None:
+    from index.build_kernels import layout_kernel
+
+    cell = np.array([1, 0], dtype=np.int32)
+    edge = np.array([0, 0], dtype=np.int32)
+    ok = layout_kernel(np.array([0, 1]), np.array([1, 1]), np.array([1.0, 2.0]), cell, edge,
+                       2, False)[0]
+    assert not ok  # slots not sorted by cell
+    cell = np.array([0, 1], dtype=np.int32)
+    ok = layout_kernel(np.array([1, 0]), np.array([1, 1]), np.array([1.0, 2.0]), cell, edge,
+                       2, False)[0]
+    assert not ok  # a term's postings out of slot order
+    # build_posting_layout still answers, by sorting.
+    layout = build_posting_layout(post_slot=np.array([1, 0]), post_term_slot=np.array([1, 1]),
+                                  post_value=np.array([1.0, 2.0]), slot_cell=cell,
+                                  slot_edge=edge, n_term_slots=2)
+    np.testing.assert_array_equal(layout.post_slot, [0, 1])

@@ -261,3 +261,24 @@ def test_andorra_tweets_uniform(andorra: RoadNetwork, tweet_docs: list[list[str]
                               read_weights(paths["weights"]))
     np.testing.assert_array_equal(subs.points.edge, w.subscriptions.points.edge)
     np.testing.assert_array_equal(subs.points.offset, w.subscriptions.points.offset)
+
+
+def test_compiled_keyword_pick_is_the_stable_argsort_pick() -> None:
+    """_pick_keywords takes, per row, the k smallest keys of the row's first `length`
+    columns (ties by column) and returns their terms sorted: what the argsort formulation
+    it replaced took, including on tied keys."""
+    from index.workload import _pick_keywords
+
+    rng = np.random.default_rng(5)
+    c, width = 400, 9
+    keys = rng.integers(0, 4, (c, width)).astype(np.float64) / 4  # many ties
+    length = rng.integers(1, width + 1, c)
+    k = np.minimum(rng.integers(1, 6, c), length)
+    ptr = np.arange(c) * width
+    terms = rng.integers(0, 1000, c * width).astype(np.int32)
+    got = _pick_keywords(keys, length, k, ptr, terms)
+    masked = keys.copy()
+    masked[np.arange(width)[None, :] >= length[:, None]] = 2.0
+    pos = np.argsort(masked, axis=1, kind="stable")
+    want = np.concatenate([np.sort(terms[ptr[r] + pos[r, :k[r]]]) for r in range(c)])
+    np.testing.assert_array_equal(got, want)

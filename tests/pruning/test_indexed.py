@@ -149,3 +149,28 @@ def test_threads_give_the_one_thread_result(rome, arch) -> None:
     fresh, _ = IndexMatcher(index, threads=1).match(wl.messages)
     assert_same(again, fresh)
     assert len(fresh) < len(one)
+
+
+def test_verification_floor_finds_the_reference_distances(andorra) -> None:
+    """The floor's search (the delivered subscriptions as the only candidates, each limited
+    to its own distance) finds exactly the reference matcher's distances, settles no more
+    junctions than the matcher, and refuses deliveries it cannot reproduce."""
+    from roadnet.errors import InputError
+
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=6,
+                           alpha_spread=0.4, tau_spread=0.3)
+    dmax = 3000.0
+    index = EnhancedIndex(SpatialIndex.build(andorra, capacity=80), wl.subscriptions,
+                          wl.weights, dmax_m=dmax)
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    assert len(want) > 30
+    matcher = IndexMatcher(index, threads=1)
+    _, stats = matcher.match(wl.messages)
+    seconds, settled = matcher.verification_floor(wl.messages, want)
+    assert seconds >= 0.0 and 0 < settled <= stats.totals()["vertices_settled"]
+    nudged = Deliveries(want.message_id, want.subscription_id, want.distance * (1 - 1e-9),
+                        want.score)
+    with pytest.raises(InputError, match="differs"):
+        matcher.verification_floor(wl.messages, nudged)
+    with pytest.raises(InputError, match="increasing id order"):
+        matcher.verification_floor(wl.messages.take(np.arange(29, -1, -1)), want)
