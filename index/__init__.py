@@ -12,6 +12,8 @@ from index import (
     delta,
     eia,
     io,
+    kinds,
+    kinds_io,
     limits,
     model,
     postings,
@@ -26,6 +28,8 @@ from index.bia import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
 from index.io import *  # noqa: F403
+from index.kinds import *  # noqa: F403
+from index.kinds_io import *  # noqa: F403
 from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
 from index.postings import *  # noqa: F403
@@ -36,7 +40,7 @@ from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, io, limits, postings, spatial, validate, delta, base, bia,
-               eia, workload)
+API_MODULES = (terms, text, model, io, kinds, kinds_io, limits, postings, spatial, validate,
+               delta, base, bia, eia, workload)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})
