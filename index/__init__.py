@@ -9,6 +9,7 @@ The public API is the union of the modules' ``__all__``::
 from index import (
     base,
     bia,
+    boolean,
     delta,
     eia,
     io,
@@ -25,6 +26,7 @@ from index import (
 )
 from index.base import *  # noqa: F403
 from index.bia import *  # noqa: F403
+from index.boolean import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
 from index.io import *  # noqa: F403
@@ -41,6 +43,6 @@ from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, io, kinds, kinds_io, limits, postings, spatial, validate,
-               delta, base, bia, eia, workload)
+               delta, base, bia, eia, workload, boolean)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})
