@@ -21,6 +21,7 @@ from index import (
     spatial,
     terms,
     text,
+    topk,
     validate,
     workload,
 )
@@ -38,11 +39,12 @@ from index.postings import *  # noqa: F403
 from index.spatial import *  # noqa: F403
 from index.terms import *  # noqa: F403
 from index.text import *  # noqa: F403
+from index.topk import *  # noqa: F403
 from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, io, kinds, kinds_io, limits, postings, spatial, validate,
-               delta, base, bia, eia, workload, boolean)
+               delta, base, bia, eia, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

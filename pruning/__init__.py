@@ -18,6 +18,8 @@ from pruning import (
     matchers,
     routing,
     similarity,
+    topk,
+    topk_buffers,
     topk_events,
 )
 from pruning.algorithm1 import *  # noqa: F403
@@ -31,10 +33,12 @@ from pruning.kinds_reference import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
+from pruning.topk import *  # noqa: F403
+from pruning.topk_buffers import *  # noqa: F403
 from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               indexed, matchers, topk_events, kinds_reference, boolean)
+               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -36,7 +36,7 @@ def as_boolean(network: RoadNetwork, subs: Subscriptions, messages: Messages,
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 2**32 - 1))
-def test_index_equals_reference_on_random_graphs(scenario, seed) -> None:  # noqa: ANN001
+def test_index_equals_reference_on_random_graphs(scenario, seed) -> None:
     network, subs, messages, weights, dmax, capacity = scenario
     rng = np.random.default_rng(seed)
     # Messages hold their subscriptions' keywords often enough for deliveries to happen.
@@ -48,7 +48,7 @@ def test_index_equals_reference_on_random_graphs(scenario, seed) -> None:  # noq
     assert_same(got, want)
 
 
-def test_reference_is_the_definition(andorra, make_region_workload, reference) -> None:  # noqa: ANN001
+def test_reference_is_the_definition(andorra, make_region_workload, reference) -> None:
     """Reference deliveries = pairs with every keyword and an independent dN <= radius."""
     rng = np.random.default_rng(5)
     subs, messages, weights, _ = make_region_workload(andorra, rng, n_subs=60, n_messages=25,
@@ -74,7 +74,7 @@ def test_reference_is_the_definition(andorra, make_region_workload, reference) -
 
 
 @pytest.mark.parametrize("net", ["andorra", "rome"])
-def test_index_equals_reference_on_real_networks(net, request, make_region_workload) -> None:  # noqa: ANN001
+def test_index_equals_reference_on_real_networks(net, request, make_region_workload) -> None:
     network = request.getfixturevalue(net)
     rng = np.random.default_rng(11)
     subs, messages, weights, _ = make_region_workload(network, rng, n_subs=3000,
