@@ -203,12 +203,10 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
             n_ev = _emit(ev, n_ev, t, 1, EVENT_EVICT, win.mid[st.b_seq[e] % window], s, k,
                          st.b_score[e], st.b_dist[e])
         n_ev = _emit(ev, n_ev, t, 1, EVENT_INSERT, win.mid[t % window], s, p + 1, score, dist)
-    kept = 0
+    # Entries from p on are outranked by the new message: one more dominator each; the
+    # k-dominated ones leave (compacted forwards), the rest move down one place.
+    w = p
     for j in range(p, n):
-        if st.b_dom[base + j] + 1 < k:
-            kept += 1
-    w = p + kept
-    for j in range(n - 1, p - 1, -1):
         e = base + j
         if st.b_dom[e] + 1 < k:
             d = base + w
@@ -216,12 +214,17 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
             st.b_score[d] = st.b_score[e]
             st.b_dist[d] = st.b_dist[e]
             st.b_dom[d] = st.b_dom[e] + 1
-            w -= 1
+            w += 1
+    for j in range(base + w - 1, base + p - 1, -1):
+        st.b_seq[j + 1] = st.b_seq[j]
+        st.b_score[j + 1] = st.b_score[j]
+        st.b_dist[j + 1] = st.b_dist[j]
+        st.b_dom[j + 1] = st.b_dom[j]
     st.b_seq[base + p] = t
     st.b_score[base + p] = score
     st.b_dist[base + p] = dist
     st.b_dom[base + p] = 0
-    n = p + kept + 1
+    n = w + 1
     if n > cap:
         low = st.b_score[base + n - 1]
         while n > 0 and st.b_score[base + n - 1] == low:

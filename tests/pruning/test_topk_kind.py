@@ -129,4 +129,5 @@ def test_index_equals_reference_on_real_networks(net, window, k, request,  # noq
     assert len(want) > 500
     assert (want.phase == 0).any()  # expiries happened
     assert got.rows() == want.rows()
-    assert idx.stats["reevaluations"] > 0 or window > 100
+    if k < window <= 100:  # buffers ran dry and were refilled from the window
+        assert idx.stats["reevaluations"] > 0
