@@ -91,7 +91,7 @@ def replay(events: TopkEvents, n: int) -> list[dict[int, list[int]]]:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 3, 5, 40]),
        st.integers(1, 40), st.booleans())
-def test_index_equals_reference_on_random_graphs(scenario, seed, window, n_msgs, split):  # noqa: ANN001
+def test_index_equals_reference_on_random_graphs(scenario, seed, window, n_msgs, split):
     network, subs, _, weights, dmax, capacity = scenario
     rng = np.random.default_rng(seed)
     tsubs = as_topk(subs, rng, (1, 2, 3, 50))  # 50: k larger than the window
@@ -114,7 +114,7 @@ def test_index_equals_reference_on_random_graphs(scenario, seed, window, n_msgs,
 
 @pytest.mark.parametrize(("net", "window", "k"), [("andorra", 30, 3), ("rome", 200, 5),
                                                   ("rome", 7, 10)])
-def test_index_equals_reference_on_real_networks(net, window, k, request,  # noqa: ANN001
+def test_index_equals_reference_on_real_networks(net, window, k, request,
                                                  make_region_workload) -> None:
     network = request.getfixturevalue(net)
     rng = np.random.default_rng(3)
