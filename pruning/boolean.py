@@ -22,7 +22,10 @@ the exact distance alone (grid lengths, :mod:`roadnet.lengths`), the reference's
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -36,10 +39,12 @@ from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds
 from pruning.algorithm2 import verify_candidates
 from pruning.deliveries import Deliveries
+from pruning.indexed import default_threads
 from pruning.kernel_args import GraphArrays
 from pruning.kinds_reference import holds_all_keywords
 from roadnet.distance import NodeSearch, dead_ends
-from roadnet.network import RoadNetwork
+from roadnet.locations import point_xy
+from roadnet.network import RoadNetwork, spatial_order
 from roadnet.settings import DEFAULTS
 
 __all__ = ["BooleanIndexMatcher", "BooleanMessageArrays", "BooleanPostingArrays",
@@ -120,13 +125,13 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 
 @numba.njit(cache=True, nogil=True)
 def _match_boolean(  # pragma: no cover - compiled
-    start: int, msg: BooleanMessageArrays, cb: CellBoundArrays, lay: BooleanPostingArrays,
-    slots: BooleanSlotArrays, net: GraphArrays, ws: tuple, buckets: tuple,
-    bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64, out_dist: F,
+    start: int, stop: int, msg: BooleanMessageArrays, cb: CellBoundArrays,
+    lay: BooleanPostingArrays, slots: BooleanSlotArrays, net: GraphArrays, ws: tuple,
+    buckets: tuple, bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64, out_dist: F,
     n_slots: int,
 ) -> tuple[int, int]:
-    """Match messages from ``start`` until the output could overflow; (next, n_out)."""
-    n_msg = msg.kw_ptr.size - 1
+    """Match messages ``start`` .. ``stop - 1`` while the output surely fits; (next, n_out)."""
+    n_msg = min(stop, msg.kw_ptr.size - 1)
     n_out = 0
     n_terms = lay.term_ptr.size - 1
     i = start
@@ -235,6 +240,9 @@ class BooleanIndexMatcher:
         As for :class:`~pruning.kinds_reference.BooleanBruteMatcher`.
     spatial
         Cells and bounds to reuse; built when omitted.
+    threads
+        Threads matching one call (default: every core this process may use); the result
+        is the same for any number.
 
     Examples
     --------
@@ -260,6 +268,7 @@ class BooleanIndexMatcher:
 
     def __init__(self, network: RoadNetwork, subs: BooleanSubscriptions, weights: TermWeights,
                  *, dmax_m: float, spatial: SpatialIndex | None = None,
+                 threads: int | None = None,
                  bucket_width_m: float = DEFAULTS.bucket_width_m) -> None:
         self.spatial = spatial or SpatialIndex.build(network)
         self.index = BooleanIndex.build(self.spatial, subs, weights, dmax_m=dmax_m)
@@ -274,25 +283,58 @@ class BooleanIndexMatcher:
         self._slots = BooleanSlotArrays(f.x, f.y, f.din_out, f.chain, f.chain_offset,
                                         subs.radius, subs.kw_ptr, subs.kw_terms)
         self._cb = cell_bound_arrays(self.spatial)
-        self._scratch = verify_scratch(self.spatial.cells.n_cells, len(weights), len(subs))
-        n = max(len(subs), 1)
-        self._out = (np.empty(4 * n, np.int64), np.empty(4 * n, np.int64), np.empty(4 * n))
+        self.threads = max(1, int(threads) if threads is not None else default_threads())
+        self._lanes: list[tuple[Any, ...]] = []
+
+    def _lane(self, k: int) -> tuple[Any, ...]:
+        """Lane k's search, buckets, scratch and output buffers (made on first use)."""
+        while len(self._lanes) <= k:
+            if not self._lanes:
+                search, buckets = self._search, self._buckets
+            else:
+                search, _, buckets = verification_graph(
+                    self.spatial, dmax_m=self.index.dmax_m, bucket_width_m=self.bucket_width_m)
+            n = max(len(self.subs), 1)
+            scratch = verify_scratch(self.spatial.cells.n_cells, len(self.index.weights), n)
+            out = (np.empty(4 * n, np.int64), np.empty(4 * n, np.int64), np.empty(4 * n))
+            self._lanes.append((search, buckets, scratch, out))
+        return self._lanes[k]
+
+    def _run_lane(self, k: int, msg: BooleanMessageArrays, runs: Iterator[tuple[int, int]]
+                  ) -> list[tuple[I64, I64, F]]:
+        search, buckets, scratch, (out_msg, out_row, out_dist) = self._lane(k)
+        ws = search.workspace()
+        found = []
+        for a, b in runs:
+            start = a
+            while start < b:
+                start, n_out = _match_boolean(
+                    start, b, msg, self._cb, self._lay, self._slots, self._net, ws, buckets,
+                    self.bucket_width_m, scratch, out_msg, out_row, out_dist, len(self.subs))
+                found.append((out_msg[:n_out].copy(), out_row[:n_out].copy(),
+                              out_dist[:n_out].copy()))
+        return found
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id), score 1.0."""
-        if len(self.subs) == 0 or len(messages) == 0:
+        n = len(messages)
+        if len(self.subs) == 0 or n == 0:
             return Deliveries.empty()
-        msg = message_arrays(self.spatial, messages)
-        ws = self._search.workspace()
-        parts: list[Deliveries] = []
-        start = 0
-        out_msg, out_row, out_dist = self._out
-        while start < len(messages):
-            start, n_out = _match_boolean(start, msg, self._cb, self._lay, self._slots,
-                                          self._net, ws, self._buckets, self.bucket_width_m,
-                                          self._scratch, out_msg, out_row, out_dist,
-                                          len(self.subs))
-            parts.append(Deliveries(messages.ids[out_msg[:n_out]],
-                                    self.subs.ids[out_row[:n_out]], out_dist[:n_out].copy(),
-                                    np.ones(n_out)))
+        # Neighbouring messages (Hilbert order) find the postings and graph in cache.
+        xy = point_xy(self.spatial.network, messages.points)
+        ordered = messages.take(spatial_order(xy[:, 0], xy[:, 1]))
+        msg = message_arrays(self.spatial, ordered)
+        lanes = max(1, min(self.threads, math.ceil(n / 32)))
+        size = max(8, math.ceil(n / (8 * lanes)))
+        runs = iter([(a, min(a + size, n)) for a in range(0, n, size)])
+        if lanes == 1:
+            found = self._run_lane(0, msg, runs)
+        else:
+            for k in range(lanes):
+                self._lane(k)
+            with ThreadPoolExecutor(max_workers=lanes) as pool:
+                futures = [pool.submit(self._run_lane, k, msg, runs) for k in range(lanes)]
+                found = [f for fut in futures for f in fut.result()]
+        parts = [Deliveries(ordered.ids[m], self.subs.ids[r], d, np.ones(m.size))
+                 for m, r, d in found if m.size]
         return Deliveries.concat(parts)
