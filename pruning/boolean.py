@@ -23,6 +23,7 @@ the exact distance alone (grid lengths, :mod:`roadnet.lengths`), the reference's
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -127,8 +128,8 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 def _match_boolean(  # pragma: no cover - compiled
     start: int, stop: int, msg: BooleanMessageArrays, cb: CellBoundArrays,
     lay: BooleanPostingArrays, slots: BooleanSlotArrays, net: GraphArrays, ws: tuple,
-    buckets: tuple, bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64, out_dist: F,
-    n_slots: int,
+    buckets: tuple, bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64,
+    out_dist: F, n_slots: int, stats: I64,
 ) -> tuple[int, int]:
     """Match messages ``start`` .. ``stop - 1`` while the output surely fits; (next, n_out)."""
     n_msg = min(stop, msg.kw_ptr.size - 1)
@@ -177,10 +178,12 @@ def _match_boolean(  # pragma: no cover - compiled
         for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
             if msg.kw_terms[q] < sc.term_mark.size:
                 sc.term_mark[msg.kw_terms[q]] = 0
+        stats[0] += n_cand
         if n_cand > 0:
-            verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i], sc.cand_edge,
-                              sc.cand_offset, sc.cand_limit, n_cand, sc.t_nodes,
-                              sc.t_limits, sc.cand_dist, buckets, bucket_width)
+            stats[1] += verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i],
+                                          sc.cand_edge, sc.cand_offset, sc.cand_limit, n_cand,
+                                          sc.t_nodes, sc.t_limits, sc.cand_dist, buckets,
+                                          bucket_width)
             for j in range(n_cand):
                 d = sc.cand_dist[j]
                 if d <= sc.cand_limit[j]:
@@ -285,6 +288,9 @@ class BooleanIndexMatcher:
         self._cb = cell_bound_arrays(self.spatial)
         self.threads = max(1, int(threads) if threads is not None else default_threads())
         self._lanes: list[tuple[Any, ...]] = []
+        self._stats_lock = threading.Lock()
+        #: Work since the start: candidates verified, junctions settled by the searches.
+        self.stats = {"candidates": 0, "settled": 0}
 
     def _lane(self, k: int) -> tuple[Any, ...]:
         """Lane k's search, buckets, scratch and output buffers (made on first use)."""
@@ -304,15 +310,20 @@ class BooleanIndexMatcher:
                   ) -> list[tuple[I64, I64, F]]:
         search, buckets, scratch, (out_msg, out_row, out_dist) = self._lane(k)
         ws = search.workspace()
+        stats = np.zeros(2, np.int64)
         found = []
         for a, b in runs:
             start = a
             while start < b:
                 start, n_out = _match_boolean(
                     start, b, msg, self._cb, self._lay, self._slots, self._net, ws, buckets,
-                    self.bucket_width_m, scratch, out_msg, out_row, out_dist, len(self.subs))
+                    self.bucket_width_m, scratch, out_msg, out_row, out_dist, len(self.subs),
+                    stats)
                 found.append((out_msg[:n_out].copy(), out_row[:n_out].copy(),
                               out_dist[:n_out].copy()))
+        with self._stats_lock:
+            self.stats["candidates"] += int(stats[0])
+            self.stats["settled"] += int(stats[1])
         return found
 
     def match(self, messages: Messages) -> Deliveries:

@@ -85,14 +85,16 @@ def _edge_lookup(network: RoadNetwork, points: EdgePoints, weights: TermWeights,
 
 
 def _reach(lookup: BruteMatcher, search: NodeSearch, network: RoadNetwork,
-           points: EdgePoints, messages: Messages, i: int, limit: float
-           ) -> tuple[IntArray, FloatArray]:
+           points: EdgePoints, messages: Messages, i: int, limit: float,
+           stats: dict[str, int] | None = None) -> tuple[IntArray, FloatArray]:
     """Rows within ``limit`` metres of message i and their exact distances to it."""
     point = EdgePoints(messages.points.edge[i:i + 1], messages.points.offset[i:i + 1])
     a, ca, b, cb = entry_costs(network, point)
     seeds, costs = np.r_[a, b], np.r_[ca, cb]
     ok = np.isfinite(costs)
     res = search.run(seeds[ok], costs[ok], limit=limit)
+    if stats is not None:
+        stats["settled"] += res.n_settled
     rows = lookup.candidate_rows(res.dist, res.touched, int(point.edge[0]))
     dist = _to_target(network, res.dist, point, points[rows], limit=limit)
     near = np.isfinite(dist)
@@ -128,6 +130,8 @@ class BooleanBruteMatcher:
         self._lookup = _edge_lookup(network, subs.points, weights, self.dmax_m)
         self._search = NodeSearch(network, reverse=True)
         self._limit = float(subs.radius.max(initial=0.0))
+        #: Work since the start: subscriptions reached, nodes settled by the searches.
+        self.stats = {"candidates": 0, "settled": 0}
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id)."""
@@ -138,7 +142,8 @@ class BooleanBruteMatcher:
             return Deliveries.empty()
         for i in range(len(messages)):
             rows, dist = _reach(self._lookup, self._search, self.network, subs.points,
-                                messages, i, self._limit)
+                                messages, i, self._limit, self.stats)
+            self.stats["candidates"] += rows.size
             near = dist <= subs.radius[rows]
             rows, dist = rows[near], dist[near]
             terms = messages.keywords(i)

@@ -88,7 +88,14 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
             "deliveries_per_message": len(got) / n_messages,
             "generate_s": round(t_gen - t0, 2), "build_s": round(t_build - t_gen, 2),
             "index_msg_per_s": round(r_index, 1), "reference_msg_per_s": round(r_ref, 2),
-            "speedup": round(r_index / r_ref, 1), "identical": bool(same)}
+            "speedup": round(r_index / r_ref, 1), "identical": bool(same),
+            "index_threads": index.threads,
+            "index_candidates_per_message": round(
+                index.stats["candidates"] / (n_messages + min(20, n_messages)), 1),
+            "index_settled_per_message": round(
+                index.stats["settled"] / (n_messages + min(20, n_messages)), 1),
+            "reference_candidates_per_message": round(ref.stats["candidates"] / n_reference, 1),
+            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1)}
 
 
 def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
