@@ -269,7 +269,7 @@ class TopkIndexMatcher:
         slots = int(ix.buf_ptr[-1])
         w = self.window
         self.state = TopkState(
-            theta=np.full(n, -np.inf), count=np.zeros(n, np.int64),
+            theta=np.full(n, -np.inf), size=np.zeros(n, np.int64),
             b_seq=np.zeros(slots, np.int64), b_score=np.zeros(slots),
             b_dist=np.zeros(slots), b_dom=np.zeros(slots, np.int64),
             head=np.full(w, -1, np.int64), nxt=np.full(n, -1, np.int64),

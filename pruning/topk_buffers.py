@@ -72,7 +72,7 @@ class TopkState(NamedTuple):
     """What changes as messages arrive: thresholds, buffers, expiry buckets, cell order."""
 
     theta: F
-    count: I64
+    size: I64
     b_seq: I64
     b_score: F
     b_dist: F
@@ -102,8 +102,8 @@ class WindowArrays(NamedTuple):
 class ForwardArrays(NamedTuple):
     """Forward arcs and edges of the chain graph, and a search workspace on them."""
 
-    indptr: npt.NDArray[np.integer]
-    indices: npt.NDArray[np.integer]
+    indptr: I64
+    indices: I32
     weights: F
     edge_u: I32
     edge_v: I32
@@ -166,7 +166,7 @@ def relink(st: TopkState, sub: TopkSubArrays, s: int, window: int) -> None:  # p
         if q >= 0:
             st.prv[q] = p
         st.where[s] = -1
-    n = st.count[s]
+    n = st.size[s]
     if n == 0:
         return
     base = sub.buf_ptr[s]
@@ -191,7 +191,7 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
     window = win.seq.size
     base = sub.buf_ptr[s]
     cap = sub.buf_ptr[s + 1] - base - 1
-    n = st.count[s]
+    n = st.size[s]
     k = sub.k[s]
     st.stats[OFFERS] += 1
     p = 0  # the newest message outranks every entry of a score <= its own
@@ -230,7 +230,7 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
         while n > 0 and st.b_score[base + n - 1] == low:
             n -= 1
         st.theta[s] = np.nextafter(low, np.inf)
-    st.count[s] = n
+    st.size[s] = n
     relink(st, sub, s, window)
     return n_ev
 
@@ -242,7 +242,7 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
     """Message x leaves the window as t arrives: drop it from s, refill; new event count."""
     window = win.seq.size
     base = sub.buf_ptr[s]
-    n = st.count[s]
+    n = st.size[s]
     k = sub.k[s]
     q = -1
     for j in range(n):
@@ -259,7 +259,7 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
         st.b_dist[j] = st.b_dist[j + 1]
         st.b_dom[j] = st.b_dom[j + 1]
     n -= 1
-    st.count[s] = n
+    st.size[s] = n
     if q < k:
         n_ev = _emit(ev, n_ev, t, 0, EVENT_EVICT, win.mid[x % window], s, q + 1, score, dist)
         if n >= k:
@@ -268,7 +268,7 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
                          st.b_score[e], st.b_dist[e])
         elif st.theta[s] > -np.inf:
             reevaluate(st, sub, win, fw, sc, weights, dmax, s, t)
-            for j in range(n, min(k, st.count[s])):
+            for j in range(n, min(k, st.size[s])):
                 e = base + j
                 n_ev = _emit(ev, n_ev, t, 0, EVENT_INSERT, win.mid[st.b_seq[e] % window], s,
                              j + 1, st.b_score[e], st.b_dist[e])
@@ -370,4 +370,4 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
     if theta < st.theta[s]:
         st.cell_dirty[sub.cell[s]] = True  # the cell's order by threshold is stale
     st.theta[s] = theta
-    st.count[s] = n
+    st.size[s] = n
