@@ -12,7 +12,7 @@ Layout (CSR, three levels)::
 
     term t -> groups term_ptr[t]:term_ptr[t + 1]
     group g -> cell grp_cell[g], largest radius grp_radius[g] (metres),
-               rows post_row[grp_start[g]:grp_start[g + 1]]
+               rows post_row[grp_start[g]:grp_start[g + 1]], radius descending
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ class BooleanIndex:
         key_term = rarest_keywords(subs.kw_ptr, subs.kw_terms, n_terms) if n else \
             np.empty(0, np.int32)
         cell = facts.cell.astype(np.int64)
-        order = np.lexsort((np.arange(n), cell, key_term))
+        # Within a group, largest radius first: the matcher leaves a group at the first
+        # subscription whose radius is below the cell's distance bound.
+        order = np.lexsort((np.arange(n), -subs.radius, cell, key_term))
         t_sorted, c_sorted = key_term[order].astype(np.int64), cell[order]
         new_group = np.ones(n, dtype=bool)
         new_group[1:] = (t_sorted[1:] != t_sorted[:-1]) | (c_sorted[1:] != c_sorted[:-1])

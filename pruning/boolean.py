@@ -4,7 +4,8 @@ For a message m, for each keyword t of m and each group (cell ci, largest radius
 under t:
 
 1. the group is skipped when dNmin(ci, m) > R (Eq. 5 and the border bound, the cell lower
-   bounds of Algorithm 1, :func:`pruning.algorithm1.cell_lower_bounds`);
+   bounds of Algorithm 1, :func:`pruning.algorithm1.cell_lower_bounds`), and left at the
+   first subscription (radius descending) whose radius is below dNmin(ci, m);
 2. a subscription s of the group is skipped unless m holds all its keywords;
 3. and unless its own lower bound is within its radius: kappa * dE(s, m) in m's cell,
    else max(eta-(ci, cm) * dE(s, m), din_out(s) + D(ci, cm) + din_in(m));
@@ -157,8 +158,11 @@ def _match_boolean(  # pragma: no cover - compiled
                 same = c == mc
                 eta = cb.eta_t[mc, c]
                 dcm = cb.D_t[mc, c]
+                cell_lb = sc.cell_lb[c]
                 for p in range(lay.grp_start[g], lay.grp_start[g + 1]):
                     r = lay.post_row[p]
+                    if not _keep(cell_lb, slots.radius[r], cb.slack_abs, cb.slack_rel):
+                        break  # radii descend: no later one reaches the cell's bound
                     if not holds_all_keywords(slots.kw_ptr, slots.kw_terms, r, sc.term_mark,
                                               stamp):
                         continue
