@@ -31,6 +31,23 @@ EVENT_INSERT = 1
 _EVENT_NAMES = np.array(["evict", "insert"], dtype=object)
 
 
+def _canonical_order(seq: npt.NDArray[np.int64], phase: npt.NDArray[np.int8],
+                     sid: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Stable order by (seq, phase, subscription_id): one packed int64 key when the ranges
+    allow (a stable argsort of one key is several times faster than a 3-key lexsort),
+    else np.lexsort."""
+    if seq.size < 2:
+        return np.arange(seq.size, dtype=np.int64)
+    group = seq.astype(np.int64) * 2 + phase
+    g_lo, g_hi = int(group.min()), int(group.max())
+    s_lo, s_hi = int(sid.min()), int(sid.max())
+    span = s_hi - s_lo + 1
+    if (g_hi - g_lo + 1) * span <= np.iinfo(np.int64).max:  # Python ints: no overflow
+        key = (group - g_lo) * span + (sid.astype(np.int64) - s_lo)
+        return np.argsort(key, kind="stable").astype(np.int64, copy=False)
+    return np.lexsort((sid, phase, seq)).astype(np.int64, copy=False)
+
+
 @dataclass(frozen=True, eq=False)
 class TopkEvents:
     """Top-k result changes as columns (see the module docstring for the order).
@@ -78,8 +95,7 @@ class TopkEvents:
         cols = {name: np.concatenate([getattr(p, name) for p in parts])
                 for name in ("seq", "phase", "event", "message_id", "subscription_id", "rank",
                              "score", "distance")}
-        order = np.lexsort((np.arange(cols["seq"].size), cols["subscription_id"],
-                            cols["phase"], cols["seq"]))
+        order = _canonical_order(cols["seq"], cols["phase"], cols["subscription_id"])
         return cls(**{k: v[order] for k, v in cols.items()})
 
     def rows(self) -> list[tuple[int, int, int, int, int, int, float, float]]:
