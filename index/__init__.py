@@ -9,10 +9,13 @@ The public API is the union of the modules' ``__all__``::
 from index import (
     base,
     bia,
+    boolean,
     delta,
     eia,
     geofiles,
     io,
+    kinds,
+    kinds_io,
     limits,
     model,
     postings,
@@ -20,15 +23,19 @@ from index import (
     store,
     terms,
     text,
+    topk,
     validate,
     workload,
 )
 from index.base import *  # noqa: F403
 from index.bia import *  # noqa: F403
+from index.boolean import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
 from index.geofiles import *  # noqa: F403
 from index.io import *  # noqa: F403
+from index.kinds import *  # noqa: F403
+from index.kinds_io import *  # noqa: F403
 from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
 from index.postings import *  # noqa: F403
@@ -36,11 +43,12 @@ from index.spatial import *  # noqa: F403
 from index.store import *  # noqa: F403
 from index.terms import *  # noqa: F403
 from index.text import *  # noqa: F403
+from index.topk import *  # noqa: F403
 from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, geofiles, io, limits, postings, spatial, validate, delta,
-               base, bia, eia, store, workload)
+API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
+               validate, delta, base, bia, eia, store, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -4,7 +4,9 @@ File layouts (one row per object)
 ---------------------------------
 subscriptions
     ``id`` int64 (unique), a location, ``keywords`` list<string> (non-empty; a set),
-    ``alpha`` float64 in [0, 1], ``tau`` float64 in (0, 1].
+    ``alpha`` float64 in [0, 1], ``tau`` float64 in (0, 1]. Files may add a ``kind``
+    column mixing boolean and top-k rows (:mod:`index.kinds_io`); this module's reader
+    refuses those rows by id.
 messages
     ``id`` int64 (unique), a location, ``keywords`` list<string> (non-empty).
 location
@@ -534,6 +536,9 @@ def read_subscriptions(
     with _arrow_errors(p, InvalidSubscriptionError):
         error = InvalidSubscriptionError
         table = _read_rows(p, error)
+        from index.kinds_io import refuse_other_kinds  # it builds on this module
+
+        refuse_other_kinds(table, p)
         has_uv, has_ll = _check_columns(table, p, error, kind="subscriptions",
                                         extra=("alpha", "tau"))
         problems: list[str] = []

@@ -9,26 +9,36 @@ The public API is the union of the modules' ``__all__``::
 from pruning import (
     algorithm1,
     algorithm2,
+    boolean,
     brute,
     deliveries,
     indexed,
     kernel_args,
+    kinds_reference,
     matchers,
     routing,
     similarity,
+    topk,
+    topk_buffers,
+    topk_events,
 )
 from pruning.algorithm1 import *  # noqa: F403
 from pruning.algorithm2 import *  # noqa: F403
+from pruning.boolean import *  # noqa: F403
 from pruning.brute import *  # noqa: F403
 from pruning.deliveries import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
+from pruning.kinds_reference import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
+from pruning.topk import *  # noqa: F403
+from pruning.topk_buffers import *  # noqa: F403
+from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               indexed, matchers)
+               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -33,6 +33,10 @@ example:
 With an index saved by 'roadpubsub index build', --index-file FILE replaces --network,
 --subscriptions, --weights, --dmax, --directed and --index.
 
+A subscriptions file with a kind column may mix threshold, boolean (radius) and topk (k)
+rows: boolean deliveries join the deliveries file (score 1.0); top-k results go to
+--topk-out as insert/evict events over a window of the last --window messages.
+
 Subscriptions may carry an expires_at column (epoch seconds) and messages a time column:
 a subscription is not delivered messages whose time is >= its expires_at (the rule of
 'roadpubsub serve'; without a time column the clock decides).
@@ -83,6 +87,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads matching each batch (default: every core this process may "
                         "use; the result is the same for any N)")
+    p.add_argument("--window", type=int, default=10_000, metavar="W",
+                   help="top-k subscriptions (kind topk): results come from the last W "
+                        "messages, in file order (default 10000)")
+    p.add_argument("--topk-out", default=None, metavar="F",
+                   help="top-k events file (insert/evict rows; default: --out with '-topk' "
+                        "before its suffix)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -121,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     say = _status(args.quiet)
     say("reading the inputs")
+    from roadpubsub.cli.match_kinds import has_kind_column, run_kinds_command
+
+    if not args.index_file and has_kind_column(args.subscriptions):
+        return run_kinds_command(args, dmax, say, t0)
     matcher: Matcher
     if args.index_file:
         index = load_index(args.index_file)

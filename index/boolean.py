@@ -1,0 +1,125 @@
+"""The boolean range index: subscriptions grouped per cell under their rarest keyword.
+
+As in the AP-tree's keyword partitions, a boolean subscription can only be delivered a
+message holding *all* its keywords, so it is filed under one of them, its rarest (fewest
+boolean subscriptions hold it; ties by term id), and a message visits only the lists of
+its own keywords. Within a keyword's list the subscriptions are grouped by cell (the PMR
+cells of :class:`~index.spatial.SpatialIndex`), each group with the largest radius of its
+subscriptions, so a whole group is skipped when the cell's distance lower bound exceeds
+that radius.
+
+Layout (CSR, three levels)::
+
+    term t -> groups term_ptr[t]:term_ptr[t + 1]
+    group g -> cell grp_cell[g], largest radius grp_radius[g] (metres),
+               rows post_row[grp_start[g]:grp_start[g + 1]], radius descending
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from index.kinds import BooleanSubscriptions
+from index.spatial import PointFacts, SpatialIndex
+from index.terms import TermWeights
+from roadnet.errors import InputError
+from roadnet.lengths import check_dmax
+
+__all__ = ["BooleanIndex", "rarest_keywords"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def rarest_keywords(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], n_terms: int
+                    ) -> npt.NDArray[np.int32]:
+    """Per row, its keyword held by the fewest rows (ties: the smaller term id).
+
+    Every row must have at least one keyword.
+    """
+    lengths = np.diff(kw_ptr)
+    if np.any(lengths == 0):
+        msg = "every boolean subscription needs a keyword"
+        raise InputError(msg)
+    df = np.bincount(kw_terms, minlength=n_terms).astype(np.int64)
+    # One key per (row, keyword): frequency first, then term id; the row's minimum wins.
+    key = df[kw_terms] * np.int64(n_terms + 1) + kw_terms.astype(np.int64)
+    best = np.minimum.reduceat(key, kw_ptr[:-1])
+    return (best % np.int64(n_terms + 1)).astype(np.int32)
+
+
+@dataclass(frozen=True, eq=False)
+class BooleanIndex:
+    """Boolean subscriptions filed by (rarest keyword, cell); see the module docstring.
+
+    Attributes
+    ----------
+    spatial
+        Cells and cell-pair bounds (shared with the threshold indexes).
+    subs
+        The subscriptions (rows are the postings' values).
+    weights
+        The vocabulary their keyword ids refer to.
+    dmax_m
+        Dmax in metres (every radius is at most this).
+    facts
+        Position, cell, border distances and chain-graph point of each subscription.
+    term_ptr, grp_cell, grp_radius, grp_start, post_row
+        The three-level layout.
+    """
+
+    spatial: SpatialIndex
+    subs: BooleanSubscriptions
+    weights: TermWeights
+    dmax_m: float
+    facts: PointFacts
+    term_ptr: IntArray
+    grp_cell: npt.NDArray[np.int32]
+    grp_radius: npt.NDArray[np.float64]
+    grp_start: IntArray
+    post_row: IntArray
+
+    def __len__(self) -> int:
+        return len(self.subs)
+
+    @classmethod
+    def build(cls, spatial: SpatialIndex, subs: BooleanSubscriptions, weights: TermWeights,
+              *, dmax_m: float) -> BooleanIndex:
+        """File every subscription under its rarest keyword and its cell.
+
+        Raises
+        ------
+        InputError
+            A radius above Dmax, or keyword ids outside the vocabulary.
+        """
+        dmax = check_dmax(dmax_m)
+        if np.any(subs.radius > dmax):
+            msg = f"boolean radii must be at most Dmax = {dmax:g} m"
+            raise InputError(msg)
+        n_terms = len(weights)
+        if subs.kw_terms.size and int(subs.kw_terms.max()) >= n_terms:
+            msg = "boolean subscriptions hold keyword ids outside the weights' vocabulary"
+            raise InputError(msg)
+        facts = spatial.facts(subs.points)
+        n = len(subs)
+        key_term = rarest_keywords(subs.kw_ptr, subs.kw_terms, n_terms) if n else \
+            np.empty(0, np.int32)
+        cell = facts.cell.astype(np.int64)
+        # Within a group, largest radius first: the matcher leaves a group at the first
+        # subscription whose radius is below the cell's distance bound.
+        order = np.lexsort((np.arange(n), -subs.radius, cell, key_term))
+        t_sorted, c_sorted = key_term[order].astype(np.int64), cell[order]
+        new_group = np.ones(n, dtype=bool)
+        new_group[1:] = (t_sorted[1:] != t_sorted[:-1]) | (c_sorted[1:] != c_sorted[:-1])
+        starts = np.flatnonzero(new_group)
+        grp_start = np.append(starts, n).astype(np.int64)
+        grp_cell = c_sorted[starts].astype(np.int32)
+        radius = subs.radius[order]
+        grp_radius = (np.maximum.reduceat(radius, starts) if n else np.empty(0))
+        term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(t_sorted[starts], minlength=n_terms), out=term_ptr[1:])
+        return cls(spatial=spatial, subs=subs, weights=weights, dmax_m=dmax, facts=facts,
+                   term_ptr=term_ptr, grp_cell=grp_cell, grp_radius=grp_radius,
+                   grp_start=grp_start, post_row=order.astype(np.int64))

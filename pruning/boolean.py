@@ -1,0 +1,355 @@
+"""Boolean range matching over :class:`~index.boolean.BooleanIndex`: prune, then verify.
+
+For a message m, for each keyword t of m and each group (cell ci, largest radius R) filed
+under t:
+
+1. the group is skipped when dNmin(ci, m) > R (Eq. 5 and the border bound, the cell lower
+   bounds of Algorithm 1, :func:`pruning.algorithm1.cell_lower_bounds`), and left at the
+   first subscription (radius descending) whose radius is below dNmin(ci, m);
+2. a subscription s of the group is skipped unless m holds all its keywords;
+3. and unless its own lower bound is within its radius: kappa * dE(s, m) in m's cell,
+   else max(eta-(ci, cm) * dE(s, m), din_out(s) + D(ci, cm) + din_in(m));
+4. survivors get their exact dN from one bounded search (Algorithm 2's
+   :func:`~pruning.algorithm2.verify_candidates`, each candidate limited by its radius):
+   delivered iff dN <= radius.
+
+Rounding: every comparison of a lower bound with a radius goes through Algorithm 1's rule,
+keeping the pair when lb <= r + slack_abs + slack_rel * r (1 um and 1e-9 by default). The
+bounds are sums and products of at most four rounded terms of lengths below 2^27 m, so
+each is within a few ulps (< 2^-25 m, and relatively < 2^-50) of its exact value, which is
+itself <= dN: the slack absorbs this, so no delivered pair is pruned. Step 4 decides on
+the exact distance alone (grid lengths, :mod:`roadnet.lengths`), the reference's decision.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from index.boolean import BooleanIndex
+from index.kinds import BooleanSubscriptions
+from index.model import Messages
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from pruning.algorithm1 import cell_lower_bounds
+from pruning.algorithm2 import verify_candidates
+from pruning.deliveries import Deliveries
+from pruning.indexed import default_threads
+from pruning.kernel_args import GraphArrays
+from pruning.kinds_reference import holds_all_keywords
+from roadnet.distance import NodeSearch, dead_ends
+from roadnet.locations import point_xy
+from roadnet.network import RoadNetwork, spatial_order
+from roadnet.settings import DEFAULTS
+
+__all__ = ["BooleanIndexMatcher", "BooleanMessageArrays", "BooleanPostingArrays",
+           "BooleanSlotArrays", "CellBoundArrays", "VerifyScratch", "cell_bound_arrays",
+           "message_arrays", "verification_graph", "verify_scratch"]
+
+F = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+
+
+class BooleanMessageArrays(NamedTuple):
+    """The batch's messages: chain point, position (m), cell, din_in (m), keyword CSR."""
+
+    chain: I32
+    chain_offset: F
+    x: F
+    y: F
+    cell: I32
+    din_in: F
+    kw_ptr: I64
+    kw_terms: I32
+
+
+class CellBoundArrays(NamedTuple):
+    """Cell bounds: kappa, D and eta- by message cell (rows), cell boxes (m), slack."""
+
+    kappa: float
+    D_t: F
+    eta_t: F
+    cell_bbox: F
+    slack_abs: float
+    slack_rel: float
+
+
+class BooleanPostingArrays(NamedTuple):
+    """The layout of :class:`~index.boolean.BooleanIndex`."""
+
+    term_ptr: I64
+    grp_cell: I32
+    grp_radius: F
+    grp_start: I64
+    post_row: I64
+
+
+class BooleanSlotArrays(NamedTuple):
+    """The subscriptions: position, din_out (m), chain point, radius (m), keyword CSR."""
+
+    x: F
+    y: F
+    din_out: F
+    chain: I32
+    chain_offset: F
+    radius: F
+    kw_ptr: I64
+    kw_terms: I32
+
+
+class VerifyScratch(NamedTuple):
+    """Reused buffers: cell bounds, term marks, candidates, search targets and buckets."""
+
+    cell_lb: F
+    term_mark: I64
+    cand_row: I64
+    cand_edge: I32
+    cand_offset: F
+    cand_limit: F
+    cand_dist: F
+    t_nodes: I64
+    t_limits: F
+
+
+@numba.njit(cache=True, inline="always")
+def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
+          ) -> bool:  # pragma: no cover - compiled
+    return lb <= limit + slack_abs + slack_rel * abs(limit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _match_boolean(  # pragma: no cover - compiled
+    start: int, stop: int, msg: BooleanMessageArrays, cb: CellBoundArrays,
+    lay: BooleanPostingArrays, slots: BooleanSlotArrays, net: GraphArrays, ws: tuple,
+    buckets: tuple, bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64,
+    out_dist: F, n_slots: int, stats: I64,
+) -> tuple[int, int]:
+    """Match messages ``start`` .. ``stop - 1`` while the output surely fits; (next, n_out)."""
+    n_msg = min(stop, msg.kw_ptr.size - 1)
+    n_out = 0
+    n_terms = lay.term_ptr.size - 1
+    i = start
+    while i < n_msg and n_out + n_slots <= out_msg.size:
+        mc = msg.cell[i]
+        mx, my, m_din = msg.x[i], msg.y[i], msg.din_in[i]
+        cell_lower_bounds(mc, mx, my, m_din, cb.kappa, cb.D_t[mc], cb.eta_t[mc],
+                          cb.cell_bbox, sc.cell_lb)
+        stamp = i + 1
+        for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
+            if msg.kw_terms[q] < sc.term_mark.size:
+                sc.term_mark[msg.kw_terms[q]] = stamp
+        n_cand = 0
+        for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
+            t = msg.kw_terms[q]
+            if t >= n_terms:
+                continue
+            for g in range(lay.term_ptr[t], lay.term_ptr[t + 1]):
+                c = lay.grp_cell[g]
+                if not _keep(sc.cell_lb[c], lay.grp_radius[g], cb.slack_abs, cb.slack_rel):
+                    continue
+                same = c == mc
+                eta = cb.eta_t[mc, c]
+                dcm = cb.D_t[mc, c]
+                cell_lb = sc.cell_lb[c]
+                for p in range(lay.grp_start[g], lay.grp_start[g + 1]):
+                    r = lay.post_row[p]
+                    if not _keep(cell_lb, slots.radius[r], cb.slack_abs, cb.slack_rel):
+                        break  # radii descend: no later one reaches the cell's bound
+                    if not holds_all_keywords(slots.kw_ptr, slots.kw_terms, r, sc.term_mark,
+                                              stamp):
+                        continue
+                    dx = slots.x[r] - mx
+                    dy = slots.y[r] - my
+                    de = np.sqrt(dx * dx + dy * dy)
+                    lb = (cb.kappa * de if same
+                          else max(eta * de, slots.din_out[r] + dcm + m_din))
+                    rad = slots.radius[r]
+                    if not _keep(lb, rad, cb.slack_abs, cb.slack_rel):
+                        continue
+                    sc.cand_row[n_cand] = r
+                    sc.cand_edge[n_cand] = slots.chain[r]
+                    sc.cand_offset[n_cand] = slots.chain_offset[r]
+                    sc.cand_limit[n_cand] = rad
+                    n_cand += 1
+        for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
+            if msg.kw_terms[q] < sc.term_mark.size:
+                sc.term_mark[msg.kw_terms[q]] = 0
+        stats[0] += n_cand
+        if n_cand > 0:
+            stats[1] += verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i],
+                                          sc.cand_edge, sc.cand_offset, sc.cand_limit, n_cand,
+                                          sc.t_nodes, sc.t_limits, sc.cand_dist, buckets,
+                                          bucket_width)
+            for j in range(n_cand):
+                d = sc.cand_dist[j]
+                if d <= sc.cand_limit[j]:
+                    out_msg[n_out] = i
+                    out_row[n_out] = sc.cand_row[j]
+                    out_dist[n_out] = d
+                    n_out += 1
+        i += 1
+    return i, n_out
+
+
+def verification_graph(spatial: SpatialIndex, *, dmax_m: float,
+                       bucket_width_m: float = DEFAULTS.bucket_width_m
+                       ) -> tuple[NodeSearch, GraphArrays, tuple[I64, I64]]:
+    """A reverse search on the spatial index's chain graph, its arrays and bucket queue."""
+    search = NodeSearch(spatial.graph, reverse=True)
+    adj = search.adjacency
+    g = spatial.graph
+    net = GraphArrays(adj.indptr, adj.indices, adj.weights, g.edge_u, g.edge_v, g.edge_length,
+                      g.edge_twoway, dead_ends(adj))
+    n_buckets = min(int(dmax_m / bucket_width_m) + 3, 1 << 22)
+    buckets = (np.empty(n_buckets, dtype=np.int64),
+               np.empty(search.workspace()[2].size, dtype=np.int64))
+    return search, net, buckets
+
+
+def cell_bound_arrays(spatial: SpatialIndex) -> CellBoundArrays:
+    """The cell-pair bounds by message cell, with the default slack of Algorithm 1."""
+    b = spatial.bounds
+    return CellBoundArrays(float(b.kappa), np.ascontiguousarray(b.D.T),
+                           np.ascontiguousarray(b.eta_minus.T), spatial.cells.bbox,
+                           float(DEFAULTS.bound_slack_m), float(DEFAULTS.bound_slack_rel))
+
+
+def message_arrays(spatial: SpatialIndex, messages: Messages) -> BooleanMessageArrays:
+    """Facts of the messages for the kernels."""
+    f = spatial.facts(messages.points)
+    return BooleanMessageArrays(f.chain, f.chain_offset, f.x, f.y, f.cell, f.din_in,
+                                messages.kw_ptr, messages.kw_terms)
+
+
+def verify_scratch(n_cells: int, n_terms: int, n_subs: int) -> VerifyScratch:
+    """Scratch buffers for up to ``n_subs`` candidates per message."""
+    n = max(n_subs, 1)
+    return VerifyScratch(np.empty(n_cells), np.zeros(n_terms + 1, np.int64),
+                         np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n),
+                         np.empty(n), np.empty(n), np.empty(2 * n, np.int64),
+                         np.empty(2 * n))
+
+
+class BooleanIndexMatcher:
+    """Exact boolean range matching through :class:`~index.boolean.BooleanIndex`.
+
+    Parameters
+    ----------
+    network, subs, weights, dmax_m
+        As for :class:`~pruning.kinds_reference.BooleanBruteMatcher`.
+    spatial
+        Cells and bounds to reuse; built when omitted.
+    threads
+        Threads matching one call (default: every core this process may use); the result
+        is the same for any number.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from roadnet.network import RoadNetwork
+    >>> from roadnet.locations import EdgePoints
+    >>> from index.kinds import BooleanSubscriptions
+    >>> from index.model import Messages
+    >>> from index.terms import TermWeights
+    >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.01],
+    ...     node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2], edge_length=[1000.0],
+    ...     edge_oneway=[False], directed=False, name="x")
+    >>> w = TermWeights({"a": 1.0, "b": 1.0})
+    >>> subs = BooleanSubscriptions(np.array([7]), EdgePoints.of([0], [0.0]),
+    ...     np.array([300.0]), np.array([0, 2]), np.array([0, 1], np.int32))
+    >>> msgs = Messages.from_rows(ids=[1, 2], points=EdgePoints.of([0, 0], [250.0, 350.0]),
+    ...     keywords=[["a", "b", "c"], ["a", "b"]], weights=w)
+    >>> BooleanIndexMatcher(net, subs, w, dmax_m=1000).match(msgs).pairs()
+    {(1, 7)}
+    """
+
+    name = "boolean"
+
+    def __init__(self, network: RoadNetwork, subs: BooleanSubscriptions, weights: TermWeights,
+                 *, dmax_m: float, spatial: SpatialIndex | None = None,
+                 threads: int | None = None,
+                 bucket_width_m: float = DEFAULTS.bucket_width_m) -> None:
+        self.spatial = spatial or SpatialIndex.build(network)
+        self.index = BooleanIndex.build(self.spatial, subs, weights, dmax_m=dmax_m)
+        self.subs = subs
+        self.bucket_width_m = float(bucket_width_m)
+        self._search, self._net, self._buckets = verification_graph(
+            self.spatial, dmax_m=self.index.dmax_m, bucket_width_m=self.bucket_width_m)
+        ix = self.index
+        f = ix.facts
+        self._lay = BooleanPostingArrays(ix.term_ptr, ix.grp_cell, ix.grp_radius,
+                                         ix.grp_start, ix.post_row)
+        self._slots = BooleanSlotArrays(f.x, f.y, f.din_out, f.chain, f.chain_offset,
+                                        subs.radius, subs.kw_ptr, subs.kw_terms)
+        self._cb = cell_bound_arrays(self.spatial)
+        self.threads = max(1, int(threads) if threads is not None else default_threads())
+        self._lanes: list[tuple[Any, ...]] = []
+        self._stats_lock = threading.Lock()
+        #: Work since the start: candidates verified, junctions settled by the searches.
+        self.stats = {"candidates": 0, "settled": 0}
+
+    def _lane(self, k: int) -> tuple[Any, ...]:
+        """Lane k's search, buckets, scratch and output buffers (made on first use)."""
+        while len(self._lanes) <= k:
+            if not self._lanes:
+                search, buckets = self._search, self._buckets
+            else:
+                search, _, buckets = verification_graph(
+                    self.spatial, dmax_m=self.index.dmax_m, bucket_width_m=self.bucket_width_m)
+            n = max(len(self.subs), 1)
+            scratch = verify_scratch(self.spatial.cells.n_cells, len(self.index.weights), n)
+            out = (np.empty(4 * n, np.int64), np.empty(4 * n, np.int64), np.empty(4 * n))
+            self._lanes.append((search, buckets, scratch, out))
+        return self._lanes[k]
+
+    def _run_lane(self, k: int, msg: BooleanMessageArrays, runs: Iterator[tuple[int, int]]
+                  ) -> list[tuple[I64, I64, F]]:
+        search, buckets, scratch, (out_msg, out_row, out_dist) = self._lane(k)
+        ws = search.workspace()
+        stats = np.zeros(2, np.int64)
+        found = []
+        for a, b in runs:
+            start = a
+            while start < b:
+                start, n_out = _match_boolean(
+                    start, b, msg, self._cb, self._lay, self._slots, self._net, ws, buckets,
+                    self.bucket_width_m, scratch, out_msg, out_row, out_dist, len(self.subs),
+                    stats)
+                found.append((out_msg[:n_out].copy(), out_row[:n_out].copy(),
+                              out_dist[:n_out].copy()))
+        with self._stats_lock:
+            self.stats["candidates"] += int(stats[0])
+            self.stats["settled"] += int(stats[1])
+        return found
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id), score 1.0."""
+        n = len(messages)
+        if len(self.subs) == 0 or n == 0:
+            return Deliveries.empty()
+        # Neighbouring messages (Hilbert order) find the postings and graph in cache.
+        xy = point_xy(self.spatial.network, messages.points)
+        ordered = messages.take(spatial_order(xy[:, 0], xy[:, 1]))
+        msg = message_arrays(self.spatial, ordered)
+        lanes = max(1, min(self.threads, math.ceil(n / 32)))
+        size = max(8, math.ceil(n / (8 * lanes)))
+        runs = iter([(a, min(a + size, n)) for a in range(0, n, size)])
+        if lanes == 1:
+            found = self._run_lane(0, msg, runs)
+        else:
+            for k in range(lanes):
+                self._lane(k)
+            with ThreadPoolExecutor(max_workers=lanes) as pool:
+                futures = [pool.submit(self._run_lane, k, msg, runs) for k in range(lanes)]
+                found = [f for fut in futures for f in fut.result()]
+        parts = [Deliveries(ordered.ids[m], self.subs.ids[r], d, np.ones(m.size))
+                 for m, r, d in found if m.size]
+        return Deliveries.concat(parts)

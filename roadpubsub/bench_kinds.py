@@ -1,0 +1,195 @@
+"""Benchmark of the boolean range and top-k subscription kinds against their references.
+
+``python -m roadpubsub.bench_kinds [--network rome.gr.gz] [--json out.json]``
+
+One run, one machine, both methods on the same inputs (so ratios hold under shared CPU):
+
+* boolean range: ``--boolean-subs`` subscriptions (default 1,000,000) on uniform points
+  with 1-3 keywords of one real tweet each, radii uniform in 500 m - 5 km, messages of
+  5-25 keywords of real tweets. The index matches ``--boolean-messages``, the reference
+  the first ``--boolean-reference`` of them; their deliveries must agree exactly.
+* top-k: ``--topk-subs`` subscriptions (default 100,000, k = 5), window W (default
+  10,000), a stream of W + ``--topk-steady`` messages. Both matchers process the whole
+  stream and must emit identical events; rates are given for the fill (the first W
+  messages, nothing expires) and for the steady state after it.
+
+Load average is recorded before and after (other processes share the cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from index.kinds import BooleanSubscriptions, TopkSubscriptions
+from index.spatial import SpatialIndex
+from index.workload import generate_workload
+from pruning.boolean import BooleanIndexMatcher
+from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from pruning.topk import TopkIndexMatcher
+from roadnet.io import load_network
+from roadnet.network import RoadNetwork
+from roadnet.settings import shared_data_dir
+
+__all__ = ["boolean_benchmark", "main", "topk_benchmark"]
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int,
+                      n_messages: int, n_reference: int, dmax_m: float = 5000.0,
+                      seed: int = 0) -> dict[str, Any]:
+    """Boolean range: index vs reference rates and the check that they agree."""
+    t0 = time.perf_counter()
+    wl = generate_workload(network, n_subscriptions=n_subs, n_messages=n_messages, seed=seed)
+    s = wl.subscriptions
+    rng = np.random.default_rng(seed)
+    # 1-3 keywords: each row keeps a prefix of its (random) tweet keyword subset.
+    keep = np.minimum(np.diff(s.kw_ptr), rng.integers(1, 4, len(s)))
+    rows = np.repeat(np.arange(len(s)), keep)
+    starts = np.repeat(s.kw_ptr[:-1], keep)
+    within = np.arange(rows.size) - np.repeat(np.cumsum(keep) - keep, keep)
+    terms = s.kw_terms[starts + within]
+    ptr = np.zeros(len(s) + 1, dtype=np.int64)
+    np.cumsum(keep, out=ptr[1:])
+    radius = rng.uniform(500.0, 5000.0, len(s))
+    subs = BooleanSubscriptions(s.ids, s.points, radius, ptr, terms)
+    t_gen = time.perf_counter()
+    index = BooleanIndexMatcher(network, subs, wl.weights, dmax_m=dmax_m, spatial=spatial)
+    t_build = time.perf_counter()
+    msgs = wl.messages
+    index.match(msgs.take(np.arange(min(20, n_messages))))  # compile outside the timing
+    t1 = time.perf_counter()
+    got = index.match(msgs)
+    t_index = time.perf_counter() - t1
+    ref = BooleanBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m)
+    head = msgs.take(np.arange(n_reference))
+    t2 = time.perf_counter()
+    want = ref.match(head)
+    t_ref = time.perf_counter() - t2
+    got_head = got.message_id < n_reference  # message ids are 0 .. n - 1
+    same = (np.array_equal(got.message_id[got_head], want.message_id)
+            and np.array_equal(got.subscription_id[got_head], want.subscription_id)
+            and np.array_equal(got.distance[got_head], want.distance))
+    r_index, r_ref = n_messages / t_index, n_reference / t_ref
+    return {"subscriptions": n_subs, "messages_index": n_messages,
+            "messages_reference": n_reference, "dmax_m": dmax_m,
+            "keywords_per_subscription": float(keep.mean()),
+            "keywords_per_message": float(np.diff(msgs.kw_ptr).mean()),
+            "deliveries_per_message": len(got) / n_messages,
+            "generate_s": round(t_gen - t0, 2), "build_s": round(t_build - t_gen, 2),
+            "index_msg_per_s": round(r_index, 1), "reference_msg_per_s": round(r_ref, 2),
+            "speedup": round(r_index / r_ref, 1), "identical": bool(same),
+            "index_threads": index.threads,
+            "index_candidates_per_message": round(
+                index.stats["candidates"] / (n_messages + min(20, n_messages)), 1),
+            "index_settled_per_message": round(
+                index.stats["settled"] / (n_messages + min(20, n_messages)), 1),
+            "reference_candidates_per_message": round(ref.stats["candidates"] / n_reference, 1),
+            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1)}
+
+
+def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
+                   window: int, n_steady: int, dmax_m: float = 5000.0, seed: int = 0,
+                   reference: bool = True) -> dict[str, Any]:
+    """Top-k: index vs reference rates over the fill and the steady state, events equal."""
+    n = window + n_steady
+    t0 = time.perf_counter()
+    wl = generate_workload(network, n_subscriptions=n_subs, n_messages=n, seed=seed + 1)
+    s = wl.subscriptions
+    subs = TopkSubscriptions(s.ids, s.points, s.alpha, np.full(len(s), k, np.int64),
+                             s.kw_ptr, s.kw_terms)
+    t_gen = time.perf_counter()
+    index = TopkIndexMatcher(network, subs, wl.weights, dmax_m=dmax_m, window=window,
+                             spatial=spatial)
+    t_build = time.perf_counter()
+    fill, steady = wl.messages.take(np.arange(window)), wl.messages.take(np.arange(window, n))
+    out: dict[str, Any] = {"subscriptions": n_subs, "k": k, "window": window,
+                           "steady_messages": n_steady, "dmax_m": dmax_m,
+                           "generate_s": round(t_gen - t0, 2),
+                           "build_s": round(t_build - t_gen, 2)}
+    t1 = time.perf_counter()
+    ev_fill = index.push(fill)
+    t2 = time.perf_counter()
+    ev_steady = index.push(steady)
+    t3 = time.perf_counter()
+    out.update(index_fill_msg_per_s=round(window / (t2 - t1), 1),
+               index_steady_msg_per_s=round(n_steady / (t3 - t2), 1),
+               events_per_steady_message=round(len(ev_steady) / n_steady, 1),
+               index_stats=index.stats, load_after_index=_load())
+    if reference:
+        ref = TopkBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m, window=window)
+        t4 = time.perf_counter()
+        rf = ref.push(fill)
+        t5 = time.perf_counter()
+        rs = ref.push(steady)
+        t6 = time.perf_counter()
+        out.update(reference_fill_msg_per_s=round(window / (t5 - t4), 2),
+                   reference_steady_msg_per_s=round(n_steady / (t6 - t5), 2),
+                   identical=rf.rows() == ev_fill.rows() and rs.rows() == ev_steady.rows())
+        out["speedup_fill"] = round(out["index_fill_msg_per_s"]
+                                    / out["reference_fill_msg_per_s"], 1)
+        out["speedup_steady"] = round(out["index_steady_msg_per_s"]
+                                      / out["reference_steady_msg_per_s"], 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both benchmarks and print (or write) a JSON report."""
+    p = argparse.ArgumentParser(prog="python -m roadpubsub.bench_kinds",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--network", default=str(shared_data_dir() / "dimacs" / "rome.gr.gz"))
+    p.add_argument("--boolean-subs", type=int, default=1_000_000)
+    p.add_argument("--boolean-messages", type=int, default=2000)
+    p.add_argument("--boolean-reference", type=int, default=200)
+    p.add_argument("--topk-subs", type=int, default=100_000)
+    p.add_argument("--topk-k", type=int, default=5)
+    p.add_argument("--window", type=int, default=10_000)
+    p.add_argument("--topk-steady", type=int, default=1000)
+    p.add_argument("--dmax", type=float, default=5000.0)
+    p.add_argument("--only", choices=("boolean", "topk"), default=None)
+    p.add_argument("--no-topk-reference", action="store_true",
+                   help="time the top-k index alone (the reference needs hours at W=10,000 "
+                        "on a shared machine)")
+    p.add_argument("--json", default=None, metavar="FILE")
+    args = p.parse_args(argv)
+    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                                          "platform": platform.platform()},
+                              "load_before": _load(), "network": args.network}
+    t0 = time.perf_counter()
+    network = load_network(args.network)
+    spatial = SpatialIndex.build(network)
+    report["network_and_cells_s"] = round(time.perf_counter() - t0, 1)
+    if args.only in (None, "boolean"):
+        report["boolean"] = boolean_benchmark(
+            network, spatial, n_subs=args.boolean_subs, n_messages=args.boolean_messages,
+            n_reference=args.boolean_reference, dmax_m=args.dmax)
+        report["load_after_boolean"] = _load()
+        print(json.dumps(report["boolean"]), file=sys.stderr, flush=True)
+    if args.only in (None, "topk"):
+        report["topk"] = topk_benchmark(network, spatial, n_subs=args.topk_subs, k=args.topk_k,
+                                        window=args.window, n_steady=args.topk_steady,
+                                        dmax_m=args.dmax,
+                                        reference=not args.no_topk_reference)
+        report["load_after_topk"] = _load()
+    text = json.dumps(report, indent=2)
+    if args.json:
+        from roadnet.files import atomic_paths
+
+        with atomic_paths(args.json) as (tmp,):
+            tmp.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

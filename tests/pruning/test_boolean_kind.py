@@ -1,0 +1,96 @@
+"""Boolean range subscriptions: the index against the reference, the reference against an
+independent networkx computation, on random small graphs and on Andorra and Rome."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import assert_same, scenarios
+
+from index.kinds import BooleanSubscriptions
+from index.model import Messages, Subscriptions
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from pruning.boolean import BooleanIndexMatcher
+from pruning.brute import match_brute
+from pruning.kinds_reference import BooleanBruteMatcher
+from roadnet.network import RoadNetwork
+
+
+def as_boolean(network: RoadNetwork, subs: Subscriptions, messages: Messages,
+               weights: TermWeights, dmax: float, rng: np.random.Generator
+               ) -> BooleanSubscriptions:
+    """The subscriptions as boolean ones; radii 0, Dmax, random, or exactly a pair's dN."""
+    loose = Subscriptions(subs.ids, subs.points, np.ones(len(subs)),
+                          np.full(len(subs), 1e-9), subs.kw_ptr, subs.kw_terms)
+    pairs = match_brute(network, loose, messages, weights, dmax_m=dmax)
+    radius = rng.choice([0.0, dmax, -1.0], len(subs), p=[0.15, 0.15, 0.7])
+    radius = np.where(radius < 0, rng.random(len(subs)) * dmax, radius)
+    row_of = {int(i): r for r, i in enumerate(subs.ids)}
+    for sid, d in zip(pairs.subscription_id[::2], pairs.distance[::2], strict=True):
+        radius[row_of[int(sid)]] = d  # a radius exactly at the distance
+    return BooleanSubscriptions(subs.ids, subs.points, radius, subs.kw_ptr, subs.kw_terms)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(0, 2**32 - 1))
+def test_index_equals_reference_on_random_graphs(scenario, seed) -> None:
+    network, subs, messages, weights, dmax, capacity = scenario
+    rng = np.random.default_rng(seed)
+    # Messages hold their subscriptions' keywords often enough for deliveries to happen.
+    bsubs = as_boolean(network, subs, messages, weights, dmax, rng)
+    spatial = SpatialIndex.build(network, capacity=capacity)
+    want = BooleanBruteMatcher(network, bsubs, weights, dmax_m=dmax).match(messages)
+    got = BooleanIndexMatcher(network, bsubs, weights, dmax_m=dmax,
+                              spatial=spatial).match(messages)
+    assert_same(got, want)
+
+
+def test_reference_is_the_definition(andorra, make_region_workload, reference) -> None:
+    """Reference deliveries = pairs with every keyword and an independent dN <= radius."""
+    rng = np.random.default_rng(5)
+    subs, messages, weights, _ = make_region_workload(andorra, rng, n_subs=60, n_messages=25,
+                                                      radius_m=1500)
+    dmax = 2000.0
+    bsubs = BooleanSubscriptions(subs.ids, subs.points, rng.uniform(0, dmax, len(subs)),
+                                 subs.kw_ptr, subs.kw_terms)
+    got = BooleanBruteMatcher(andorra, bsubs, weights, dmax_m=dmax).match(messages)
+    loose = Subscriptions(subs.ids, subs.points, np.ones(len(subs)), np.full(len(subs), 1e-9),
+                          subs.kw_ptr, subs.kw_terms)
+    dist = reference(andorra, loose, messages, weights, dmax_m=dmax)
+    row_of = {int(i): r for r, i in enumerate(subs.ids)}
+    want = set()
+    for (mid, sid), (d, _) in dist.items():
+        r = row_of[sid]
+        m = int(np.flatnonzero(messages.ids == mid)[0])
+        if d <= bsubs.radius[r] and set(subs.keywords(r)) <= set(messages.keywords(m)):
+            want.add((mid, sid))
+    assert got.pairs() == want
+    assert len(want) > 5
+    for mid, sid, d in zip(got.message_id, got.subscription_id, got.distance, strict=True):
+        assert d == pytest.approx(dist[(int(mid), int(sid))][0], abs=1e-6)
+
+
+@pytest.mark.parametrize("net", ["andorra", "rome"])
+def test_index_equals_reference_on_real_networks(net, request, make_region_workload) -> None:
+    network = request.getfixturevalue(net)
+    rng = np.random.default_rng(11)
+    subs, messages, weights, _ = make_region_workload(network, rng, n_subs=3000,
+                                                      n_messages=120, radius_m=4000)
+    dmax = 2500.0
+    radius = rng.choice([0.0, dmax, -1.0], len(subs), p=[0.05, 0.1, 0.85])
+    radius = np.where(radius < 0, rng.uniform(100, dmax, len(subs)), radius)
+    bsubs = BooleanSubscriptions(subs.ids, subs.points, radius, subs.kw_ptr, subs.kw_terms)
+    # Some subscriptions on a message's own edge, before and after it.
+    edge, off = bsubs.points.edge.copy(), bsubs.points.offset.copy()
+    edge[:40] = messages.points.edge[:40]
+    off[:40] = network.edge_length[edge[:40]] * rng.random(40)
+    from roadnet.locations import EdgePoints
+    bsubs = BooleanSubscriptions(bsubs.ids, EdgePoints.of(edge, off), radius, bsubs.kw_ptr,
+                                 bsubs.kw_terms)
+    want = BooleanBruteMatcher(network, bsubs, weights, dmax_m=dmax).match(messages)
+    got = BooleanIndexMatcher(network, bsubs, weights, dmax_m=dmax).match(messages)
+    assert len(want) > 50
+    assert_same(got, want)
