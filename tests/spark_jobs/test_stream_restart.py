@@ -128,7 +128,9 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
     bid = np.asarray(sink.column("batch_id"))
     for m in np.unique(mid):
         assert np.unique(bid[mid == m]).size == 1
-    assert _sink_files(tmp_path) == 2 * N_FILES
+    # One file per batch, except that a kill after Spark listed a batch's file but before
+    # it logged the batch's offsets lets the re-planned batch take that file and the next.
+    assert N_FILES < _sink_files(tmp_path) <= 2 * N_FILES
     text = log.read_text()
     assert "already committed" in text  # the batch re-run after the after-sink kill
     assert "4,060 subscriptions at version 2" in text  # set rebuilt from the change log
