@@ -12,6 +12,7 @@ from index import (
     boolean,
     delta,
     eia,
+    events,
     geofiles,
     io,
     kinds,
@@ -32,6 +33,7 @@ from index.bia import *  # noqa: F403
 from index.boolean import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
+from index.events import *  # noqa: F403
 from index.geofiles import *  # noqa: F403
 from index.io import *  # noqa: F403
 from index.kinds import *  # noqa: F403
@@ -49,6 +51,6 @@ from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
-               validate, delta, base, bia, eia, store, workload, boolean, topk)
+               validate, delta, base, bia, eia, events, store, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

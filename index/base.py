@@ -454,13 +454,3 @@ class SubscriptionIndex:
 
         return save_index(self, path)
 
-
-def __getattr__(name: str) -> Any:
-    # index.base.load_index and index_file_info moved to index.store; code written against
-    # the old path (other branches of this session) keeps working until it is updated.
-    if name in ("load_index", "index_file_info"):
-        from index import store
-
-        return getattr(store, name)
-    msg = f"module 'index.base' has no attribute {name!r}"
-    raise AttributeError(msg)

@@ -66,10 +66,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.base import load_index
+from index.events import BodyParser
+from index.store import load_index
 from roadnet.errors import format_error
 from roadnet.files import atomic_paths
-from roadpubsub.service.events import BodyParser
 from spark_jobs.session import (
     SparkJobError,
     add_spark_arguments,

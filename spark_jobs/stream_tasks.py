@@ -21,14 +21,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.base import SubscriptionIndex, load_index
+from index.base import SubscriptionIndex
+from index.events import BodyParser, RequestError
 from index.io import read_messages
 from index.model import Messages
+from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import RoadPubSubError, format_error
 from roadnet.locations import EdgePoints
-from roadpubsub.service.events import BodyParser, RequestError
 from spark_jobs.session import SparkJobError
 from spark_jobs.stream_changes import SNAP_M, apply_record
 

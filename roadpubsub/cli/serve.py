@@ -226,16 +226,7 @@ def run(args: argparse.Namespace) -> int:
                              fsync=not args.no_fsync, max_snap_m=args.max_snap,
                              background_compaction=not args.inline_compaction,
                              compact_delta=args.compact_delta)
-    try:
-        state = ServiceState.open(folder, options)
-    except RuntimeError as exc:
-        # The service layer reports a folder another process holds as a RuntimeError; it
-        # is the user's to fix. Its other RuntimeErrors (a log that contradicts itself)
-        # keep their traceback.
-        if "another roadpubsub service" not in str(exc):
-            raise
-        raise InputError(str(exc), hint="stop the other service, or give another --state"
-                         ) from exc
+    state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "

@@ -1,6 +1,7 @@
 """The live service of ``roadpubsub serve``: a durable, single-machine pub/sub stream.
 
-Modules: :mod:`~roadpubsub.service.events` (request bodies), :mod:`~roadpubsub.service.wal`
+Request bodies are parsed by :mod:`index.events` (shared with ``spark stream``). Modules:
+:mod:`~roadpubsub.service.wal`
 (the write-ahead log), :mod:`~roadpubsub.service.snapshot` (background snapshots and the
 manifest), :mod:`~roadpubsub.service.deliveries_log` (Parquet segments of deliveries),
 :mod:`~roadpubsub.service.state` (events applied through the index, recovery),

@@ -47,10 +47,10 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.events import BodyParser, RequestError, parse_ids
 from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.mqtt import MqttConnector

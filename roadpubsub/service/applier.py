@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from index.events import BodyParser, MessageBatch, MoveBatch
 from pruning.deliveries import Deliveries
 from roadnet.locations import EdgePoints
-from roadpubsub.service.events import BodyParser, MessageBatch, MoveBatch
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
 
 __all__ = ["Applier"]

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from index.events import BodyParser, RequestError
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.events import BodyParser, RequestError
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json
 
 __all__ = ["MqttConnector", "parse_broker"]

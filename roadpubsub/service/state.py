@@ -32,16 +32,16 @@ import numpy.typing as npt
 
 from index.base import SubscriptionIndex
 from index.delta import relocate
+from index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from index.io import subscriptions_table
 from index.model import Messages, Subscriptions
 from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
-from roadnet.errors import InputError, describe_rows
+from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
-from roadpubsub.service.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from roadpubsub.service.expiry import Expiry
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
@@ -54,7 +54,7 @@ from roadpubsub.service.snapshot import (
 )
 from roadpubsub.service.wal import WriteAheadLog, read_records
 
-__all__ = ["Applied", "ServiceOptions", "ServiceState", "create_state"]
+__all__ = ["Applied", "ServiceBusyError", "ServiceOptions", "ServiceState", "create_state"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -504,6 +504,13 @@ class ServiceState:
                 "deliveries": deliveries_json(known[2])}
 
 
+
+class ServiceBusyError(RoadPubSubError, RuntimeError):
+    """The state folder is held by another running service (its lock is taken)."""
+
+    hint = "stop the other service, or give another --state"
+
+
 def _lock_folder(folder: Path) -> int:
     """An exclusive lock on the folder for this process (two services would corrupt it)."""
     fd = os.open(folder / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
@@ -512,7 +519,7 @@ def _lock_folder(folder: Path) -> int:
     except BlockingIOError as exc:
         os.close(fd)
         msg = f"{folder}: another roadpubsub service is running on this folder"
-        raise RuntimeError(msg) from exc
+        raise ServiceBusyError(msg) from exc
     return fd
 
 

@@ -12,13 +12,13 @@ import pytest
 from live import DMAX_M, location_of, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
+from index.events import BodyParser, RequestError
 from index.workload import Workload
 from pruning.deliveries import Deliveries
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.events import BodyParser, RequestError
-from roadpubsub.service.state import ServiceOptions, ServiceState
+from roadpubsub.service.state import ServiceBusyError, ServiceOptions, ServiceState
 
 
 def _queued(applier: Applier, submit: list[Any]) -> list[Future[Any]]:
@@ -79,7 +79,7 @@ def test_runs_of_moves_and_publishes_equal_one_by_one(
 def test_a_second_service_on_one_folder_is_refused(service_dir: Path) -> None:
     state = ServiceState.open(service_dir, ServiceOptions())
     try:
-        with pytest.raises(RuntimeError, match="another roadpubsub service"):
+        with pytest.raises(ServiceBusyError, match="another roadpubsub service"):
             ServiceState.open(service_dir, ServiceOptions())
     finally:
         state.close()

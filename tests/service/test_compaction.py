@@ -16,10 +16,10 @@ from oracle import Oracle, as_deliveries, assert_same
 import roadpubsub.service.compactor as compactor_module
 from index.base import SubscriptionIndex
 from index.delta import build_compacted
+from index.events import BodyParser
 from index.workload import Workload
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
-from roadpubsub.service.events import BodyParser
 from roadpubsub.service.state import ServiceOptions, ServiceState
 
 

@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.base import load_index
 from index.eia import EnhancedIndex
 from index.io import messages_table, read_messages, subscriptions_table
 from index.model import Messages, Subscriptions
+from index.store import load_index
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher

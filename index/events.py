@@ -1,4 +1,5 @@
-"""Request bodies of the live service, checked and turned into columnar batches.
+"""Event bodies (subscribe, move, message) of the live service and the streaming job,
+checked and turned into columnar batches.
 
 Bodies use the field names of the Parquet schemas (:mod:`index.io`): a subscription is
 ``{"id", "keywords", "alpha", "tau"}`` plus a location (``u``, ``v``, ``offset`` or ``lon``,
