@@ -303,7 +303,8 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
     no_t = np.empty(0, dtype=np.int64)
     n_touched, _ = dijkstra_kernel(fw.indptr, fw.indices, fw.weights, seeds[:n_seeds],
                                    seed_d[:n_seeds], dmax, no_t, np.empty(0), fw.dist,
-                                   fw.target_ws, fw.heap_d, fw.heap_n, fw.touched, no_t)
+                                   fw.target_ws, fw.heap_d, fw.heap_n, fw.touched,
+                                   np.empty(0, dtype=np.int32))  # no dead ends skipped
     nc = 0
     alpha = sub.alpha[s]
     for seq in range(t - 1, max(t - window, -1), -1):  # newest first
