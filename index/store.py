@@ -186,6 +186,18 @@ def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: s
         raise IndexFileError(msg, hint=_REBUILD) from exc
 
 
+
+def _same_bits(a: npt.ArrayLike, b: npt.ArrayLike) -> bool:
+    """Whether two arrays hold the same dtype, shape and bytes ("bit for bit").
+
+    ``np.array_equal`` is not that test: NaN != NaN, and the bounds of cells that no path
+    joins hold NaN (Rome has nodes outside its largest component), so a sound file would
+    read as damaged; -0.0 == 0.0 the other way round.
+    """
+    x, y = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
 def verify_index(path: str | Any) -> dict[str, Any]:
     """Check an index file thoroughly: ranges (as every load does), the content digest
     written at save, and the cell bounds and postings rebuilt from the file's own network,
@@ -215,7 +227,7 @@ def verify_index(path: str | Any) -> dict[str, Any]:
     spatial = index.spatial
     again = compute_cell_bounds(spatial.network, spatial.cells)
     for name, value in again.to_arrays().items():
-        if not np.array_equal(np.asarray(value), np.asarray(arrays[f"bounds.{name}"])):
+        if not _same_bits(value, arrays[f"bounds.{name}"]):
             msg = (f"{source}: damaged index file: bounds.{name} differs from the bounds "
                    f"rebuilt from its network and cells")
             raise IndexFileError(msg, hint=_REBUILD)
@@ -223,7 +235,7 @@ def verify_index(path: str | Any) -> dict[str, Any]:
     fresh = cls(spatial, index.subs, index.weights, dmax_m=index.dmax_m,
                 tolerance=index.tolerance)
     for name, value in fresh.structure_arrays().items():
-        if not np.array_equal(value, arrays[f"structure.{name}"]):
+        if not _same_bits(value, arrays[f"structure.{name}"]):
             msg = (f"{source}: damaged index file: structure.{name} differs from the one "
                    f"rebuilt from its subscriptions")
             raise IndexFileError(msg, hint=_REBUILD)

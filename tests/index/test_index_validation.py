@@ -264,3 +264,17 @@ def test_large_arrays_are_mapped_and_equal_to_the_read_ones(saved, monkeypatch) 
     for name in ("x", "y", "cell", "din_out", "din_in", "chain", "chain_offset"):
         np.testing.assert_array_equal(getattr(index.facts, name), getattr(fresh.facts, name))
     np.testing.assert_array_equal(index._id_order, fresh._id_order)
+
+
+def test_verify_accepts_a_sound_index_whose_bounds_hold_nan(rome, tmp_path) -> None:
+    """Rome has nodes outside its largest component, so some cell pairs have no path and
+    their bounds hold NaN; ``verify`` compares bits, so a sound file is not called
+    damaged (``np.array_equal`` said NaN != NaN), while a changed bound still is."""
+    wl = generate_workload(rome, n_subscriptions=2_000, n_messages=1, seed=3)
+    index = EnhancedIndex(SpatialIndex.build(rome), wl.subscriptions, wl.weights, dmax_m=5000)
+    assert np.isnan(index.spatial.bounds.D_far).any()  # the case this test is about
+    path = index.save(tmp_path / "rome.npz")
+    assert verify_index(path)["bounds"] == "ok"
+    changed = tampered(path, tmp_path, "d-far", _set("bounds.D_far", 0, 1.0))
+    with pytest.raises(IndexFileError, match="D_far differs|digest"):
+        verify_index(changed)
