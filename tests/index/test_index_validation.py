@@ -276,5 +276,5 @@ def test_verify_accepts_a_sound_index_whose_bounds_hold_nan(rome, tmp_path) -> N
     path = index.save(tmp_path / "rome.npz")
     assert verify_index(path)["bounds"] == "ok"
     changed = tampered(path, tmp_path, "d-far", _set("bounds.D_far", 0, 1.0))
-    with pytest.raises(IndexFileError, match="D_far differs|digest"):
+    with pytest.raises(IndexFileError, match=r"D_far differs|digest"):
         verify_index(changed)
