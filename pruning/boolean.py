@@ -42,33 +42,20 @@ from pruning.algorithm1 import cell_lower_bounds
 from pruning.algorithm2 import verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.indexed import default_threads
-from pruning.kernel_args import GraphArrays
+from pruning.kernel_args import GraphArrays, MessageArrays
 from pruning.kinds_reference import holds_all_keywords
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.locations import point_xy
 from roadnet.network import RoadNetwork, spatial_order
 from roadnet.settings import DEFAULTS
 
-__all__ = ["BooleanIndexMatcher", "BooleanMessageArrays", "BooleanPostingArrays",
+__all__ = ["BooleanIndexMatcher", "BooleanPostingArrays",
            "BooleanSlotArrays", "CellBoundArrays", "VerifyScratch", "cell_bound_arrays",
            "message_arrays", "verification_graph", "verify_scratch"]
 
 F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
-
-
-class BooleanMessageArrays(NamedTuple):
-    """The batch's messages: chain point, position (m), cell, din_in (m), keyword CSR."""
-
-    chain: I32
-    chain_offset: F
-    x: F
-    y: F
-    cell: I32
-    din_in: F
-    kw_ptr: I64
-    kw_terms: I32
 
 
 class CellBoundArrays(NamedTuple):
@@ -127,7 +114,7 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 
 @numba.njit(cache=True, nogil=True)
 def _match_boolean(  # pragma: no cover - compiled
-    start: int, stop: int, msg: BooleanMessageArrays, cb: CellBoundArrays,
+    start: int, stop: int, msg: MessageArrays, cb: CellBoundArrays,
     lay: BooleanPostingArrays, slots: BooleanSlotArrays, net: GraphArrays, ws: tuple,
     buckets: tuple, bucket_width: float, sc: VerifyScratch, out_msg: I64, out_row: I64,
     out_dist: F, n_slots: int, stats: I64,
@@ -222,10 +209,10 @@ def cell_bound_arrays(spatial: SpatialIndex) -> CellBoundArrays:
                            float(DEFAULTS.bound_slack_m), float(DEFAULTS.bound_slack_rel))
 
 
-def message_arrays(spatial: SpatialIndex, messages: Messages) -> BooleanMessageArrays:
+def message_arrays(spatial: SpatialIndex, messages: Messages) -> MessageArrays:
     """Facts of the messages for the kernels."""
     f = spatial.facts(messages.points)
-    return BooleanMessageArrays(f.chain, f.chain_offset, f.x, f.y, f.cell, f.din_in,
+    return MessageArrays(f.chain, f.chain_offset, f.x, f.y, f.cell, f.din_in,
                                 messages.kw_ptr, messages.kw_terms)
 
 
@@ -310,7 +297,7 @@ class BooleanIndexMatcher:
             self._lanes.append((search, buckets, scratch, out))
         return self._lanes[k]
 
-    def _run_lane(self, k: int, msg: BooleanMessageArrays, runs: Iterator[tuple[int, int]]
+    def _run_lane(self, k: int, msg: MessageArrays, runs: Iterator[tuple[int, int]]
                   ) -> list[tuple[I64, I64, F]]:
         search, buckets, scratch, (out_msg, out_row, out_dist) = self._lane(k)
         ws = search.workspace()

@@ -44,7 +44,6 @@ from index.topk import TopkIndex
 from pruning.algorithm1 import cell_lower_bounds
 from pruning.algorithm2 import verify_candidates
 from pruning.boolean import (
-    BooleanMessageArrays,
     CellBoundArrays,
     cell_bound_arrays,
     message_arrays,
@@ -52,7 +51,7 @@ from pruning.boolean import (
     verify_scratch,
 )
 from pruning.boolean import VerifyScratch as _Scratch
-from pruning.kernel_args import GraphArrays
+from pruning.kernel_args import GraphArrays, MessageArrays
 from pruning.similarity import sim_kernel, tsim_kernel
 from pruning.topk_buffers import (
     STAT_NAMES,
@@ -98,7 +97,7 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 
 @numba.njit(cache=True, nogil=True)
 def _arrive(  # pragma: no cover - compiled
-    i: int, t: int, msg: BooleanMessageArrays, cb: CellBoundArrays, cells: TopkCellArrays,
+    i: int, t: int, msg: MessageArrays, cb: CellBoundArrays, cells: TopkCellArrays,
     sub: TopkSubArrays, st: TopkState, win: WindowArrays, net: GraphArrays, ws: tuple,
     buckets: tuple, bucket_width: float, sc: _Scratch, cand_tsim: F, weights: F,
     dmax: float, ev: EventArrays, n_ev: int,
@@ -177,7 +176,7 @@ def _arrive(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _push(  # pragma: no cover - compiled
-    start: int, stop: int, ids: I64, msg: BooleanMessageArrays, cb: CellBoundArrays,
+    start: int, stop: int, ids: I64, msg: MessageArrays, cb: CellBoundArrays,
     cells: TopkCellArrays, sub: TopkSubArrays, st: TopkState, win: WindowArrays,
     fw: ForwardArrays, rs: ReevalScratch, net: GraphArrays, ws: tuple, buckets: tuple,
     bucket_width: float, sc: _Scratch, cand_tsim: F, weights: F, dmax: float,
