@@ -65,6 +65,7 @@ __all__ = [
     "DeliveryColumns",
     "atomic_paths",
     "deliveries_table",
+    "keyword_term_csr",
     "messages_table",
     "read_deliveries",
     "read_messages",
@@ -423,9 +424,40 @@ def _keyword_rows(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
     return lengths, values
 
 
-def _keyword_csr(lengths: npt.NDArray[np.int64], values: pa.Array, weights: TermWeights,
-                 *, add: bool) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-    """Term-id CSR (rows sorted and de-duplicated) of flat keyword strings, vectorised."""
+def keyword_term_csr(lengths: npt.NDArray[np.int64], values: pa.Array,
+                     weights: TermWeights, *, add: bool
+                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """Term-id CSR of flat keyword strings, each row's ids sorted and distinct (vectorised).
+
+    The readers' own conversion of a keywords column, shared with the Spark jobs so that
+    term ids (and the order in which unknown keywords are added) are the same everywhere.
+
+    Parameters
+    ----------
+    lengths
+        Keywords per row (int64, >= 0); they sum to ``len(values)``.
+    values
+        The keywords of all rows, flat (Arrow strings; already checked non-blank).
+    weights
+        The vocabulary. With ``add=True`` keywords it lacks are added (at its default
+        weight) in the order of their first appearance in ``values``; with ``add=False``
+        they are dropped.
+
+    Returns
+    -------
+    (ptr, terms)
+        ``terms[ptr[i]:ptr[i + 1]]`` are row i's term ids (int64 ptr, int32 ids).
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa
+    >>> from index.terms import TermWeights
+    >>> w = TermWeights({"a": 1.0, "b": 2.0})
+    >>> ptr, terms = keyword_term_csr(np.array([2, 1]), pa.array(["b", "a", "zz"]), w,
+    ...                               add=False)
+    >>> ptr.tolist(), terms.tolist()
+    ([0, 2, 2], [0, 1])
+    """
     n = lengths.size
     if len(values) == 0:
         return np.zeros(n + 1, np.int64), np.empty(0, np.int32)
@@ -446,6 +478,10 @@ def _keyword_csr(lengths: npt.NDArray[np.int64], values: pa.Array, weights: Term
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows_u, minlength=n), out=ptr[1:])
     return ptr, (key % vocab).astype(np.int32)
+
+
+#: The former private name (other branches of this session still call it).
+_keyword_csr = keyword_term_csr
 
 
 def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
@@ -555,7 +591,7 @@ def read_subscriptions(
             table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
             max_snap_m=max_snap_m)
         _raise_problems(problems, error, f"invalid subscriptions in {p}")
-        ptr, terms = _keyword_csr(lengths, values, weights, add=True)
+        ptr, terms = keyword_term_csr(lengths, values, weights, add=True)
         return Subscriptions(ids, points, alpha, tau, ptr, terms)
 
 
@@ -597,7 +633,7 @@ def read_messages(
             table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
             max_snap_m=max_snap_m)
         _raise_problems(problems, error, f"invalid messages in {p}")
-        ptr, terms = _keyword_csr(lengths, values, weights, add=False)
+        ptr, terms = keyword_term_csr(lengths, values, weights, add=False)
         return Messages(ids, points, ptr, terms)
 
 

@@ -216,7 +216,7 @@ def read_subscription_set(
     if problems:
         msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
         raise error(msg)
-    ptr, terms = _io._keyword_csr(lengths, values, weights, add=True)
+    ptr, terms = _io.keyword_term_csr(lengths, values, weights, add=True)
     rows = [np.flatnonzero(kind == code) for code in range(len(SUBSCRIPTION_KIND_NAMES))]
     thr, boo, top = rows
 

@@ -41,7 +41,7 @@ from spark_jobs.bound_table import (
     BOUNDS_META_FILE,
     ROW_SCHEMA,
     BoundsTableError,
-    _check_meta,
+    check_bounds_format,
     check_bounds_meta,
 )
 
@@ -90,7 +90,7 @@ def read_bounds_frame(spark: SparkSession, path: str, network: RoadNetwork, cell
     except (OSError, json.JSONDecodeError) as exc:
         msg = f"{meta_path}: unreadable metadata ({exc})"
         raise BoundsTableError(msg) from exc
-    _check_meta(meta, path)  # type: ignore[arg-type]
+    check_bounds_format(meta, path)
     check_bounds_meta(meta, path, network, cells)
     return spark.read.schema(ROW_SCHEMA).parquet(storage.spark_uri(path))
 

@@ -49,6 +49,7 @@ __all__ = [
     "BoundsTableError",
     "bounds_meta",
     "cells_fingerprint",
+    "check_bounds_format",
     "check_bounds_meta",
     "load_bounds_table",
     "network_fingerprint",
@@ -150,7 +151,28 @@ def bounds_meta(network: RoadNetwork, cells: Cells, *, engine: str, limit: float
     }
 
 
-def _check_meta(meta: Any, where: Path) -> None:
+def check_bounds_format(meta: Any, where: str | Path) -> None:
+    """Refuse metadata that is not of a bound table this version reads.
+
+    Parameters
+    ----------
+    meta
+        The parsed content of :data:`BOUNDS_META_FILE`.
+    where
+        The table's path or URL, for the message.
+
+    Raises
+    ------
+    BoundsTableError
+        Not a dict, another format, or another format version.
+
+    Examples
+    --------
+    >>> check_bounds_format({"format": "x"}, "t.bounds")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_jobs.bound_table.BoundsTableError: t.bounds: unsupported bound table format 'x'...
+    """
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT \
             or meta.get("version") != _VERSION:
         got = meta if isinstance(meta, dict) else {}
@@ -186,7 +208,7 @@ def read_bounds_rows(path: str | Path) -> tuple[dict[str, Any], FloatArray, Floa
     except (OSError, json.JSONDecodeError) as exc:
         msg = f"{meta_path}: unreadable metadata ({exc})"
         raise BoundsTableError(msg) from exc
-    _check_meta(meta, p)
+    check_bounds_format(meta, p)
     try:
         rows = pq.read_table(p, columns=["cell_i", "cell_j", "D", "D_far"])
     except (pa.ArrowException, OSError) as exc:

@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from index.io import _keyword_csr, read_messages, read_subscriptions
+from index.io import keyword_term_csr, read_messages, read_subscriptions
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
@@ -332,7 +332,7 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
                 zero_copy_only=False), dtype=np.int64)
             values = pc.cast(pc.list_flatten(col), pa.string())
             # The reader's own conversion: normalised, sorted, distinct; unknown dropped.
-            ptr, terms = _keyword_csr(lengths, values, weights, add=False)
+            ptr, terms = keyword_term_csr(lengths, values, weights, add=False)
             names = ["cell", "id", "edge", "offset"]
             if kind == "subscriptions":
                 names += ["alpha", "tau", "dn_limit"]
