@@ -96,23 +96,31 @@ class ArchitectureMatcher(LoadedIndexMatcher):
 
 
 def _eia(network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
-         dmax_m: float) -> Matcher:
+         dmax_m: float, spatial: SpatialIndex | None = None) -> Matcher:
     return ArchitectureMatcher(network, subs, weights, dmax_m=dmax_m,
-                               architecture=EnhancedIndex)
+                               architecture=EnhancedIndex, spatial=spatial)
 
 
 def _bia(network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
-         dmax_m: float) -> Matcher:
-    return ArchitectureMatcher(network, subs, weights, dmax_m=dmax_m, architecture=BasicIndex)
+         dmax_m: float, spatial: SpatialIndex | None = None) -> Matcher:
+    return ArchitectureMatcher(network, subs, weights, dmax_m=dmax_m, architecture=BasicIndex,
+                               spatial=spatial)
 
 
 #: Index name -> factory.
 MATCHERS: dict[str, MatcherFactory] = {"brute": BruteMatcher, "bia": _bia, "eia": _eia}
+# The registered factories that can reuse a SpatialIndex.
+_TAKE_SPATIAL = {"bia": _bia, "eia": _eia}
 
 
 def build_matcher(name: str, network: RoadNetwork, subs: Subscriptions,
-                  weights: TermWeights, *, dmax_m: float) -> Matcher:
+                  weights: TermWeights, *, dmax_m: float,
+                  spatial: SpatialIndex | None = None) -> Matcher:
     """Build the matcher registered as ``name``.
+
+    ``spatial`` (cells and bounds built once and shared, e.g. with the boolean and top-k
+    indexes of a mixed run) is handed to the indexes that use one (eia, bia); the other
+    matchers (brute) do not need it.
 
     Raises
     ------
@@ -123,4 +131,6 @@ def build_matcher(name: str, network: RoadNetwork, subs: Subscriptions,
     if factory is None:
         msg = f"unknown index {name!r}; choose one of {', '.join(sorted(MATCHERS))}"
         raise InputError(msg)
+    if spatial is not None and name in _TAKE_SPATIAL:
+        return _TAKE_SPATIAL[name](network, subs, weights, dmax_m=dmax_m, spatial=spatial)
     return factory(network, subs, weights, dmax_m=dmax_m)

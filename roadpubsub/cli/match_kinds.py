@@ -52,6 +52,7 @@ def run_kinds(args: argparse.Namespace, dmax: float, say: Any) -> tuple[Any, dic
 
     from index.io import read_messages, write_tables
     from index.kinds_io import read_subscription_set
+    from index.spatial import SpatialIndex
     from pruning.boolean import BooleanIndexMatcher
     from pruning.deliveries import Deliveries
     from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher, check_window
@@ -87,14 +88,12 @@ def run_kinds(args: argparse.Namespace, dmax: float, say: Any) -> tuple[Any, dic
     say(f"read {subs.counts()} subscriptions and {len(messages):,} messages in "
         f"{t_read - t0:.1f} s")
     parts = []
-    spatial = None
+    # One cell structure (cells and cell-pair bounds, the costly part of every index's
+    # build) shared by the threshold index and the kind indexes.
+    spatial = None if brute or len(subs) == 0 else SpatialIndex.build(network)
     if len(subs.threshold):
-        parts.append(build_matcher(name, network, subs.threshold, weights,
-                                   dmax_m=dmax).match(messages))
-    if len(subs.boolean) or (len(subs.topk) and not brute):
-        from index.spatial import SpatialIndex
-
-        spatial = None if brute else SpatialIndex.build(network)
+        parts.append(build_matcher(name, network, subs.threshold, weights, dmax_m=dmax,
+                                   spatial=spatial).match(messages))
     if len(subs.boolean):
         bm = (BooleanBruteMatcher(network, subs.boolean, weights, dmax_m=dmax) if brute
               else BooleanIndexMatcher(network, subs.boolean, weights, dmax_m=dmax,

@@ -124,3 +124,26 @@ def test_bad_combinations_are_named(mixed, tmp_path, capsys, change, said) -> No
     network = load_network(cal)
     with pytest.raises(ValueError, match="ids"):
         read_subscriptions(wl / "mixed.parquet", network, read_weights(wl / "weights.parquet"))
+
+
+def test_mixed_run_builds_the_cells_once(mixed, tmp_path, monkeypatch) -> None:
+    """The threshold index and the boolean and top-k indexes share one cell structure."""
+    import index.spatial as spatial_module
+
+    calls = {"cells": 0, "bounds": 0}
+
+    def counted(name: str, real: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(spatial_module, "build_cells",
+                        counted("cells", spatial_module.build_cells))
+    monkeypatch.setattr(spatial_module, "compute_cell_bounds",
+                        counted("bounds", spatial_module.compute_cell_bounds))
+    cal, wl = mixed
+    out = tmp_path / "a.parquet"
+    assert run(cal, wl, out, "mixed.parquet", "eia", "--window", "25") == 0
+    assert calls == {"cells": 1, "bounds": 1}
+    assert len(read_table(tmp_path / "a-topk.parquet")) > 0
