@@ -51,6 +51,9 @@ class Settings:
         index's delta buffer (together with ``delta_compaction_ratio``).
     delta_compaction_ratio
         Compact when the delta buffer exceeds this fraction of the indexed subscriptions.
+    topk_window
+        W of top-k sliding-window subscriptions: their results come from the last W
+        messages (``roadpubsub match --window``, ``roadpubsub spark batch-match --window``).
     normalize_keywords
         Compare keywords after Unicode NFC, case folding and stripping white space
         ("DELAYED" matches "delayed"); False compares them as exact strings.
@@ -67,6 +70,7 @@ class Settings:
     bucket_width_m: float = 10.0
     delta_compaction_min: int = 20_000
     delta_compaction_ratio: float = 0.05
+    topk_window: int = 10_000
     normalize_keywords: bool = True
 
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,9 +67,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from index.eia import EnhancedIndex
+from index.kinds import BooleanSubscriptions
 from index.model import Messages, Subscriptions
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
+from pruning.boolean import BooleanIndexMatcher
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from pruning.routing import CellRouter, partition_cells
@@ -81,11 +84,13 @@ from roadnet.settings import DEFAULTS
 from spark_jobs import storage
 from spark_jobs.bound_frames import bounds_frame, keyed_bounds, read_bounds_frame, slice_spatial
 from spark_jobs.cell_frames import (
+    KIND_CODES,
+    SUBSCRIPTION_SCHEMA,
     CellStats,
     cell_stats,
     messages_frame,
     read_messages_frame,
-    read_subscriptions_frame,
+    read_subscription_set_frame,
     subscriptions_frame,
     weights_from_payload,
     weights_payload,
@@ -112,6 +117,7 @@ __all__ = [
     "MatchPlan",
     "add_arguments",
     "batch_match",
+    "boolean_from_arrow",
     "build_parser",
     "deliveries_frame",
     "main",
@@ -131,7 +137,10 @@ DELIVERY_SCHEMA = "message_id long, subscription_id long, distance double, score
 FAULTS = ("always", "first-attempt")
 _ROUTED_SCHEMA = "key int, id long, edge int, offset double, keywords array<int>"
 _SUB_COLUMNS = ("id", "edge", "offset", "alpha", "tau", "keywords")
+_BOOLEAN_COLUMNS = ("id", "edge", "offset", "radius", "keywords")
 _BOUND_COLUMNS = ("cell_i", "cell_j", "D", "D_far")
+# The ``part`` of a row of a match task's left side.
+_PART_THRESHOLD, _PART_BOUND, _PART_BOOLEAN = 0, 1, 2
 
 
 # ---------------------------------------------------------------------------- arrow -> model
@@ -160,6 +169,18 @@ def subscriptions_from_arrow(table: pa.Table) -> Subscriptions:
                          EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
                          _np(table, "alpha", np.float64), _np(table, "tau", np.float64),
                          ptr, terms)
+
+
+def boolean_from_arrow(table: pa.Table) -> BooleanSubscriptions:
+    """Boolean subscriptions of frame rows (``id``, ``edge``, ``offset``, ``radius``,
+    ``keywords``), sorted by id."""
+    order = np.argsort(_np(table, "id", np.int64), kind="stable")
+    table = table.take(pa.array(order))
+    ptr, terms = _keyword_csr(table.column("keywords"))
+    return BooleanSubscriptions(
+        _np(table, "id", np.int64),
+        EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
+        _np(table, "radius", np.float64), ptr, terms)
 
 
 def messages_from_arrow(table: pa.Table) -> Messages:
@@ -301,27 +322,40 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
             if fault == "always" or (ctx is not None and ctx.attemptNumber() == 0):
                 msg = f"injected failure ({fault}) in partition {k}"
                 raise RuntimeError(msg)
-        is_sub = pc.equal(left.column("kind"), 0)
-        subs_t = left.filter(is_sub)
-        if subs_t.num_rows == 0 or msgs_t.num_rows == 0:
+        part = left.column("part")
+        subs_t = left.filter(pc.equal(part, _PART_THRESHOLD))
+        bool_t = left.filter(pc.equal(part, _PART_BOOLEAN))
+        if subs_t.num_rows + bool_t.num_rows == 0 or msgs_t.num_rows == 0:
             return _deliveries_table(Deliveries.empty())
         network, cells = cached_payload(bc, "cells", network_and_cells)
         weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
-        spatial = slice_spatial(network, cells, left.filter(pc.invert(is_sub)),
-                                _part_cells(payload, k), by="row",
+        bounds_t = left.filter(pc.equal(part, _PART_BOUND))
+        spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="row",
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
-        index = EnhancedIndex(spatial, subscriptions_from_arrow(subs_t), weights,
-                              dmax_m=payload["dmax_m"], tolerance=payload["tolerance"])
-        t2 = time.perf_counter()
-        # One thread per task: Spark already runs one task per executor core.
-        deliveries, _ = IndexMatcher(index, threads=1).match(messages_from_arrow(msgs_t))
+        messages = messages_from_arrow(msgs_t)
+        parts = []
+        if subs_t.num_rows:
+            index = EnhancedIndex(spatial, subscriptions_from_arrow(subs_t), weights,
+                                  dmax_m=payload["dmax_m"], tolerance=payload["tolerance"])
+            t2 = time.perf_counter()
+            # One thread per task: Spark already runs one task per executor core.
+            parts.append(IndexMatcher(index, threads=1).match(messages)[0])
+        t3 = time.perf_counter()
+        if bool_t.num_rows:  # the same boolean matcher as 'roadpubsub match', on this slice
+            parts.append(BooleanIndexMatcher(network, boolean_from_arrow(bool_t), weights,
+                                             dmax_m=payload["dmax_m"], spatial=spatial,
+                                             threads=1).match(messages))
+        deliveries = Deliveries.concat(parts)
         if timer is not None:
-            t3 = time.perf_counter()
-            n_bounds = left.num_rows - subs_t.num_rows
-            timer.add([("match:bounds slice", k, t1 - t0, n_bounds, 0),
-                       ("match:EIA build", k, t2 - t1, subs_t.num_rows, 0),
-                       ("match:IndexMatcher", k, t3 - t2, msgs_t.num_rows, len(deliveries))])
+            t4 = time.perf_counter()
+            rows = [("match:bounds slice", k, t1 - t0, bounds_t.num_rows, 0)]
+            if subs_t.num_rows:
+                rows += [("match:EIA build", k, t2 - t1, subs_t.num_rows, 0),
+                         ("match:IndexMatcher", k, t3 - t2, msgs_t.num_rows, 0)]
+            if bool_t.num_rows:
+                rows.append(("match:boolean", k, t4 - t3, bool_t.num_rows, 0))
+            timer.add(rows)
         return _deliveries_table(deliveries)
 
     return run
@@ -346,9 +380,13 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
 def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
                      weights: TermWeights, subs: DataFrame, messages: DataFrame,
                      bounds: DataFrame, *, bounds_name: str = "bound table",
-                     fault: str | None = None, timer: Any = None) -> DataFrame:
+                     fault: str | None = None, timer: Any = None,
+                     boolean: DataFrame | None = None) -> DataFrame:
     """The deliveries as a lazy DataFrame, from frames of subscriptions, messages
     (:mod:`spark_jobs.cell_frames`) and bound-table rows (:mod:`spark_jobs.bound_frames`).
+    ``boolean``: boolean subscriptions too (``cell`` and :data:`_BOOLEAN_COLUMNS`), matched
+    in the tasks that hold their cells (``plan`` made from the load and routing limits of
+    both frames).
 
     Run it with one shuffle partition per subscription partition and AQE coalescing off,
     as :func:`match_frames` does, so that each partition's index is built in its own
@@ -374,12 +412,24 @@ def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
     routed = (msgs_keyed.groupBy("key").cogroup(by_col.groupBy("key"))
               .applyInArrow(_route_task(bc, timer), _ROUTED_SCHEMA))
     subs_keyed = (subs.join(F.broadcast(keys), "cell")
-                  .select("key", F.lit(0).alias("kind"), *_SUB_COLUMNS))
+                  .select("key", F.lit(_PART_THRESHOLD).alias("part"), *_SUB_COLUMNS))
     by_row = (keyed_bounds(spark, bounds, cell_key, by="row")
-              .select("key", F.lit(1).alias("kind"), *_BOUND_COLUMNS))
+              .select("key", F.lit(_PART_BOUND).alias("part"), *_BOUND_COLUMNS))
     left = subs_keyed.unionByName(by_row, allowMissingColumns=True)
+    if boolean is not None:
+        left = left.unionByName(boolean.join(F.broadcast(keys), "cell").select(
+            "key", F.lit(_PART_BOOLEAN).alias("part"), *_BOOLEAN_COLUMNS),
+            allowMissingColumns=True)
     return (left.groupBy("key").cogroup(routed.groupBy("key"))
             .applyInArrow(_match_task(bc, fault, timer), DELIVERY_SCHEMA))
+
+
+def _kind_counts(subs: DataFrame) -> dict[str, int]:
+    """Rows per kind of a subscription set frame (one small aggregation)."""
+    rows = subs.groupBy("kind").count().toArrow()
+    got = dict(zip(rows.column("kind").to_pylist(), rows.column("count").to_pylist(),
+                   strict=True))
+    return {name: int(got.get(code, 0)) for name, code in KIND_CODES.items()}
 
 
 def _job_settings(plan: MatchPlan) -> dict[str, str]:
@@ -525,18 +575,32 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
     phases["driver: bound table metadata"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
-        subs = read_subscriptions_frame(spark, args.subscriptions, network, cells, weights,
-                                        dmax_m=args.dmax, timer=timer)
+        subs = read_subscription_set_frame(spark, args.subscriptions, network, cells,
+                                           weights, dmax_m=args.dmax, timer=timer)
+        counts = _kind_counts(subs)
     phases["read and locate subscriptions"] = time.perf_counter() - t0
+    log(f"subscriptions per kind: {counts}")
     t0 = time.perf_counter()
     with stage(spark, f"batch-match: read and locate {args.messages}"):
+        # Top-k results depend on the stream order: then the frame keeps the file order.
         messages = read_messages_frame(spark, args.messages, network, cells, weights,
-                                       timer=timer)
+                                       timer=timer, ordered=counts["topk"] > 0)
     phases["read and locate messages"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    match_frames(spark, network, cells, weights, subs, messages, bounds, out=args.out,
-                 dmax_m=args.dmax, n_partitions=args.partitions,
-                 bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
+    if counts["boolean"] == counts["topk"] == 0:
+        threshold = subs.select(*(c.split()[0] for c in SUBSCRIPTION_SCHEMA.split(", ")))
+        match_frames(spark, network, cells, weights, threshold, messages, bounds,
+                     out=args.out, dmax_m=args.dmax, n_partitions=args.partitions,
+                     bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
+    else:
+        from spark_jobs.batch_kinds import match_set_frames
+
+        match_set_frames(spark, network, cells, weights, subs, messages, bounds,
+                         window=getattr(args, "window", DEFAULTS.topk_window), out=args.out,
+                         topk_out=getattr(args, "topk_out", None), dmax_m=args.dmax,
+                         n_partitions=args.partitions,
+                         bounds_name=args.bounds or "bound table", timer=timer,
+                         phases=phases, counts=counts)
     phases["plan, route, match and write"] = time.perf_counter() - t0
     spark.catalog.clearCache()  # the frames kept for the two passes over them
     return phases
@@ -564,7 +628,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", required=True, help="messages file")
     parser.add_argument("--weights", required=True, help="keyword weights file")
     parser.add_argument("--out", required=True,
-                        help="output Parquet directory of deliveries (a path or URL)")
+                        help="output Parquet directory of deliveries (a path or URL): "
+                             "threshold and boolean subscriptions'")
+    parser.add_argument("--topk-out", default=None,
+                        help="output Parquet directory of the top-k events (insert/evict "
+                             "rows, as 'roadpubsub match --topk-out'; default: --out with "
+                             "'-topk' before its suffix); written only when the "
+                             "subscriptions hold top-k rows")
+    parser.add_argument("--window", type=int, default=DEFAULTS.topk_window, metavar="W",
+                        help="top-k subscriptions: results come from the last W messages, "
+                             "in file order (default: %(default)s, as roadpubsub match)")
     parser.add_argument("--bounds", default=None,
                         help="bound table directory from precompute-bounds "
                              "(default: computed on Spark now)")
@@ -593,11 +666,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
+    from pruning.kinds_reference import check_window
+    from spark_jobs.batch_kinds import topk_out_name
+
     check_dmax(args.dmax, name="--dmax")
+    check_window(args.window)
     inputs = (args.network, args.subscriptions, args.messages, args.weights, args.bounds)
-    local_out = storage.local_path(args.out) is not None
-    if local_out:  # a local output is checked before Spark starts, which takes seconds
-        storage.check_output(None, args.out, folder=True, what="--out", inputs=inputs)
+    topk_out = args.topk_out or topk_out_name(args.out)
+    lo, lk = storage.local_path(args.out), storage.local_path(topk_out)
+    if (topk_out.rstrip("/") == os.fspath(args.out).rstrip("/")
+            or (lo is not None and lk is not None and lo.resolve() == lk.resolve())):
+        msg = f"--topk-out {topk_out} is the --out directory; give another"
+        raise InputError(msg)
+    outputs = (("--out", args.out), ("--topk-out", topk_out))
+    for what, path in outputs:  # local outputs before Spark starts, which takes seconds
+        if storage.local_path(path) is not None:
+            storage.check_output(None, path, folder=True, what=what, inputs=inputs)
     for name, path in (("network", args.network), ("--weights", args.weights),
                        ("--subscriptions", args.subscriptions), ("--messages", args.messages),
                        ("--bounds", args.bounds)):
@@ -606,8 +690,9 @@ def run(args: argparse.Namespace) -> int:
             msg = f"{name} not found: {path}"
             raise FileNotFoundError(msg)
     spark = session_from_args(args, app_name="roadpubsub batch-match")
-    if not local_out:
-        storage.check_output(spark, args.out, folder=True, what="--out", inputs=inputs)
+    for what, path in outputs:
+        if storage.local_path(path) is None:
+            storage.check_output(spark, path, folder=True, what=what, inputs=inputs)
     t0 = time.perf_counter()
     write_deliveries_frame(spark, args)
     log(f"wrote the deliveries to {args.out} in {time.perf_counter() - t0:.1f} s")

@@ -55,6 +55,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from index.io import keyword_term_csr, read_messages, read_subscriptions
+from index.kinds import SubscriptionSet
+from index.kinds_io import read_subscription_set
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
@@ -72,13 +74,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "KIND_CODES",
     "MESSAGE_SCHEMA",
+    "ORDERED_MESSAGE_SCHEMA",
     "SUBSCRIPTION_SCHEMA",
+    "SUBSCRIPTION_SET_SCHEMA",
     "CellStats",
     "cell_stats",
     "messages_frame",
     "read_messages_frame",
+    "read_subscription_set_frame",
     "read_subscriptions_frame",
+    "subscription_set_frame",
     "subscriptions_frame",
     "weights_from_payload",
     "weights_payload",
@@ -89,15 +96,29 @@ SUBSCRIPTION_SCHEMA = ("cell int, id long, edge int, offset double, alpha double
                        "tau double, dn_limit double, keywords array<int>")
 #: Spark schema of a messages frame.
 MESSAGE_SCHEMA = "cell int, id long, edge int, offset double, keywords array<int>"
+#: Spark schema of a messages frame that keeps the input order: sorted by (``o_file``,
+#: ``o_block``, ``o_row``) the rows are in file order (files by name, then the rows of
+#: each file as written).
+ORDERED_MESSAGE_SCHEMA = MESSAGE_SCHEMA + ", o_file int, o_block long, o_row long"
+#: Spark schema of a frame of subscriptions of every kind (``kind``: :data:`KIND_CODES`);
+#: fields a kind does not use are null. ``dn_limit`` is the routing distance limit of the
+#: row's cell: DNlimit for threshold rows, the radius for boolean rows, Dmax for top-k.
+SUBSCRIPTION_SET_SCHEMA = ("kind int, cell int, id long, edge int, offset double, "
+                           "alpha double, tau double, radius double, k long, "
+                           "dn_limit double, keywords array<int>")
+#: ``kind`` column values of a subscription set frame.
+KIND_CODES = {"threshold": 0, "boolean": 1, "topk": 2}
 
 # The columns the readers know (index.io); others are not shipped to the tasks.
-_FILE_COLUMNS = ("id", "u", "v", "offset", "lon", "lat", "keywords", "alpha", "tau")
+_FILE_COLUMNS = ("id", "u", "v", "offset", "lon", "lat", "keywords", "alpha", "tau",
+                 "kind", "radius", "k")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 # Pass 1 output: parsed rows (kind 0), problems (kind 1), unknown keywords (kind 2) with
 # the place of their first appearance (file, block, row id, position in the list).
 _PARSED_SCHEMA = ("kind int, cell int, id long, edge int, offset double, alpha double, "
                   "tau double, dn_limit double, raw array<string>, problem string, "
-                  "term string, o_file string, o_block long, o_row long, o_k int")
+                  "term string, o_file string, o_block long, o_row long, o_k int, "
+                  "skind int, radius double, k long")
 _ROW, _PROBLEM, _TERM = 0, 1, 2
 #: Rows per call of the index.io reader in a task.
 _CHUNK_ROWS = 100_000
@@ -140,16 +161,92 @@ def subscriptions_frame(spark: SparkSession, subs: Subscriptions, cells: Cells, 
     return spark.createDataFrame(table, schema=SUBSCRIPTION_SCHEMA)
 
 
-def messages_frame(spark: SparkSession, messages: Messages, cells: Cells) -> DataFrame:
-    """A messages frame of messages already in memory (see :func:`subscriptions_frame`)."""
-    table = pa.table({
+def messages_frame(spark: SparkSession, messages: Messages, cells: Cells, *,
+                   ordered: bool = False) -> DataFrame:
+    """A messages frame of messages already in memory (see :func:`subscriptions_frame`);
+    ``ordered``: with the order columns of :data:`ORDERED_MESSAGE_SCHEMA` (the given
+    order)."""
+    n = len(messages)
+    cols = {
         "cell": pa.array(cells.edge_cell[messages.points.edge].astype(np.int32)),
         "id": pa.array(messages.ids, pa.int64()),
         "edge": pa.array(messages.points.edge, pa.int32()),
         "offset": pa.array(messages.points.offset, pa.float64()),
         "keywords": _id_lists(messages.kw_ptr, messages.kw_terms),
-    })
-    return spark.createDataFrame(table, schema=MESSAGE_SCHEMA)
+    }
+    if ordered:
+        cols.update({"o_file": pa.array(np.zeros(n, np.int32)),
+                     "o_block": pa.array(np.zeros(n, np.int64)),
+                     "o_row": pa.array(np.arange(n, dtype=np.int64))})
+    return spark.createDataFrame(pa.table(cols),
+                                 schema=ORDERED_MESSAGE_SCHEMA if ordered else MESSAGE_SCHEMA)
+
+
+def subscription_set_frame(spark: SparkSession, subs: SubscriptionSet, cells: Cells, *,
+                           dmax_m: float,
+                           tolerance: float = DEFAULTS.score_tolerance) -> DataFrame:
+    """A frame of subscriptions of every kind already in memory
+    (:data:`SUBSCRIPTION_SET_SCHEMA`; files go through :func:`read_subscription_set_frame`)."""
+    return spark.createDataFrame(_set_table(subs, cells, dmax_m=dmax_m, tolerance=tolerance),
+                                 schema=SUBSCRIPTION_SET_SCHEMA)
+
+
+def _set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance: float,
+               raw: pa.ChunkedArray | None = None) -> pa.Table:
+    """The rows of every kind (threshold, boolean, top-k, each in its batch's order), with
+    ``keywords`` as term ids, or ``raw`` (the keyword strings in that order) instead."""
+    thr, boo, top = subs.threshold, subs.boolean, subs.topk
+    nt, nb, nk = len(thr), len(boo), len(top)
+
+    def nan(n: int) -> npt.NDArray[np.float64]:
+        return np.full(n, np.nan)
+
+    edge = np.concatenate([thr.points.edge, boo.points.edge, top.points.edge]).astype(np.int32)
+    cell = cells.edge_cell[edge].astype(np.int32)
+    limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), thr, dmax_m=dmax_m,
+                                  tolerance=tolerance)
+    cols: dict[str, Any] = {
+        "kind": pa.array(np.repeat(np.array([0, 1, 2], np.int32), [nt, nb, nk])),
+        "cell": pa.array(cell),
+        "id": pa.array(np.concatenate([thr.ids, boo.ids, top.ids]), pa.int64()),
+        "edge": pa.array(edge),
+        "offset": pa.array(np.concatenate([thr.points.offset, boo.points.offset,
+                                           top.points.offset]), pa.float64()),
+        "alpha": pa.array(np.concatenate([thr.alpha, nan(nb), top.alpha]), pa.float64(),
+                          from_pandas=True),
+        "tau": pa.array(np.concatenate([thr.tau, nan(nb + nk)]), pa.float64(),
+                        from_pandas=True),
+        "radius": pa.array(np.concatenate([nan(nt), boo.radius, nan(nk)]), pa.float64(),
+                           from_pandas=True),
+        "k": pa.array(np.concatenate([np.zeros(nt + nb, np.int64), top.k]), pa.int64(),
+                      mask=np.arange(nt + nb + nk) < nt + nb),
+        # Routing limits: a boolean subscription is reached up to its radius (Algorithm 1's
+        # test against the radius, as pruning.boolean prunes a cell); top-k up to Dmax.
+        "dn_limit": pa.array(np.concatenate([limits[cell[:nt]], boo.radius,
+                                             np.full(nk, float(dmax_m))]), pa.float64()),
+    }
+    if raw is not None:
+        cols["raw"] = raw
+    else:
+        ptr = np.concatenate([thr.kw_ptr[:-1], boo.kw_ptr[:-1] + thr.kw_ptr[-1],
+                              top.kw_ptr + thr.kw_ptr[-1] + boo.kw_ptr[-1]])
+        cols["keywords"] = _id_lists(ptr, np.concatenate([thr.kw_terms, boo.kw_terms,
+                                                          top.kw_terms]))
+    return pa.table(cols)
+
+
+def _kind_codes(table: pa.Table) -> npt.NDArray[np.int32]:
+    """:data:`KIND_CODES` of each row of a file already read by the kinds reader."""
+    if "kind" not in table.column_names:
+        return np.zeros(table.num_rows, np.int32)
+    col = table.column("kind").combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    values = pc.fill_null(pc.cast(col, pa.string()), "threshold")
+    codes = np.zeros(table.num_rows, np.int32)
+    for name, code in KIND_CODES.items():
+        codes[np.asarray(pc.equal(values, name).to_numpy(zero_copy_only=False), bool)] = code
+    return codes
 
 
 @dataclass(frozen=True)
@@ -183,7 +280,9 @@ def _parse_task(bc: Broadcast[dict[str, Any]], *, kind: str, name: str, timer: A
                 t0 = time.perf_counter()
                 out = _parse_batch(table, tmp, network, cells, base, kind=kind,
                                    dmax_m=payload["dmax_m"],
-                                   tolerance=payload["tolerance"])
+                                   tolerance=payload["tolerance"],
+                                   kinds=payload.get("kinds", False),
+                                   ordered=payload.get("ordered", False))
                 seen += table.num_rows
                 work += time.perf_counter() - t0
                 yield from out
@@ -213,15 +312,17 @@ def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
 
 
 def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
-                 base: TermWeights, *, kind: str, dmax_m: float,
-                 tolerance: float) -> list[pa.RecordBatch]:
+                 base: TermWeights, *, kind: str, dmax_m: float, tolerance: float,
+                 kinds: bool = False, ordered: bool = False) -> list[pa.RecordBatch]:
     data = table.select([c for c in table.column_names if c in _FILE_COLUMNS])
     # A scratch file read back at once: no compression, statistics or dictionaries.
     pq.write_table(data, tmp, compression="none", write_statistics=False, use_dictionary=False)
     weights = copy.deepcopy(base)  # the reader adds unknown keywords to its weights
     error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
     try:
-        if kind == "subscriptions":
+        if kind == "subscriptions" and kinds:
+            subset = read_subscription_set(tmp, network, weights, dmax_m=dmax_m)
+        elif kind == "subscriptions":
             parsed: Subscriptions | Messages = read_subscriptions(tmp, network, weights)
         else:
             parsed = read_messages(tmp, network, weights)
@@ -234,6 +335,16 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         parts = [p for p in problems.split("; ") if not p.startswith("duplicate ids")]
         return [_rows_batch({"kind": [_PROBLEM] * len(parts), "problem": parts})]
     n = table.num_rows
+    if kind == "subscriptions" and kinds:
+        codes = _kind_codes(data)
+        # The reader's batches hold each kind's rows in file order: the same order here.
+        order = np.concatenate([np.flatnonzero(codes == c) for c in range(3)])
+        rows = _set_table(subset, cells, dmax_m=dmax_m, tolerance=tolerance,
+                          raw=data.column("keywords").take(pa.array(order)))
+        batch = {name: rows.column(name) for name in rows.column_names}
+        batch["skind"] = batch.pop("kind")
+        batch["kind"] = np.full(n, _ROW, np.int32)
+        return [_rows_batch(batch), _unknown_terms(data.column("keywords"), base, table)]
     cell = cells.edge_cell[parsed.points.edge].astype(np.int64)
     cols: dict[str, Any] = {
         "kind": np.full(n, _ROW, np.int32), "cell": cell.astype(np.int32), "id": parsed.ids,
@@ -244,6 +355,9 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), parsed,
                                       dmax_m=dmax_m, tolerance=tolerance)
         cols.update({"alpha": parsed.alpha, "tau": parsed.tau, "dn_limit": limits[cell]})
+    elif ordered:
+        cols.update({"o_file": table.column("_file"), "o_block": table.column("_block"),
+                     "o_row": table.column("_row")})
     out = [_rows_batch(cols)]
     if isinstance(parsed, Subscriptions):
         out.append(_unknown_terms(data.column("keywords"), base, table))
@@ -295,7 +409,8 @@ _PARSED_ARROW = pa.schema([
     ("offset", pa.float64()), ("alpha", pa.float64()), ("tau", pa.float64()),
     ("dn_limit", pa.float64()), ("raw", pa.list_(pa.string())), ("problem", pa.string()),
     ("term", pa.string()), ("o_file", pa.string()), ("o_block", pa.int64()),
-    ("o_row", pa.int64()), ("o_k", pa.int32()),
+    ("o_row", pa.int64()), ("o_k", pa.int32()), ("skind", pa.int32()),
+    ("radius", pa.float64()), ("k", pa.int64()),
 ])
 
 
@@ -323,6 +438,9 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
         t0 = time.perf_counter()
         weights = cached_payload(bc, "final-weights",
                                  lambda p: weights_from_payload(p["weights"]))
+        kinds = bool(bc.value.get("kinds", False))
+        files = None if bc.value.get("files") is None else pa.array(bc.value["files"],
+                                                                     pa.string())
         work, seen = time.perf_counter() - t0, 0
         for batch in batches:
             t0 = time.perf_counter()
@@ -334,10 +452,18 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
             # The reader's own conversion: normalised, sorted, distinct; unknown dropped.
             ptr, terms = keyword_term_csr(lengths, values, weights, add=False)
             names = ["cell", "id", "edge", "offset"]
-            if kind == "subscriptions":
+            if kinds:
+                names = ["skind", *names, "alpha", "tau", "radius", "k", "dn_limit"]
+            elif kind == "subscriptions":
                 names += ["alpha", "tau", "dn_limit"]
             arrays = [batch.column(c) for c in names] + [_id_lists(ptr, terms)]
-            out = pa.RecordBatch.from_arrays(arrays, names=[*names, "keywords"])
+            out_names = ["kind" if c == "skind" else c for c in names] + ["keywords"]
+            if files is not None:  # file order: the file's rank among the input's files
+                rank = pc.index_in(batch.column("o_file"), value_set=files)
+                arrays += [pc.cast(rank, pa.int32()), batch.column("o_block"),
+                           batch.column("o_row")]
+                out_names += ["o_file", "o_block", "o_row"]
+            out = pa.RecordBatch.from_arrays(arrays, names=out_names)
             work += time.perf_counter() - t0
             yield out
         if timer is not None:
@@ -353,23 +479,29 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
 # ---------------------------------------------------------------------------- reading
 def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
                 weights: TermWeights, *, kind: str, dmax_m: float, tolerance: float,
-                timer: Any = None) -> DataFrame:
+                timer: Any = None, kinds: bool = False, ordered: bool = False) -> DataFrame:
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.storagelevel import StorageLevel
 
     error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
-    schema = SUBSCRIPTION_SCHEMA if kind == "subscriptions" else MESSAGE_SCHEMA
+    schema = (SUBSCRIPTION_SET_SCHEMA if kinds else SUBSCRIPTION_SCHEMA) \
+        if kind == "subscriptions" else (ORDERED_MESSAGE_SCHEMA if ordered else MESSAGE_SCHEMA)
     if not storage.exists(spark, path):
         msg = f"file not found: {path}"
         raise FileNotFoundError(msg)
     if os.fspath(path).lower().endswith(_JSON_SUFFIXES):
         # Small inputs only: read whole on the driver by the same reader.
         with storage.local_copy(path, spark=spark) as local:
+            if kind == "subscriptions" and kinds:
+                subset = read_subscription_set(local, network, weights, dmax_m=dmax_m)
+                return subscription_set_frame(spark, subset, cells, dmax_m=dmax_m,
+                                              tolerance=tolerance)
             if kind == "subscriptions":
                 subs = read_subscriptions(local, network, weights)
                 return subscriptions_frame(spark, subs, cells, dmax_m=dmax_m,
                                            tolerance=tolerance)
-            return messages_frame(spark, read_messages(local, network, weights), cells)
+            return messages_frame(spark, read_messages(local, network, weights), cells,
+                                  ordered=ordered)
     raw = spark.read.parquet(storage.spark_uri(path))
     keep = [c for c in raw.columns if c in _FILE_COLUMNS]
     # Where each row lies in the input (file, block, then an id that grows along the rows
@@ -389,7 +521,8 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     bc = broadcast_payload(spark, {"network": network_payload(network),
                                    "cells": cells_payload(cells),
                                    "weights": weights_payload(weights),
-                                   "dmax_m": float(dmax_m), "tolerance": float(tolerance)})
+                                   "dmax_m": float(dmax_m), "tolerance": float(tolerance),
+                                   "kinds": kinds, "ordered": ordered})
     parsed = raw.mapInArrow(_parse_task(bc, kind=kind, name=name, timer=timer), _PARSED_SCHEMA) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     notes = parsed.filter(F.col("kind") != _ROW).toArrow()
@@ -410,7 +543,11 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
         raise error(msg)
     if kind == "subscriptions":
         _add_unknown_terms(notes, weights)
-    final = broadcast_payload(spark, {"weights": weights_payload(weights)})
+    files = None
+    if ordered:  # the input's files by name (few): each row's file as its rank
+        files = sorted(rows.select("o_file").distinct().toArrow().column("o_file").to_pylist())
+    final = broadcast_payload(spark, {"weights": weights_payload(weights), "kinds": kinds,
+                                      "files": files})
     # Kept: the job reads the frame twice (per-cell figures, then the match).
     return rows.mapInArrow(_terms_task(final, kind=kind, timer=timer), schema) \
         .persist(StorageLevel.MEMORY_AND_DISK)
@@ -449,9 +586,12 @@ def read_subscriptions_frame(spark: SparkSession, path: str, network: RoadNetwor
 
 
 def read_messages_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
-                        weights: TermWeights, *, timer: Any = None) -> DataFrame:
+                        weights: TermWeights, *, timer: Any = None,
+                        ordered: bool = False) -> DataFrame:
     """Messages of a file (local path or URL) as a distributed frame; read the
-    subscriptions first (their keywords extend ``weights``).
+    subscriptions first (their keywords extend ``weights``). ``ordered``: with the columns
+    of :data:`ORDERED_MESSAGE_SCHEMA` that give the file order (the stream order of
+    top-k matching; a directory's files in name order).
 
     Raises
     ------
@@ -462,7 +602,28 @@ def read_messages_frame(spark: SparkSession, path: str, network: RoadNetwork, ce
     """
     return _read_frame(spark, path, network, cells, weights, kind="messages",
                        dmax_m=DEFAULTS.dmax_m, tolerance=DEFAULTS.score_tolerance,
-                       timer=timer)
+                       timer=timer, ordered=ordered)
+
+
+def read_subscription_set_frame(spark: SparkSession, path: str, network: RoadNetwork,
+                                cells: Cells, weights: TermWeights, *, dmax_m: float,
+                                tolerance: float = DEFAULTS.score_tolerance,
+                                timer: Any = None) -> DataFrame:
+    """Subscriptions of every kind (a file with or without a ``kind`` column, as
+    :func:`index.kinds_io.read_subscription_set` reads it) as a distributed frame of
+    :data:`SUBSCRIPTION_SET_SCHEMA`, read as :func:`read_subscriptions_frame` reads.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    index.model.InvalidSubscriptionError
+        One message naming the file and every problem found (up to 20), with row ids:
+        bad kinds, fields a kind does not use, k < 1, a radius above Dmax, and all the
+        problems of a threshold file.
+    """
+    return _read_frame(spark, path, network, cells, weights, kind="subscriptions",
+                       dmax_m=dmax_m, tolerance=tolerance, timer=timer, kinds=True)
 
 
 # ---------------------------------------------------------------------------- per-cell figures

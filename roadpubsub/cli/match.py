@@ -87,9 +87,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads matching each batch (default: every core this process may "
                         "use; the result is the same for any N)")
-    p.add_argument("--window", type=int, default=10_000, metavar="W",
+    p.add_argument("--window", type=int, default=DEFAULTS.topk_window, metavar="W",
                    help="top-k subscriptions (kind topk): results come from the last W "
-                        "messages, in file order (default 10000)")
+                        "messages, in file order (default %(default)s)")
     p.add_argument("--topk-out", default=None, metavar="F",
                    help="top-k events file (insert/evict rows; default: --out with '-topk' "
                         "before its suffix)")
