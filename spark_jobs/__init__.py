@@ -18,6 +18,10 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.batch_match`
     Deliveries of many messages against many subscriptions: subscriptions partitioned by
     cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.batch_kinds`
+    The same for files mixing subscription kinds: boolean range subscriptions routed and
+    matched beside the threshold ones, top-k subscriptions partitioned by cell over the
+    whole ordered message stream.
 :mod:`spark_jobs.cell_frames`
     Subscriptions and messages read by the executors as DataFrames, each row validated,
     located and given its cell in the tasks (the driver reads nothing big).
@@ -43,6 +47,7 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 """
 
 __all__ = [
+    "batch_kinds",
     "batch_match",
     "bench_spark",
     "bench_stream",

@@ -21,6 +21,16 @@ Plan (the driver reads nothing big)
 5. One output row per delivery (``message_id``, ``subscription_id``, ``distance`` metres,
    ``score``), written as Parquet.
 
+Subscription kinds (issue 21): the subscriptions file may mix threshold, boolean and
+top-k rows (the ``kind`` column that ``roadpubsub match`` reads). Boolean subscriptions
+are stateless per message and go through steps 2-5 beside the threshold ones (their
+radius is their cell's routing limit; the task matches them with
+:class:`pruning.boolean.BooleanIndexMatcher`). Top-k subscriptions depend on the message
+order (window ``--window``): they are partitioned by cell too, and each of their tasks
+runs :class:`pruning.topk.TopkIndexMatcher` over the whole message stream in file order,
+exact because top-k state is per subscription; their events go to ``--topk-out``. See
+:mod:`spark_jobs.batch_kinds`.
+
 The bound table is a DataFrame throughout (a table directory read by the executors, or
 computed on Spark when none is given), shuffled to the partitions that need each row
 (:mod:`spark_jobs.bound_frames`); it is never broadcast.
@@ -628,8 +638,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", required=True, help="messages file")
     parser.add_argument("--weights", required=True, help="keyword weights file")
     parser.add_argument("--out", required=True,
-                        help="output Parquet directory of deliveries (a path or URL): "
-                             "threshold and boolean subscriptions'")
+                        help="output Parquet directory of the deliveries to threshold and "
+                             "boolean subscriptions (a path or URL)")
     parser.add_argument("--topk-out", default=None,
                         help="output Parquet directory of the top-k events (insert/evict "
                              "rows, as 'roadpubsub match --topk-out'; default: --out with "
@@ -658,7 +668,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batch_match.py",
         description="Match a message set against a subscription set on Spark "
-                    "(subscriptions partitioned by cell, messages routed by Lemma 2).",
+                    "(subscriptions partitioned by cell, messages routed by Lemma 2). The "
+                    "subscriptions may mix threshold, boolean (radius) and top-k (k) rows, "
+                    "as for 'roadpubsub match': threshold and boolean subscriptions are "
+                    "routed and matched alike (a boolean radius is its routing limit) and "
+                    "deliver to --out; top-k subscriptions are partitioned by cell and "
+                    "each of their tasks runs the top-k matcher over the whole message "
+                    "stream in file order (exact: top-k state is per subscription), "
+                    "writing insert/evict events to --topk-out.",
         epilog=_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return parser

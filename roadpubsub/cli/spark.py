@@ -23,7 +23,8 @@ JOBS: dict[str, tuple[str, str]] = {
                           "compute the cell-pair bound table of a network on Spark"),
     "idf": ("spark_jobs.idf", "smoothed idf keyword weights of a text corpus on Spark"),
     "batch-match": ("spark_jobs.batch_match",
-                    "match a message set against a subscription set on Spark"),
+                    "match a message set against a subscription set on Spark "
+                    "(threshold, boolean and top-k subscriptions)"),
     "stream": ("spark_jobs.stream",
                "match messages as they land (Structured Streaming, exactly once)"),
 }

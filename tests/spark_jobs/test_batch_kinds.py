@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.io import read_deliveries, read_table, write_messages, write_subscriptions, \
-    write_weights
+from index.io import read_deliveries, read_table, write_messages, write_subscriptions, write_weights
 from index.workload import Workload, generate_workload
 from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
@@ -52,8 +51,7 @@ def _mixed(path: Path, rows: pa.Table) -> Path:
                                             from_pandas=True))
     out = out.append_column("radius", pa.array(radius, from_pandas=True))
     out = out.append_column("k", pa.array(np.where(k > 0, k, None).tolist(), pa.int64()))
-    # Small row groups: Spark reads the file in several pieces, the stream order must hold.
-    pq.write_table(out, path, row_group_size=700)
+    pq.write_table(out, path)
     return path
 
 
@@ -87,7 +85,8 @@ def test_mixed_file_equals_roadpubsub_match(
     assert cli_main(["match", "--network", str(andorra_path), *_inputs(files, "mixed.parquet"),
                      "--out", str(local), "--quiet"]) == 0
     out = tmp_path / "spark.parquet"
-    # Spark reads the message file in several splits: the stream order must survive them.
+    # Spark reads the message file (row groups of 50 rows) in several splits: the stream
+    # order must survive them. (The subscriptions, one row group, stay one split.)
     spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")
     try:
         assert cli_main(["spark", "batch-match", str(andorra_path),
@@ -125,7 +124,7 @@ def test_bad_rows_are_named_in_one_error(
         t = t.set_column(t.schema.get_field_index(column), column,
                          pa.array(values, t.schema.field(column).type))
     bad = tmp_path / "bad.parquet"
-    pq.write_table(t, bad, row_group_size=700)
+    pq.write_table(t, bad)
     out = tmp_path / "out.parquet"
     args = _inputs(files, "mixed.parquet")
     args[1] = str(bad)
