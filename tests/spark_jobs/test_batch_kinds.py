@@ -12,11 +12,28 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.io import read_deliveries, read_table, write_messages, write_subscriptions, write_weights
+from index.eia import EnhancedIndex
+from index.io import (
+    read_deliveries,
+    read_messages,
+    read_table,
+    read_weights,
+    write_messages,
+    write_subscriptions,
+    write_weights,
+)
+from index.kinds_io import read_subscription_set
+from index.spatial import SpatialIndex
 from index.workload import Workload, generate_workload
+from pruning.boolean import BooleanIndexMatcher
+from pruning.deliveries import Deliveries
+from pruning.indexed import IndexMatcher
+from pruning.topk import TopkIndexMatcher
+from roadnet.cell_bounds import CellBounds
+from roadnet.cells import Cells
 from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.batch_kinds import topk_out_name
+from spark_jobs.batch_kinds import batch_match_kinds, topk_out_name
 
 DMAX = 2000.0
 WINDOW = 40
@@ -141,3 +158,28 @@ def test_topk_out_name() -> None:
     assert topk_out_name("a/d.parquet") == "a/d-topk.parquet"
     assert topk_out_name("s3a://b/x/d.parquet/") == "s3a://b/x/d-topk.parquet"
     assert topk_out_name("out") == "out-topk"
+
+
+@pytest.mark.spark
+def test_in_memory_equals_the_single_process_matchers(
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells,
+        andorra_bounds: CellBounds, files: Path) -> None:
+    """batch_match_kinds (objects shipped from the driver) against the CLI's matchers,
+    run on one SpatialIndex: EIA and the boolean index for the deliveries, the top-k
+    index over the messages in file order for the events."""
+    spatial = SpatialIndex.build(andorra, cells=andorra_cells, bounds=andorra_bounds)
+    weights = read_weights(files / "weights.parquet")
+    subs = read_subscription_set(files / "mixed.parquet", andorra, weights, dmax_m=DMAX)
+    msgs = read_messages(files / "msgs.parquet", andorra, weights)
+    got_d, got_e = batch_match_kinds(spark, spatial, subs, msgs, weights, window=WINDOW,
+                                     dmax_m=DMAX, n_partitions=2)
+    eia = EnhancedIndex(spatial, subs.threshold, weights, dmax_m=DMAX)
+    want_d = Deliveries.concat([
+        IndexMatcher(eia).match(msgs)[0],
+        BooleanIndexMatcher(andorra, subs.boolean, weights, dmax_m=DMAX,
+                            spatial=spatial).match(msgs)])
+    for name, value in want_d.to_columns().items():
+        np.testing.assert_array_equal(got_d.to_columns()[name], value, err_msg=name)
+    want_e = TopkIndexMatcher(andorra, subs.topk, weights, dmax_m=DMAX, window=WINDOW,
+                              spatial=spatial).push(msgs)
+    assert got_e.rows() == want_e.rows() and len(want_e) > 200
