@@ -70,6 +70,7 @@ from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 from spark_jobs import storage
 from spark_jobs.batch_match import (
+    DELIVERY_SCHEMA,
     MatchPlan,
     _job_settings,
     _keyword_csr,
@@ -284,9 +285,12 @@ def match_set_frames(
                       n_partitions=n_partitions)
     phases["per-cell figures and plans"] = time.perf_counter() - t0
     with _session_conf(spark, _job_settings(plan)):
-        frame = deliveries_frame(spark, plan, network, weights, thr, messages, bounds,
-                                 bounds_name=bounds_name, timer=timer,
-                                 boolean=boo if counts["boolean"] else None)
+        if counts["threshold"] + counts["boolean"]:
+            frame = deliveries_frame(spark, plan, network, weights, thr, messages, bounds,
+                                     bounds_name=bounds_name, timer=timer,
+                                     boolean=boo if counts["boolean"] else None)
+        else:  # top-k only: no deliveries (the file is still written, as the CLI does)
+            frame = spark.createDataFrame([], DELIVERY_SCHEMA)
         events = None
         if top_stats is not None:
             plan_k = plan_match(spark, cells, top_stats, dmax_m=dmax_m, tolerance=tolerance,

@@ -294,9 +294,11 @@ def _route_task(bc: Broadcast[dict[str, Any]], timer: Any = None
     def run(key: Any, msgs_t: pa.Table, bounds_t: pa.Table) -> pa.Table:
         t0 = time.perf_counter()
         payload = bc.value
-        if msgs_t.num_rows == 0:
-            return pa.table({c: [] for c in ("key", "id", "edge", "offset")}).append_column(
-                "keywords", pa.array([], pa.list_(pa.int32())))
+        if msgs_t.num_rows == 0:  # typed: Spark refuses null-typed columns
+            return pa.table({"key": pa.array([], pa.int32()), "id": pa.array([], pa.int64()),
+                             "edge": pa.array([], pa.int32()),
+                             "offset": pa.array([], pa.float64()),
+                             "keywords": pa.array([], pa.list_(pa.int32()))})
         network, cells = cached_payload(bc, "cells", network_and_cells)
         k = int(key[0].as_py())
         spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="col",
