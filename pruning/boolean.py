@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -39,11 +40,12 @@ from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds
-from pruning.algorithm2 import verify_candidates
+from pruning.algorithm2 import verify_candidates, verify_known
 from pruning.deliveries import Deliveries
 from pruning.indexed import default_threads
 from pruning.kernel_args import GraphArrays, MessageArrays
 from roadnet.distance import NodeSearch, dead_ends
+from roadnet.errors import InputError
 from roadnet.locations import point_xy
 from roadnet.network import RoadNetwork, spatial_order
 from roadnet.settings import DEFAULTS
@@ -375,6 +377,61 @@ class BooleanIndexMatcher:
             for j, name in enumerate(("candidates", "settled", "postings")):
                 self.stats[name] += int(out.stats[j])
         return found
+
+    def verification_floor(self, messages: Messages, deliveries: Deliveries
+                           ) -> tuple[float, int]:
+        """Seconds and junctions settled by the verification of ``messages`` if the
+        matcher knew their ``deliveries`` (from :meth:`match`) in advance: one search per
+        message, in the order :meth:`match` takes them, with the delivered subscriptions
+        as its only candidates, each limited to its own distance, on one thread
+        (:func:`~pruning.algorithm2.verify_known`, the kernel :meth:`match` verifies with).
+        What no pruning can go below; it checks the distances it finds.
+
+        Raises
+        ------
+        InputError
+            A delivery names a subscription or message not given, or its distance differs
+            from the one the floor's search finds.
+        """
+        n = len(messages)
+        xy = point_xy(self.spatial.network, messages.points)
+        ordered = messages.take(spatial_order(xy[:, 0], xy[:, 1]))
+        first = np.searchsorted(deliveries.message_id, ordered.ids, side="left")
+        end = np.searchsorted(deliveries.message_id, ordered.ids, side="right")
+        if int((end - first).sum()) != len(deliveries):
+            msg = "verification_floor: deliveries of messages not given"
+            raise InputError(msg)
+        take = (np.concatenate([np.arange(a, b) for a, b in zip(first, end, strict=True)])
+                if n else np.empty(0, np.int64))
+        ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(end - first, out=ptr[1:])
+        by_id = np.argsort(self.index.post_id)
+        sid = deliveries.subscription_id[take]
+        at = np.minimum(np.searchsorted(self.index.post_id, sid, sorter=by_id),
+                        max(by_id.size - 1, 0))
+        if by_id.size == 0 or not np.array_equal(self.index.post_id[by_id[at]], sid):
+            msg = "verification_floor: deliveries of subscriptions not in the index"
+            raise InputError(msg)
+        post = by_id[at]
+        limit = np.ascontiguousarray(deliveries.distance[take], dtype=np.float64)
+        mf = message_arrays(self.spatial, ordered)
+        search, buckets, _, _, _ = self._lane(0)
+        most = int(np.diff(ptr).max(initial=0))
+        t_nodes, t_limits = np.empty(2 * most + 2, np.int64), np.empty(2 * most + 2)
+        out = np.empty(limit.size)
+        m_edge = mf.chain.astype(np.int64)
+        c_edge, c_off = self.index.post_chain[post], self.index.post_chain_offset[post]
+        ws = search.workspace()
+        for n_msg in (0, n):  # no message first: compiles outside the timing
+            t0 = time.perf_counter()
+            settled = verify_known(self._net, ws, m_edge[:n_msg], mf.chain_offset[:n_msg],
+                                   ptr[:n_msg + 1], c_edge, c_off, limit, t_nodes, t_limits,
+                                   out, buckets, self.bucket_width_m)
+        seconds = time.perf_counter() - t0
+        if not np.array_equal(out, limit):
+            msg = "verification_floor: a delivered distance differs from the floor's search"
+            raise InputError(msg)
+        return seconds, int(settled)
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id), score 1.0."""

@@ -6,8 +6,10 @@ One run, one machine, both methods on the same inputs (so ratios hold under shar
 
 * boolean range: ``--boolean-subs`` subscriptions (default 1,000,000) on uniform points
   with 1-3 keywords of one real tweet each, radii uniform in 500 m - 5 km, messages of
-  5-25 keywords of real tweets. The index matches ``--boolean-messages``, the reference
-  the first ``--boolean-reference`` of them; their deliveries must agree exactly.
+  5-25 keywords of real tweets. The index matches ``--boolean-messages`` (medians of
+  ``--boolean-repeat`` runs with its threads and with one), the reference the first
+  ``--boolean-reference`` of them; their deliveries must agree exactly. The floor is one
+  search per message to its known deliveries (one thread): what no pruning goes below.
 * top-k: ``--topk-subs`` subscriptions (default 100,000, k = 5), window W (default
   10,000), a stream of W + ``--topk-steady`` messages. Both matchers process the whole
   stream and must emit identical events; rates are given for the fill (the first W
@@ -47,8 +49,13 @@ def _load() -> list[float]:
 
 def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int,
                       n_messages: int, n_reference: int, dmax_m: float = 5000.0,
-                      seed: int = 0) -> dict[str, Any]:
-    """Boolean range: index vs reference rates and the check that they agree."""
+                      seed: int = 0, repeat: int = 3) -> dict[str, Any]:
+    """Boolean range: index vs reference rates and the check that they agree.
+
+    The index matches all messages ``repeat`` times with its threads and as often with
+    one (alternating; medians reported), then the verification floor (one search per
+    message to its known deliveries, one thread) and the reference run once each.
+    """
     t0 = time.perf_counter()
     wl = generate_workload(network, n_subscriptions=n_subs, n_messages=n_messages, seed=seed)
     s = wl.subscriptions
@@ -68,11 +75,23 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
     t_build = time.perf_counter()
     msgs = wl.messages
     index.match(msgs.take(np.arange(min(20, n_messages))))  # compile outside the timing
-    t1 = time.perf_counter()
-    got = index.match(msgs)
-    t_index = time.perf_counter() - t1
+    index.stats = dict.fromkeys(index.stats, 0)
+    threads = index.threads
+    rates: dict[int, list[float]] = {}
+    load_index = _load()
+    for _ in range(repeat):  # alternating, so both thread counts see the same load
+        for th in sorted({threads, 1}, reverse=True):
+            index.threads = th
+            t1 = time.perf_counter()
+            got = index.match(msgs)
+            rates.setdefault(th, []).append(n_messages / (time.perf_counter() - t1))
+    index.threads = threads
+    floor_s, floor_settled = index.verification_floor(msgs, got)
     ref = BooleanBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m)
+    ref.match(msgs.take(np.arange(min(2, n_messages))))  # compile outside the timing
+    ref.stats = {"candidates": 0, "settled": 0}
     head = msgs.take(np.arange(n_reference))
+    load_ref = _load()
     t2 = time.perf_counter()
     want = ref.match(head)
     t_ref = time.perf_counter() - t2
@@ -80,22 +99,32 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
     same = (np.array_equal(got.message_id[got_head], want.message_id)
             and np.array_equal(got.subscription_id[got_head], want.subscription_id)
             and np.array_equal(got.distance[got_head], want.distance))
-    r_index, r_ref = n_messages / t_index, n_reference / t_ref
+    r_index, r_ref = float(np.median(rates[threads])), n_reference / t_ref
+    r_one = float(np.median(rates[1]))
+    calls = n_messages * sum(len(r) for r in rates.values())
     return {"subscriptions": n_subs, "messages_index": n_messages,
             "messages_reference": n_reference, "dmax_m": dmax_m,
             "keywords_per_subscription": float(keep.mean()),
             "keywords_per_message": float(np.diff(msgs.kw_ptr).mean()),
             "deliveries_per_message": len(got) / n_messages,
             "generate_s": round(t_gen - t0, 2), "build_s": round(t_build - t_gen, 2),
-            "index_msg_per_s": round(r_index, 1), "reference_msg_per_s": round(r_ref, 2),
-            "speedup": round(r_index / r_ref, 1), "identical": bool(same),
-            "index_threads": index.threads,
-            "index_candidates_per_message": round(
-                index.stats["candidates"] / (n_messages + min(20, n_messages)), 1),
-            "index_settled_per_message": round(
-                index.stats["settled"] / (n_messages + min(20, n_messages)), 1),
+            "index_threads": threads,
+            "index_msg_per_s": round(r_index, 1),
+            "index_msg_per_s_runs": [round(r, 1) for r in rates[threads]],
+            "index_1_thread_msg_per_s": round(r_one, 1),
+            "reference_msg_per_s": round(r_ref, 2),
+            "speedup": round(r_index / r_ref, 1),
+            "speedup_1_thread": round(r_one / r_ref, 1),
+            "identical": bool(same),
+            "floor_1_thread_msg_per_s": round(n_messages / floor_s, 1),
+            "index_1_thread_vs_floor": round(r_one * floor_s / n_messages, 2),
+            "floor_settled_per_message": round(floor_settled / n_messages, 1),
+            "index_candidates_per_message": round(index.stats["candidates"] / calls, 1),
+            "index_postings_per_message": round(index.stats["postings"] / calls, 1),
+            "index_settled_per_message": round(index.stats["settled"] / calls, 1),
             "reference_candidates_per_message": round(ref.stats["candidates"] / n_reference, 1),
-            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1)}
+            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1),
+            "load_before_index": load_index, "load_before_reference": load_ref}
 
 
 def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
@@ -151,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boolean-subs", type=int, default=1_000_000)
     p.add_argument("--boolean-messages", type=int, default=2000)
     p.add_argument("--boolean-reference", type=int, default=200)
+    p.add_argument("--boolean-repeat", type=int, default=3)
     p.add_argument("--topk-subs", type=int, default=100_000)
     p.add_argument("--topk-k", type=int, default=5)
     p.add_argument("--window", type=int, default=10_000)
@@ -172,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "boolean"):
         report["boolean"] = boolean_benchmark(
             network, spatial, n_subs=args.boolean_subs, n_messages=args.boolean_messages,
-            n_reference=args.boolean_reference, dmax_m=args.dmax)
+            n_reference=args.boolean_reference, dmax_m=args.dmax,
+            repeat=args.boolean_repeat)
         report["load_after_boolean"] = _load()
         print(json.dumps(report["boolean"]), file=sys.stderr, flush=True)
     if args.only in (None, "topk"):

@@ -15,7 +15,9 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.boolean import BooleanIndexMatcher
 from pruning.brute import match_brute
+from pruning.deliveries import Deliveries
 from pruning.kinds_reference import BooleanBruteMatcher
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
@@ -159,3 +161,29 @@ def test_index_paths_equal_reference(case) -> None:
     part = messages.take(np.arange(len(messages))[::-1][: max(1, len(messages) // 2)])
     assert_same(matcher.match(part),
                 BooleanBruteMatcher(network, subs, weights, dmax_m=dmax).match(part))
+
+
+def test_verification_floor_checks_the_deliveries(andorra, make_region_workload) -> None:
+    """The floor's search finds every delivered distance again, and refuses deliveries
+    that are not the matcher's."""
+    rng = np.random.default_rng(3)
+    subs, messages, weights, _ = make_region_workload(andorra, rng, n_subs=400, n_messages=30,
+                                                      radius_m=1500)
+    dmax = 2000.0
+    bsubs = BooleanSubscriptions(subs.ids, subs.points, rng.uniform(0, dmax, len(subs)),
+                                 subs.kw_ptr, subs.kw_terms)
+    matcher = BooleanIndexMatcher(andorra, bsubs, weights, dmax_m=dmax)
+    got = matcher.match(messages)
+    assert len(got) > 20
+    seconds, settled = matcher.verification_floor(messages, got)
+    assert seconds >= 0 and 0 < settled <= matcher.stats["settled"]
+    wrong = Deliveries(got.message_id, got.subscription_id, got.distance + 0.5, got.score)
+    with pytest.raises(InputError, match="differs"):
+        matcher.verification_floor(messages, wrong)
+    stranger = Deliveries(got.message_id, got.subscription_id + 10**9, got.distance,
+                          got.score)
+    with pytest.raises(InputError, match="not in the index"):
+        matcher.verification_floor(messages, stranger)
+    with pytest.raises(InputError, match="messages not given"):
+        matcher.verification_floor(
+            messages.take(np.flatnonzero(messages.ids != got.message_id[0])), got)
