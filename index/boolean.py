@@ -20,8 +20,7 @@ Layout (CSR, three levels)::
 
 The copies in posting order make a message's scan of a group one sequential read instead
 of one random read per fact per subscription (a million subscriptions' facts are far
-larger than the caches): on Rome they cut the scan from about 310 us to a fraction of it
-per message (BENCHMARKS.md, issue 21).
+larger than the caches; figures in BENCHMARKS.md, issue 21).
 """
 
 from __future__ import annotations

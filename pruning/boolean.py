@@ -6,12 +6,22 @@ under t:
 1. the group is skipped when dNmin(ci, m) > R (Eq. 5 and the border bound, the cell lower
    bounds of Algorithm 1, :func:`pruning.algorithm1.cell_lower_bounds`), and left at the
    first subscription (radius descending) whose radius is below dNmin(ci, m);
-2. a subscription s of the group is skipped unless m holds all its keywords;
+2. a subscription s of the group is skipped unless m holds all its keywords (those
+   besides t, stored with its posting rarest first, so a missing one is met early);
 3. and unless its own lower bound is within its radius: kappa * dE(s, m) in m's cell,
    else max(eta-(ci, cm) * dE(s, m), din_out(s) + D(ci, cm) + din_in(m));
 4. survivors get their exact dN from one bounded search (Algorithm 2's
-   :func:`~pruning.algorithm2.verify_candidates`, each candidate limited by its radius):
-   delivered iff dN <= radius.
+   :func:`~pruning.algorithm2.verify_candidates`, each candidate limited by its radius,
+   so the search ends once every candidate is settled or past its radius, never beyond
+   the largest candidate radius): delivered iff dN <= radius.
+
+Steps 1-3 read each group's postings in order, with every fact they need copied in
+posting order (:class:`~index.boolean.BooleanIndex`), so they cost little beside step 4,
+the one search per message that exact distances need anyway
+(:meth:`BooleanIndexMatcher.verification_floor` measures what it would cost if the
+deliveries were known). Messages are taken in Hilbert order, in runs shared by the
+threads; each message's deliveries are sorted by subscription id in the kernel, and the
+messages' blocks are placed in message id order, so the output is never sorted as a whole.
 
 Rounding: every comparison of a lower bound with a radius goes through Algorithm 1's rule,
 keeping the pair when lb <= r + slack_abs + slack_rel * r (1 um and 1e-9 by default). The
