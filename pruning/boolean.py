@@ -132,9 +132,10 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 @numba.njit(cache=True, nogil=True, inline="always")
 def _holds_others(kw_ptr: I64, kw_terms: I32, p: int, term_mark: I64,
                   stamp: int) -> bool:  # pragma: no cover - compiled
-    """Whether the message (terms marked ``stamp``) holds posting p's other keywords."""
+    """Whether the message holds posting p's other keywords (see :func:`_collect`)."""
+    held = 2 * stamp + 1
     for j in range(kw_ptr[p], kw_ptr[p + 1]):  # noqa: SIM110 - numba compiles no all()
-        if term_mark[kw_terms[j]] != stamp:
+        if term_mark[kw_terms[j]] | 1 != held:
             return False
     return True
 
@@ -144,8 +145,13 @@ def _collect(  # pragma: no cover - compiled
     i: int, msg: MessageArrays, cb: CellBoundArrays, lay: BooleanPostingArrays,
     sc: VerifyScratch, stats: I64,
 ) -> int:
-    """Steps 1-3 for message i (its terms marked i + 1): the candidates' postings, chain
-    points and radii into ``sc``; returns how many."""
+    """Steps 1-3 for message i: the candidates' postings, chain points and radii into
+    ``sc``; returns how many.
+
+    The message's terms are marked 2 * (i + 1) in ``sc.term_mark``; a term whose lists
+    are read becomes 2 * (i + 1) + 1, so a term repeated in the message (a hand-built
+    batch) is read once and no subscription becomes a candidate twice.
+    """
     mc = msg.cell[i]
     mx, my, m_din = msg.x[i], msg.y[i], msg.din_in[i]
     stamp = i + 1
@@ -154,8 +160,9 @@ def _collect(  # pragma: no cover - compiled
     n_read = 0
     for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
         t = msg.kw_terms[q]
-        if t < 0 or t >= n_terms:
+        if t < 0 or t >= n_terms or sc.term_mark[t] != 2 * stamp:
             continue
+        sc.term_mark[t] = 2 * stamp + 1
         for g in range(lay.term_ptr[t], lay.term_ptr[t + 1]):
             c = lay.grp_cell[g]
             cell_lb = sc.cell_lb[c]
@@ -204,11 +211,10 @@ def _match_boolean(  # pragma: no cover - compiled
         cell_lower_bounds(msg.cell[i], msg.x[i], msg.y[i], msg.din_in[i], cb.kappa,
                           cb.D_t[msg.cell[i]], cb.eta_t[msg.cell[i]], cb.cell_bbox,
                           sc.cell_lb)
-        stamp = i + 1
         for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
             t = msg.kw_terms[q]
             if 0 <= t < sc.term_mark.size:
-                sc.term_mark[t] = stamp
+                sc.term_mark[t] = 2 * (i + 1)
         n_cand = _collect(i, msg, cb, lay, sc, out.stats)
         for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
             t = msg.kw_terms[q]

@@ -102,10 +102,10 @@ def test_index_equals_reference_on_real_networks(net, request, make_region_workl
 def boolean_cases(draw: st.DrawFn) -> tuple[RoadNetwork, BooleanSubscriptions, Messages,
                                             TermWeights, float, int]:
     """Inputs aimed at the index's own paths: keyword lists with duplicates (of the key
-    term too), subscriptions standing exactly on a message, radii 0, Dmax, exactly a
-    delivered pair's dN and the float just below it, message ids unsorted and negative,
-    and up to 70 messages for few subscriptions (the kernel's output fills and resumes,
-    and two threads share the batch)."""
+    term too, and within a message), subscriptions standing exactly on a message, radii 0,
+    Dmax, exactly a delivered pair's dN and the float just below it, message ids unsorted
+    and negative, and up to 70 messages for few subscriptions (the kernel's output fills
+    and resumes, and two threads share the batch)."""
     network = tiny_network(draw)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     vocab = [f"t{i}" for i in range(6)]
@@ -118,6 +118,11 @@ def boolean_cases(draw: st.DrawFn) -> tuple[RoadNetwork, BooleanSubscriptions, M
         ids=mids, points=mpoints,
         keywords=[list(rng.choice(vocab, rng.integers(0, 6), replace=False))
                   for _ in range(n_msgs)], weights=weights)
+    if draw(st.booleans()):  # a hand-built batch may repeat a term within a message
+        rows = [np.r_[messages.keywords(i), messages.keywords(i)[::2]] for i in range(n_msgs)]
+        mptr = np.zeros(n_msgs + 1, np.int64)
+        np.cumsum([r.size for r in rows], out=mptr[1:])
+        messages = Messages(mids, mpoints, mptr, np.concatenate(rows).astype(np.int32))
     spoints = random_points(rng, network, n_subs)
     edge, off = spoints.edge.copy(), spoints.offset.copy()
     on_msg = rng.random(n_subs) < 0.3  # exactly at a message, or elsewhere on its edge
