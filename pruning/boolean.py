@@ -135,7 +135,7 @@ def _holds_others(kw_ptr: I64, kw_terms: I32, p: int, term_mark: I64,
     """Whether the message holds posting p's other keywords (see :func:`_collect`)."""
     held = 2 * stamp + 1
     for j in range(kw_ptr[p], kw_ptr[p + 1]):  # noqa: SIM110 - numba compiles no all()
-        if term_mark[kw_terms[j]] | 1 != held:
+        if (term_mark[kw_terms[j]] | 1) != held:
             return False
     return True
 
