@@ -12,7 +12,15 @@ Layout (CSR, three levels)::
 
     term t -> groups term_ptr[t]:term_ptr[t + 1]
     group g -> cell grp_cell[g], largest radius grp_radius[g] (metres),
-               rows post_row[grp_start[g]:grp_start[g + 1]], radius descending
+               postings grp_start[g]:grp_start[g + 1], radius descending
+    posting p -> row post_row[p], and the row's facts copied in posting order:
+               id post_id, radius post_radius, position post_x/post_y, din_out
+               post_din_out, chain point post_chain/post_chain_offset, and its other
+               keywords post_kw_terms[post_kw_ptr[p]:post_kw_ptr[p + 1]], rarest first
+
+The copies in posting order make a message's scan of a group one sequential read instead
+of one random read per fact per subscription (a million subscriptions' facts are far
+larger than the caches; figures in BENCHMARKS.md, issue 21).
 """
 
 from __future__ import annotations
@@ -68,6 +76,11 @@ class BooleanIndex:
         Position, cell, border distances and chain-graph point of each subscription.
     term_ptr, grp_cell, grp_radius, grp_start, post_row
         The three-level layout.
+    post_id, post_radius, post_x, post_y, post_din_out, post_chain, post_chain_offset
+        Each posting's subscription facts, in posting order.
+    post_kw_ptr, post_kw_terms
+        Each posting's keywords other than the one it is filed under (CSR), rarest first,
+        so a missing one is found early.
     """
 
     spatial: SpatialIndex
@@ -80,6 +93,15 @@ class BooleanIndex:
     grp_radius: npt.NDArray[np.float64]
     grp_start: IntArray
     post_row: IntArray
+    post_id: IntArray
+    post_radius: npt.NDArray[np.float64]
+    post_x: npt.NDArray[np.float64]
+    post_y: npt.NDArray[np.float64]
+    post_din_out: npt.NDArray[np.float64]
+    post_chain: npt.NDArray[np.int32]
+    post_chain_offset: npt.NDArray[np.float64]
+    post_kw_ptr: IntArray
+    post_kw_terms: npt.NDArray[np.int32]
 
     def __len__(self) -> int:
         return len(self.subs)
@@ -120,6 +142,33 @@ class BooleanIndex:
         grp_radius = (np.maximum.reduceat(radius, starts) if n else np.empty(0))
         term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(np.bincount(t_sorted[starts], minlength=n_terms), out=term_ptr[1:])
+        kw_ptr, kw_terms = _other_keywords(subs.kw_ptr, subs.kw_terms, order, key_term,
+                                           n_terms)
         return cls(spatial=spatial, subs=subs, weights=weights, dmax_m=dmax, facts=facts,
                    term_ptr=term_ptr, grp_cell=grp_cell, grp_radius=grp_radius,
-                   grp_start=grp_start, post_row=order.astype(np.int64))
+                   grp_start=grp_start, post_row=order.astype(np.int64),
+                   post_id=subs.ids[order].astype(np.int64), post_radius=radius,
+                   post_x=facts.x[order], post_y=facts.y[order],
+                   post_din_out=facts.din_out[order], post_chain=facts.chain[order],
+                   post_chain_offset=facts.chain_offset[order], post_kw_ptr=kw_ptr,
+                   post_kw_terms=kw_terms)
+
+
+def _other_keywords(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], order: IntArray,
+                    key_term: npt.NDArray[np.int32], n_terms: int
+                    ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """Per posting (rows in ``order``), the row's keywords except its key term, rarest
+    first (fewest rows hold it; ties by term id); duplicates of a term are kept (harmless)."""
+    n = order.size
+    lens = np.diff(kw_ptr)[order]
+    total = int(lens.sum())
+    post = np.repeat(np.arange(n, dtype=np.int64), lens)
+    first = np.repeat(kw_ptr[:-1][order] - (np.cumsum(lens) - lens), lens)
+    terms = kw_terms[first + np.arange(total, dtype=np.int64)]
+    other = terms != np.repeat(key_term[order], lens)
+    post, terms = post[other], terms[other]
+    df = np.bincount(kw_terms, minlength=n_terms).astype(np.int64)
+    rank = np.lexsort((terms, df[terms], post))
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(post, minlength=n), out=ptr[1:])
+    return ptr, terms[rank].astype(np.int32)

@@ -6,8 +6,11 @@ One run, one machine, both methods on the same inputs (so ratios hold under shar
 
 * boolean range: ``--boolean-subs`` subscriptions (default 1,000,000) on uniform points
   with 1-3 keywords of one real tweet each, radii uniform in 500 m - 5 km, messages of
-  5-25 keywords of real tweets. The index matches ``--boolean-messages``, the reference
-  the first ``--boolean-reference`` of them; their deliveries must agree exactly.
+  5-25 keywords of real tweets. The index matches ``--boolean-messages`` (with its
+  threads and with one), the reference the first ``--boolean-reference`` of them, in
+  ``--boolean-rounds`` interleaved slices; their deliveries must agree exactly. The
+  floor is one search per message to its known deliveries (one thread): what no pruning
+  goes below.
 * top-k: ``--topk-subs`` subscriptions (default 100,000, k = 5), window W (default
   10,000), a stream of W + ``--topk-steady`` messages. Both matchers process the whole
   stream and must emit identical events; rates are given for the fill (the first W
@@ -47,8 +50,16 @@ def _load() -> list[float]:
 
 def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int,
                       n_messages: int, n_reference: int, dmax_m: float = 5000.0,
-                      seed: int = 0) -> dict[str, Any]:
-    """Boolean range: index vs reference rates and the check that they agree."""
+                      seed: int = 0, rounds: int = 10) -> dict[str, Any]:
+    """Boolean range: index vs reference rates and the check that they agree.
+
+    Interleaved, so that every method sees the same load on a shared machine: the
+    messages are cut into ``rounds`` slices, and in each round the index matches its
+    slice with its threads and again with one, the verification floor (one search per
+    message to its known deliveries, one thread) runs on it, and the reference matches
+    the slice's first messages (``n_reference`` in all). Rates are messages over
+    the summed times; ``speedup_rounds`` gives each round's ratio.
+    """
     t0 = time.perf_counter()
     wl = generate_workload(network, n_subscriptions=n_subs, n_messages=n_messages, seed=seed)
     s = wl.subscriptions
@@ -67,35 +78,73 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
     index = BooleanIndexMatcher(network, subs, wl.weights, dmax_m=dmax_m, spatial=spatial)
     t_build = time.perf_counter()
     msgs = wl.messages
-    index.match(msgs.take(np.arange(min(20, n_messages))))  # compile outside the timing
-    t1 = time.perf_counter()
-    got = index.match(msgs)
-    t_index = time.perf_counter() - t1
     ref = BooleanBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m)
-    head = msgs.take(np.arange(n_reference))
-    t2 = time.perf_counter()
-    want = ref.match(head)
-    t_ref = time.perf_counter() - t2
-    got_head = got.message_id < n_reference  # message ids are 0 .. n - 1
-    same = (np.array_equal(got.message_id[got_head], want.message_id)
-            and np.array_equal(got.subscription_id[got_head], want.subscription_id)
-            and np.array_equal(got.distance[got_head], want.distance))
-    r_index, r_ref = n_messages / t_index, n_reference / t_ref
+    warm = msgs.take(np.arange(min(20, n_messages)))
+    index.verification_floor(warm, index.match(warm))  # compile outside the timing
+    ref.match(msgs.take(np.arange(min(2, n_messages))))
+    index.stats = dict.fromkeys(index.stats, 0)
+    ref.stats = dict.fromkeys(ref.stats, 0)
+    threads = index.threads
+    cuts = np.linspace(0, n_messages, rounds + 1).astype(np.int64)
+    ref_cuts = np.linspace(0, n_reference, rounds + 1).astype(np.int64)
+    spent = {"index": 0.0, "one": 0.0, "floor": 0.0, "reference": 0.0}
+    per_round: list[float] = []
+    floor_settled = 0
+    same = True
+    n_deliveries = 0
+    load_start = _load()
+    for k in range(rounds):
+        part = msgs.take(np.arange(cuts[k], cuts[k + 1]))
+        index.threads = threads
+        t1 = time.perf_counter()
+        got = index.match(part)
+        t_index = time.perf_counter() - t1
+        index.threads = 1
+        t2 = time.perf_counter()
+        index.match(part)
+        spent["one"] += time.perf_counter() - t2
+        seconds, settled = index.verification_floor(part, got)
+        head = part.take(np.arange(ref_cuts[k + 1] - ref_cuts[k]))  # within the slice
+        t3 = time.perf_counter()
+        want = ref.match(head)
+        t_ref = time.perf_counter() - t3
+        spent["index"] += t_index
+        spent["floor"] += seconds
+        spent["reference"] += t_ref
+        floor_settled += settled
+        n_deliveries += len(got)
+        per_round.append((part.ids.size / t_index) / (head.ids.size / t_ref))
+        mine = np.isin(got.message_id, head.ids)
+        same = same and (np.array_equal(got.message_id[mine], want.message_id)
+                         and np.array_equal(got.subscription_id[mine], want.subscription_id)
+                         and np.array_equal(got.distance[mine], want.distance))
+    index.threads = threads
+    rate = {k: (n_reference if k == "reference" else n_messages) / v for k, v in spent.items()}
+    calls = 2 * n_messages
     return {"subscriptions": n_subs, "messages_index": n_messages,
-            "messages_reference": n_reference, "dmax_m": dmax_m,
+            "messages_reference": n_reference, "rounds": rounds, "dmax_m": dmax_m,
             "keywords_per_subscription": float(keep.mean()),
             "keywords_per_message": float(np.diff(msgs.kw_ptr).mean()),
-            "deliveries_per_message": len(got) / n_messages,
+            "deliveries_per_message": n_deliveries / n_messages,
             "generate_s": round(t_gen - t0, 2), "build_s": round(t_build - t_gen, 2),
-            "index_msg_per_s": round(r_index, 1), "reference_msg_per_s": round(r_ref, 2),
-            "speedup": round(r_index / r_ref, 1), "identical": bool(same),
-            "index_threads": index.threads,
-            "index_candidates_per_message": round(
-                index.stats["candidates"] / (n_messages + min(20, n_messages)), 1),
-            "index_settled_per_message": round(
-                index.stats["settled"] / (n_messages + min(20, n_messages)), 1),
+            "index_threads": threads,
+            "index_msg_per_s": round(rate["index"], 1),
+            "index_1_thread_msg_per_s": round(rate["one"], 1),
+            "reference_msg_per_s": round(rate["reference"], 2),
+            "speedup": round(rate["index"] / rate["reference"], 1),
+            "speedup_1_thread": round(rate["one"] / rate["reference"], 1),
+            "speedup_rounds": [round(r, 1) for r in per_round],
+            "speedup_rounds_median": round(float(np.median(per_round)), 1),
+            "identical": bool(same),
+            "floor_1_thread_msg_per_s": round(rate["floor"], 1),
+            "index_1_thread_vs_floor": round(rate["floor"] / rate["one"], 2),
+            "floor_settled_per_message": round(floor_settled / n_messages, 1),
+            "index_candidates_per_message": round(index.stats["candidates"] / calls, 1),
+            "index_postings_per_message": round(index.stats["postings"] / calls, 1),
+            "index_settled_per_message": round(index.stats["settled"] / calls, 1),
             "reference_candidates_per_message": round(ref.stats["candidates"] / n_reference, 1),
-            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1)}
+            "reference_settled_per_message": round(ref.stats["settled"] / n_reference, 1),
+            "load_start": load_start, "load_end": _load()}
 
 
 def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
@@ -151,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boolean-subs", type=int, default=1_000_000)
     p.add_argument("--boolean-messages", type=int, default=2000)
     p.add_argument("--boolean-reference", type=int, default=200)
+    p.add_argument("--boolean-rounds", type=int, default=10)
     p.add_argument("--topk-subs", type=int, default=100_000)
     p.add_argument("--topk-k", type=int, default=5)
     p.add_argument("--window", type=int, default=10_000)
@@ -172,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "boolean"):
         report["boolean"] = boolean_benchmark(
             network, spatial, n_subs=args.boolean_subs, n_messages=args.boolean_messages,
-            n_reference=args.boolean_reference, dmax_m=args.dmax)
+            n_reference=args.boolean_reference, dmax_m=args.dmax,
+            rounds=args.boolean_rounds)
         report["load_after_boolean"] = _load()
         print(json.dumps(report["boolean"]), file=sys.stderr, flush=True)
     if args.only in (None, "topk"):
