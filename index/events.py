@@ -363,9 +363,11 @@ class BodyParser:
                     continue  # one problem per row is enough
                 bad_rows.add(i)
                 rec = rows[i]
-                shown = ", ".join(f"{name!r} = {rec.get(name)!r}" for name in fields)
-                name = SUBSCRIPTION_KIND_NAMES[int(kind[i])]
-                problems.add(i, rec, f"field {shown} on a {name} subscription: {what}")
+                given = [name for name in fields if rec.get(name) is not None] or fields
+                kind_name = SUBSCRIPTION_KIND_NAMES[int(kind[i])]
+                problems.add(i, rec, f"field {', '.join(map(repr, given))} of a {kind_name} "
+                                     f"subscription: {what}, got "
+                                     f"{', '.join(repr(rec.get(n)) for n in given)}")
         return f["alpha"], f["tau"], kind, f["radius"], f["k"]
 
     def moves(self, body: Any, *, id_from_path: int | None = None) -> MoveBatch:

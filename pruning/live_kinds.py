@@ -121,6 +121,18 @@ def _rows_of(ids: IntArray, wanted: IntArray) -> IntArray:
     return np.where(ids[rows] == wanted, rows, -1).astype(np.int64)
 
 
+def _known_terms(messages: Messages, n_terms: int) -> Messages:
+    """``messages`` without term ids >= n_terms (the compiled top-k kernels index their
+    keyword marks, sized by the vocabulary they were built with, by message term ids)."""
+    keep = messages.kw_terms < n_terms
+    if keep.all():
+        return messages
+    row = np.repeat(np.arange(len(messages)), np.diff(messages.kw_ptr))
+    ptr = np.zeros_like(messages.kw_ptr)
+    np.cumsum(np.bincount(row[keep], minlength=len(messages)), out=ptr[1:])
+    return Messages(messages.ids, messages.points, ptr, messages.kw_terms[keep])
+
+
 class LiveBoolean:
     """Live boolean range subscriptions (see the module docstring).
 
@@ -300,6 +312,7 @@ class LiveTopk:
         self.rebuilds = 0
         self._matcher: TopkIndexMatcher | None = None
         self._offset = 0  # arrival number of the matcher's first message
+        self._n_terms = 0  # vocabulary size when the matcher was built
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -371,6 +384,9 @@ class LiveTopk:
             if self._ring:
                 m.push(self._ring_messages())  # rebuilds the results; no events
             self._matcher = m
+            # The matcher's scratch covers this vocabulary: terms added later (by other
+            # subscriptions) are held by none of its subscriptions and are left out.
+            self._n_terms = len(self.weights)
             self._offset = self.arrivals - len(self._ring)
             self.rebuilds += 1
         return self._matcher
@@ -385,8 +401,9 @@ class LiveTopk:
         events = TopkEvents.empty()
         if len(self._subs):
             m = self._ready()
-            found = m.push(Messages.from_rows(ids=ids, points=points, keywords=keywords,
-                                              weights=self.weights))
+            found = m.push(_known_terms(Messages.from_rows(
+                ids=ids, points=points, keywords=keywords, weights=self.weights),
+                self._n_terms))
             if len(found):
                 events = TopkEvents(found.seq + self._offset, found.phase, found.event,
                                     found.message_id, found.subscription_id, found.rank,

@@ -728,6 +728,8 @@ class ServiceState:
         rows: list[dict[str, Any]] = subscriptions_table(
             subs, network=self.index.network, weights=self.index.weights).to_pylist() \
             if len(subs) else []
+        for r in rows:
+            r.update(kind="threshold", radius=None, k=None)
         if (boolean is not None and len(boolean)) or (topk is not None and len(topk)):
             other = SubscriptionSet(Subscriptions.from_rows(
                 ids=np.empty(0, np.int64), points=EdgePoints.of([], []), keywords=[],

@@ -360,8 +360,8 @@ def test_kinds_mid_stream_changes_equal_the_references(
     server = kinds_server("--snapshot-every", "25")
     oracle = KindsOracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M, window=WINDOW)
     client = _Client(server, oracle)
-    events = _expired_aware(_stream(workload, andorra, move_points, n_events=160, seed=4))
-    for op, rows in events[:110]:
+    events = _expired_aware(_stream(workload, andorra, move_points, n_events=130, seed=4))
+    for op, rows in events[:90]:
         client.send(op, rows)
     _check_state(client.c, oracle)
     assert sum(len(a["topk"]) for a in client.answers.values()) > 50
@@ -369,7 +369,7 @@ def test_kinds_mid_stream_changes_equal_the_references(
     server.stop()
     server.start()
     _check_state(client.c, oracle)
-    for op, rows in events[110:]:
+    for op, rows in events[90:]:
         client.send(op, rows)
     _check_state(client.c, oracle)
 
@@ -383,7 +383,7 @@ def test_kinds_survive_kill_9(kinds_server: Any, workload: Workload, andorra: Ro
     server = kinds_server("--snapshot-every", "7", "--flush-every", "4")
     oracle = KindsOracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M, window=WINDOW)
     client = _Client(server, oracle)
-    events = _expired_aware(_stream(workload, andorra, move_points, n_events=150, seed=9))
+    events = _expired_aware(_stream(workload, andorra, move_points, n_events=130, seed=9))
     rng = random.Random(21)
     kills = 0
     killer: threading.Timer | None = None
@@ -482,10 +482,13 @@ def test_kinds_bad_subscriptions(kinds_server: Any, workload: Workload,
 
 
 def test_serve_window_is_fixed_at_creation(andorra_path: Path, tmp_path: Path,
-                                           tweets: list[list[str]], andorra: RoadNetwork,
-                                           servers: list[Server]) -> None:
+                                           tweets: list[list[str]]) -> None:
     """--window is stored in DIR; a subscriptions file with a kind column seeds every kind;
     --window on an existing DIR is refused."""
+    from roadpubsub.cli import build_parser
+    from roadpubsub.cli.serve import _create
+    from roadpubsub.service.state import ServiceState
+
     weights = write_weights(tweet_weights(tweets), tmp_path / "w.parquet")
     sub_file = tmp_path / "subs.json"
     sub_file.write_text(json.dumps([
@@ -496,13 +499,19 @@ def test_serve_window_is_fixed_at_creation(andorra_path: Path, tmp_path: Path,
         {"id": 3, "lon": 1.5218, "lat": 42.5063, "keywords": ["delay"], "kind": None,
          "radius": None, "alpha": 0.5, "tau": 0.4, "k": None}]))
     folder = tmp_path / "live"
-    server = Server(folder, "--network", str(andorra_path), "--weights", str(weights),
-                    "--dmax", str(DMAX_M), "--window", "7", "--subscriptions", str(sub_file))
-    servers.append(server)
-    server.start()
-    health = server.client().get("/health").json()
-    assert health["window"] == 7
-    assert health["kinds"] == {"threshold": 1, "boolean": 1, "topk": 1}
-    server.stop()
+    args = build_parser().parse_args([
+        "serve", "--state", str(folder), "--network", str(andorra_path), "--weights",
+        str(weights), "--dmax", str(DMAX_M), "--window", "7", "--subscriptions",
+        str(sub_file)])
+    _create(args, folder)  # what 'serve' does on a new folder before it listens
+    state = ServiceState.open(folder)
+    try:
+        assert state.window == 7
+        assert state.subscription_count() == {"threshold": 1, "boolean": 1, "topk": 1}
+        rows = state.subscription_rows(np.array([1, 2, 3]))
+        assert [r["kind"] for r in rows] == ["boolean", "topk", "threshold"]
+        assert rows[0]["radius"] == 500.0 and rows[1]["k"] == 2 and rows[1]["topk"] == []
+    finally:
+        state.close()
     assert json.loads((folder / "manifest.json").read_text())["window"] == 7
     assert main(["serve", "--state", str(folder), "--window", "9", "--quiet"]) == 2
