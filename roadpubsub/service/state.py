@@ -126,6 +126,20 @@ class TopkFound:
                                     e.rank[keep], e.score[keep], e.distance[keep]),
                          self.arrival_id[keep])
 
+    def by_arrival(self) -> list[tuple[int, TopkFound]]:
+        """(message id, its events) per message that caused events (one sort)."""
+        order = np.argsort(self.arrival_id, kind="stable")
+        a = self.arrival_id[order]
+        cuts = np.flatnonzero(np.diff(a)) + 1
+        e = self.events
+        out = []
+        for rows in np.split(order, cuts) if a.size else []:
+            out.append((int(self.arrival_id[rows[0]]), TopkFound(TopkEvents(
+                e.seq[rows], e.phase[rows], e.event[rows], e.message_id[rows],
+                e.subscription_id[rows], e.rank[rows], e.score[rows], e.distance[rows]),
+                self.arrival_id[rows])))
+        return out
+
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """Columns of the top-k log (:data:`~roadpubsub.service.deliveries_log.TOPK_COLUMNS`)."""
         return {"arrival_id": self.arrival_id, **self.events.to_columns()}
@@ -271,9 +285,7 @@ class ServiceState:
         state._load_messages(published, deliveries)
         table = state.tlog.read_all(state.dlog)
         if table is not None:
-            found = TopkFound.from_table(table)
-            for m in np.unique(found.arrival_id).tolist():
-                state.topk_of[m] = found.only([m])
+            state.topk_of.update(TopkFound.from_table(table).by_arrival())
         last = seq
         rows = records = 0
         moves: list[dict[str, Any]] = []
@@ -512,9 +524,9 @@ class ServiceState:
                 raise RuntimeError(msg)
             self.messages[m] = (seq, t, mine)
         if len(top):
-            for m in np.unique(top.arrival_id).tolist():
+            for m, part in top.by_arrival():
                 if self.messages[m][0] == seq and m not in self.topk_of:
-                    self.topk_of[m] = top.only([m])
+                    self.topk_of[m] = part
         if seq > self.flushed_through:
             self._pending.append((seq, ids, times, found))
             self._pending_topk.append(top)
