@@ -60,7 +60,8 @@ from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from pruning.kinds_reference import check_window
-from pruning.live_kinds import LiveBoolean, LiveTopk, empty_boolean, empty_topk
+from pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
+from pruning.live_topk import LiveTopk
 from pruning.topk_events import TopkEvents
 from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints

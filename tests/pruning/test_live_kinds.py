@@ -2,7 +2,8 @@
 vocabulary) against the reference matchers over the live set, on random graphs.
 
 Top-k follows the documented rule: after a change of the subscriptions the reference
-starts a new :class:`TopkBruteMatcher` over the live ones and feeds it the window."""
+starts a new :class:`TopkBruteMatcher` over the live ones and feeds it the window. The
+live side retires rows, builds parts, merges and rebuilds them (small limits drawn)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from index.model import Messages, keyword_csr
 from index.spatial import SpatialIndex
 from pruning.deliveries import Deliveries
 from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from pruning.live_kinds import LiveBoolean, LiveTopk
+from pruning.live_kinds import LiveBoolean
+from pruning.live_topk import LiveTopk
 from roadnet.locations import EdgePoints
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 4, 30]),
        st.integers(5, 30))
 def test_live_kinds_equal_the_references(scenario, seed, window, steps) -> None:
@@ -38,7 +40,8 @@ def test_live_kinds_equal_the_references(scenario, seed, window, steps) -> None:
     live_t: set[int] = set()
     b = LiveBoolean(spatial, weights, dmax_m=dmax, rebuild_min=int(rng.integers(0, 4)),
                     threads=1)
-    t = LiveTopk(spatial, weights, dmax_m=dmax, window=window)
+    t = LiveTopk(spatial, weights, dmax_m=dmax, window=window,
+                 max_parts=int(rng.integers(1, 4)), rebuild_min=int(rng.integers(0, 6)))
     ring: list[tuple[int, int, float, list[str]]] = []
     arrivals = 0
     ref_t: TopkBruteMatcher | None = None

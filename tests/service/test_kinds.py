@@ -54,7 +54,8 @@ def _warm_kernels(index: EnhancedIndex) -> None:
     """Compile the boolean and top-k kernels here (numba caches them on disk), so that a
     server's first message does not compile them inside a request's timeout."""
     from index.kinds import BooleanSubscriptions, TopkSubscriptions
-    from pruning.live_kinds import LiveBoolean, LiveTopk
+    from pruning.live_kinds import LiveBoolean
+    from pruning.live_topk import LiveTopk
 
     w = index.weights
     pts = EdgePoints.of([0, 0], [0.0, 0.0])
