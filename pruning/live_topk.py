@@ -128,15 +128,19 @@ class LiveTopk:
         The subscriptions to start with.
     max_parts, rebuild_min, rebuild_ratio
         See the module docstring.
+    resort_every
+        As for :class:`~pruning.topk.TopkIndexMatcher`.
     """
 
     def __init__(self, spatial: SpatialIndex, weights: TermWeights, *, dmax_m: float,
                  window: int, subs: TopkSubscriptions | None = None, max_parts: int = 4,
-                 rebuild_min: int = 1024, rebuild_ratio: float = 0.25) -> None:
+                 rebuild_min: int = 1024, rebuild_ratio: float = 0.25,
+                 resort_every: int = 64) -> None:
         self.spatial, self.weights, self.dmax_m = spatial, weights, float(dmax_m)
         self.window = check_window(window)
         self.max_parts = max(int(max_parts), 1)
         self.rebuild_min, self.rebuild_ratio = int(rebuild_min), float(rebuild_ratio)
+        self.resort_every = max(int(resort_every), 1)
         self._ring: deque[_Entry] = deque(maxlen=self.window)
         #: Messages pushed since the stream began.
         self.arrivals = 0
@@ -241,10 +245,14 @@ class LiveTopk:
                         ptr, terms)
 
     def _build(self, subs: TopkSubscriptions) -> _Part:
+        # The window in one compiled call (a call per resort_every messages cost a few
+        # ms each in argument unboxing); re-sorting the cells only guides pruning.
         m = TopkIndexMatcher(self.spatial.network, subs, self.weights, dmax_m=self.dmax_m,
-                             window=self.window, spatial=self.spatial)
+                             window=self.window, spatial=self.spatial,
+                             resort_every=max(len(self._ring), 1))
         if self._ring:
             m.push(self._ring_messages())  # the subscriptions' results; no events
+        m.resort_every = self.resort_every
         self.builds += 1
         return _Part(m, self.arrivals - len(self._ring), len(self.weights),
                      np.ones(len(subs), dtype=bool))
