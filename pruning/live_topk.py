@@ -10,10 +10,11 @@ kind's one matcher) that every message is pushed through:
   part, built at the next message or read by pushing the window's messages through a
   fresh matcher over just those subscriptions (their events are not emitted): the
   subscription gets the top-k of the current window at its place;
-* an unsubscribe (or expiry, or the old place of a move) retires the row in its part: its
+* an unsubscribe (or the old place of a move) retires the row in its part: its
   buffer is emptied, it leaves the expiry buckets and its threshold becomes +inf, so no
   message is offered to it and none expires from it (:func:`retire`); nobody else's
-  top-k depends on it;
+  top-k depends on it; :meth:`LiveTopk.withdraw` (expiry) does the same and returns the
+  evictions of its top-k, bottom rank first, as the batch matcher's ``expires_at`` does;
 * when there are more than ``max_parts`` parts, the newer ones are merged into one, and
   when retired and newer rows outnumber ``max(rebuild_min, rebuild_ratio * base)`` every
   live subscription is rebuilt into one base part.
@@ -45,7 +46,7 @@ from pruning.kinds_reference import check_window
 from pruning.live_kinds import _concat_topk, _rows_of, concat_csr
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_buffers import relink
-from pruning.topk_events import TopkEvents
+from pruning.topk_events import EVENT_EVICT, TopkEvents
 from roadnet.locations import EdgePoints
 
 __all__ = ["LiveTopk", "retire"]
@@ -216,6 +217,27 @@ class LiveTopk:
             if len(s):
                 kept.append(s)
         self._pending = kept
+
+    def withdraw(self, ids: npt.ArrayLike) -> TopkEvents:
+        """Remove live subscriptions as the next message arrives (expiry): the events
+        evict each one's top-k from the bottom rank up (``seq`` = :attr:`arrivals`, phase
+        0, before that message's own events), as the batch matcher's ``expires_at``."""
+        q = np.unique(np.asarray(ids, dtype=np.int64))
+        q = q[self.contains(q)]
+        if q.size == 0:
+            return TopkEvents.empty()
+        cols: list[list[Any]] = [[] for _ in range(5)]
+        for sid, top in zip(q.tolist(), self.results(q), strict=True):
+            for x in reversed(top):
+                for c, v in zip(cols, (x["message_id"], sid, x["rank"], x["score"],
+                                       x["distance"]), strict=True):
+                    c.append(v)
+        self.remove(q)
+        n = len(cols[0])
+        return TopkEvents(np.full(n, self.arrivals, np.int64), np.zeros(n, np.int8),
+                          np.full(n, EVENT_EVICT, np.int8), np.asarray(cols[0], np.int64),
+                          np.asarray(cols[1], np.int64), np.asarray(cols[2], np.int64),
+                          np.asarray(cols[3], np.float64), np.asarray(cols[4], np.float64))
 
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """New places (each id once); their top-k is taken from the window again."""

@@ -24,7 +24,10 @@ holds an id (ids are unique across kinds). Each message is matched by the thresh
 then the boolean matcher (deliveries with score 1.0), then pushed into the top-k window of
 the last W messages (W fixed when DIR is created, ``manifest["window"]``); its top-k
 insertions and evictions are answered, logged (:class:`~roadpubsub.service.deliveries_log.
-TopkLog`) and repeated for a re-sent id like its deliveries. Every message enters the window,
+TopkLog`) and repeated for a re-sent id like its deliveries. An expired top-k
+subscription's results are evicted (bottom rank first) among the events of the first
+message whose time reaches its ``expires_at``; a delete or move of one emits no event
+(its top-k, for a move the one at its new place, is read with GET). Every message enters the window,
 including while no top-k subscription exists, and a replayed one too (even when its answer
 is already in the deliveries log), so the window after a restart is the acknowledged one.
 Snapshots hold the boolean and top-k subscriptions and the window (``<seq>.kinds.npz``).
@@ -466,12 +469,16 @@ class ServiceState:
                 self.compactions += 1
         self.counts["move"] += ids.size
 
-    def _expire(self, t: float) -> None:
-        """Unsubscribe every subscription with expires_at <= t (the expiry rule)."""
+    def _expire(self, t: float) -> TopkEvents:
+        """Unsubscribe every subscription with expires_at <= t (the expiry rule); the
+        evictions of expired top-k subscriptions' results (see LiveTopk.withdraw)."""
         due = self.expiry.due(t)
-        if due.size:
-            self._remove(due)
-            self.counts["expire"] += due.size
+        if not due.size:
+            return TopkEvents.empty()
+        gone = self.topk.withdraw(due) if len(self.topk) else TopkEvents.empty()
+        self._remove(due)
+        self.counts["expire"] += due.size
+        return gone
 
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
                  times: FloatArray, *, match: bool = True) -> tuple[Deliveries, TopkFound]:
@@ -483,7 +490,7 @@ class ServiceState:
         parts = []
         tops = []
         for t in np.unique(times):  # ascending
-            self._expire(float(t))
+            gone = self._expire(float(t))
             rows = np.flatnonzero(times == t)
             whole = rows.size == len(messages)
             batch = messages if whole else messages.take(rows)
@@ -495,7 +502,8 @@ class ServiceState:
             first = self.topk.arrivals
             ev = self.topk.push(batch.ids, points if whole else points[rows],
                                 keywords if whole else [keywords[i] for i in rows.tolist()])
-            if len(ev):
+            if len(gone):  # withdrawn as the group's first message arrived
+                ev = TopkEvents.concat([gone, ev])
                 tops.append(TopkFound(ev, batch.ids[ev.seq - first]))
             self.match_seconds.observe(time.perf_counter() - t0)
         self.counts["publish"] += ids.size

@@ -99,17 +99,25 @@ class KindsOracle:
                                               u=r["u"], v=r["v"], offset=r["offset"])
         elif op == "publish":
             for t in sorted({r["time"] for r in rows}):
+                now = [r for r in rows if r["time"] == t]
+                withdrawn: list[TopkRow] = []
                 for table in (self.thr.subs, self.boolean, self.topk):
                     gone = [s for s, r in table.items()
                             if r.get("expires_at") is not None and r["expires_at"] <= t]
+                    if table is self.topk and gone:
+                        # an expired top-k is evicted, bottom rank first, as the first
+                        # message of this time arrives (the batch matcher's rule)
+                        for s in sorted(gone):
+                            withdrawn += self._evictions(s, now[0]["id"])
                     for s in gone:
                         del table[s]
                         if table is self.topk:
                             self.tm = None
-                now = [r for r in rows if r["time"] == t]
                 self.thr._match(now)
                 self._match_boolean(now)
                 self._push_topk(now)
+                if withdrawn:
+                    self.events[now[0]["id"]] = withdrawn + self.events[now[0]["id"]]
                 for r in now:
                     self.deliveries[r["id"]] = Deliveries.concat(
                         [self.thr.deliveries[r["id"]], self._bool_found[r["id"]]])
@@ -169,6 +177,15 @@ class KindsOracle:
                                              dist, arrival))
         self.ring = (self.ring + rows)[-self.window:]
         self.arrivals += len(rows)
+
+    def _evictions(self, sid: int, arrival: int) -> list[TopkRow]:
+        tm = self._ready()
+        r = int(np.flatnonzero(tm.subs.ids == sid)[0])
+        first = self.arrivals - len(self.ring)
+        top = list(reversed(tm._top[r]))  # best first
+        return [("evict", int(self.ring[seq + self.offset - first]["id"]), sid, rank + 1,
+                 score, tm._dist[r][seq], arrival)
+                for rank, (score, seq) in reversed(list(enumerate(top)))]
 
     def results(self, sid: int) -> list[int]:
         """Subscription ``sid``'s top-k now (message ids, best first)."""
