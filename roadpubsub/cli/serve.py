@@ -36,7 +36,9 @@ Subscription kinds (POST /subscriptions, field 'kind'; unused fields null or abs
                        {"event": "insert"|"evict", "message_id", "subscription_id",
                        "rank", "score", "distance", "arrival_id"}; a top-k subscription
                        that joins or moves mid-stream gets the top-k of the current
-                       window (GET /subscriptions/ID shows it under "topk")
+                       window (GET /subscriptions/ID shows it under "topk"); at its
+                       expires_at its top-k is evicted (events of the message whose
+                       time reaches it); a delete or move emits no event
 """
 
 

@@ -504,6 +504,7 @@ class ServiceState:
                                 keywords if whole else [keywords[i] for i in rows.tolist()])
             if len(gone):  # withdrawn as the group's first message arrived
                 ev = TopkEvents.concat([gone, ev])
+            if len(ev):
                 tops.append(TopkFound(ev, batch.ids[ev.seq - first]))
             self.match_seconds.observe(time.perf_counter() - t0)
         self.counts["publish"] += ids.size
