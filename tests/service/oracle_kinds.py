@@ -116,8 +116,11 @@ class KindsOracle:
                 self.thr._match(now)
                 self._match_boolean(now)
                 self._push_topk(now)
-                if withdrawn:
-                    self.events[now[0]["id"]] = withdrawn + self.events[now[0]["id"]]
+                if withdrawn:  # the canonical order: (phase, subscription), stable
+                    first = now[0]["id"]
+                    tagged = [(0, e) for e in withdrawn] + self._phases.pop(first)
+                    self.events[first] = [e for _, e in sorted(
+                        tagged, key=lambda x: (x[0], x[1][2]))]
                 for r in now:
                     self.deliveries[r["id"]] = Deliveries.concat(
                         [self.thr.deliveries[r["id"]], self._bool_found[r["id"]]])
@@ -167,14 +170,17 @@ class KindsOracle:
 
     def _push_topk(self, rows: list[dict[str, Any]]) -> None:
         first = self.arrivals
+        self._phases: dict[int, list[tuple[int, TopkRow]]] = {}
         for r in rows:
             self.events[r["id"]] = []
+            self._phases[r["id"]] = []
         if self.topk:
             ev = self._ready().push(self._messages(rows))
-            for seq, _, e, mid, sid, rank, score, dist in ev.rows():
+            for seq, phase, e, mid, sid, rank, score, dist in ev.rows():
                 arrival = rows[seq + self.offset - first]["id"]
-                self.events[arrival].append((("evict", "insert")[e], mid, sid, rank, score,
-                                             dist, arrival))
+                row = (("evict", "insert")[e], mid, sid, rank, score, dist, arrival)
+                self.events[arrival].append(row)
+                self._phases[arrival].append((phase, row))
         self.ring = (self.ring + rows)[-self.window:]
         self.arrivals += len(rows)
 
