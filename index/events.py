@@ -3,7 +3,10 @@ checked and turned into columnar batches.
 
 Bodies use the field names of the Parquet schemas (:mod:`index.io`): a subscription is
 ``{"id", "keywords", "alpha", "tau"}`` plus a location (``u``, ``v``, ``offset`` or ``lon``,
-``lat``) and an optional ``expires_at`` (seconds since the Unix epoch); a message is
+``lat``) and an optional ``expires_at`` (seconds since the Unix epoch); with ``kinds=True``
+(the live service) also ``kind`` (``threshold``, the default, ``boolean`` with ``radius``
+in metres, ``topk`` with ``k`` and ``alpha``), the rules of :mod:`index.kinds_io` (a field
+a row's kind does not use must be null or absent); a message is
 ``{"id", "keywords"}`` plus a location and an optional ``time`` (epoch seconds; the
 server's clock when absent); a move is ``{"id"}`` plus a location. A batch is a JSON array
 of such objects, and a single object is a batch of one. Every problem is reported with the
@@ -41,6 +44,7 @@ IntArray = npt.NDArray[np.int64]
 
 _LOCATION = ("u", "v", "offset", "lon", "lat")
 _SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", *_LOCATION})
+_KIND_FIELDS = frozenset({"kind", "radius", "k"})
 _MSG_FIELDS = frozenset({"id", "keywords", "time", *_LOCATION})
 _MOVE_FIELDS = frozenset({"id", *_LOCATION})
 #: Largest batch one request may carry (rows).
@@ -65,6 +69,11 @@ class SubscriptionBatch:
     alpha: FloatArray
     tau: FloatArray
     expires_at: FloatArray  # NaN: never
+    #: Kind of each row, an index of :data:`index.kinds.SUBSCRIPTION_KIND_NAMES` (None: all
+    #: threshold); radius (metres) and k are NaN where the kind does not use them.
+    kind: npt.NDArray[np.int8] | None = None
+    radius: FloatArray | None = None
+    k: FloatArray | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -290,24 +299,76 @@ class BodyParser:
         Largest distance from a lon/lat to its road, metres.
     """
 
-    def __init__(self, network: RoadNetwork, *, max_snap_m: float) -> None:
+    def __init__(self, network: RoadNetwork, *, max_snap_m: float, kinds: bool = False,
+                 dmax_m: float | None = None) -> None:
         self.locator = _Locator(network, max_snap_m=max_snap_m)
+        if kinds and dmax_m is None:
+            msg = "a parser of subscription kinds needs Dmax (boolean radii are at most it)"
+            raise ValueError(msg)
+        self.kinds = kinds
+        self.dmax_m = dmax_m
 
     def subscriptions(self, body: Any) -> SubscriptionBatch:
         """A batch of new subscriptions (see the module docstring)."""
         rows = _rows(body, "subscription")
         problems = _Problems("subscriptions")
-        _check_fields(rows, _SUB_FIELDS, problems)
+        _check_fields(rows, _SUB_FIELDS | _KIND_FIELDS if self.kinds else _SUB_FIELDS,
+                      problems)
         ids = _ids(rows, problems)
         keywords = _keywords(rows, problems)
-        alpha = _numbers(rows, "alpha", problems, low=0.0, high=1.0)
-        tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
+        kind = radius = k = None
+        if self.kinds:
+            alpha, tau, kind, radius, k = self._kind_fields(rows, problems)
+        else:
+            alpha = _numbers(rows, "alpha", problems, low=0.0, high=1.0)
+            tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
         expires = _numbers(rows, "expires_at", problems, low=-math.inf, high=math.inf,
                            optional=True)
         problems.raise_if_any()
         points = self.locator.points(rows, ids, problems)
         problems.raise_if_any()
-        return SubscriptionBatch(ids, points, keywords, alpha, tau, expires)
+        return SubscriptionBatch(ids, points, keywords, alpha, tau, expires, kind, radius, k)
+
+    def _kind_fields(self, rows: list[dict[str, Any]], problems: _Problems
+                     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,
+                                FloatArray]:
+        """kind, alpha, tau, radius, k checked by the rules of :mod:`index.kinds_io`."""
+        from index.kinds import SUBSCRIPTION_KIND_NAMES
+        from index.kinds_io import KIND_CODES, kind_field_checks
+
+        kind = np.zeros(len(rows), dtype=np.int8)
+        for i, rec in enumerate(rows):
+            value: Any = rec.get("kind")
+            if value is None:
+                continue
+            if not isinstance(value, str) or value not in KIND_CODES:
+                problems.add(i, rec, f"field 'kind' must be one of "
+                                     f"{', '.join(SUBSCRIPTION_KIND_NAMES)} (or null), got "
+                                     f"{value!r}")
+            else:
+                kind[i] = KIND_CODES[value]
+        # types first (a number or null), then the rules of kinds and fields
+        f = {name: _numbers(rows, name, problems, low=-math.inf, high=math.inf,
+                            optional=True)
+             for name in ("alpha", "tau", "radius", "k")}
+        for name in ("radius", "k"):  # -inf/inf/NaN were refused above as not finite
+            f[name] = np.where(np.isfinite(f[name]), f[name], np.nan)
+        if problems.lines:
+            return f["alpha"], f["tau"], kind, f["radius"], f["k"]
+        assert self.dmax_m is not None
+        bad_rows: set[int] = set()
+        for mask, fields, what in kind_field_checks(kind, f, self.dmax_m):
+            for i in np.flatnonzero(mask).tolist():
+                if i in bad_rows:
+                    continue  # one problem per row is enough
+                bad_rows.add(i)
+                rec = rows[i]
+                given = [name for name in fields if rec.get(name) is not None] or fields
+                kind_name = SUBSCRIPTION_KIND_NAMES[int(kind[i])]
+                problems.add(i, rec, f"field {', '.join(map(repr, given))} of a {kind_name} "
+                                     f"subscription: {what}, got "
+                                     f"{', '.join(repr(rec.get(n)) for n in given)}")
+        return f["alpha"], f["tau"], kind, f["radius"], f["k"]
 
     def moves(self, body: Any, *, id_from_path: int | None = None) -> MoveBatch:
         """A batch of moves; ``id_from_path`` fills the id of a single-move body."""

@@ -44,10 +44,12 @@ from roadnet.lengths import check_dmax
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["read_subscription_set", "refuse_other_kinds", "subscription_set_table",
-           "write_subscription_set"]
+__all__ = ["KIND_CODES", "kind_field_checks", "read_subscription_set", "refuse_other_kinds",
+           "subscription_set_table", "write_subscription_set"]
 
 _KIND_CODE = {name: code for code, name in enumerate(SUBSCRIPTION_KIND_NAMES)}
+#: Code of each kind name (the index in SUBSCRIPTION_KIND_NAMES).
+KIND_CODES = _KIND_CODE
 _OPTIONAL = ("alpha", "tau", "radius", "k")
 
 
@@ -93,34 +95,44 @@ def _optional_floats(table: pa.Table, path: Path) -> dict[str, npt.NDArray[np.fl
     return out
 
 
-def _field_problems(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.float64]],
-                    labels: npt.NDArray[Any], dmax_m: float, problems: list[str]) -> None:
-    """Every bad combination of kind and fields, with the ids."""
+def kind_field_checks(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.float64]],
+                      dmax_m: float) -> list[tuple[npt.NDArray[np.bool_], tuple[str, ...], str]]:
+    """The rules of kinds and fields: (offending rows, the fields concerned, what is wrong).
+
+    ``kind`` holds indexes of SUBSCRIPTION_KIND_NAMES; ``f`` maps alpha, tau, radius and k
+    to float64 (NaN: null or absent). The one statement of the rules, used by the file
+    reader here and by the live service's body parser (:mod:`index.events`).
+    """
     thr, boo, top = (kind == _KIND_CODE[KIND_THRESHOLD], kind == _KIND_CODE[KIND_BOOLEAN],
                      kind == _KIND_CODE[KIND_TOPK])
     given = {name: ~np.isnan(v) for name, v in f.items()}
     alpha, tau, radius, k = f["alpha"], f["tau"], f["radius"], f["k"]
-    checks = [
-        (thr & ~((alpha >= 0) & (alpha <= 1)), "alpha missing or outside [0, 1]"),
-        (thr & ~((tau > 0) & (tau <= 1)), "tau missing or outside (0, 1]"),
-        (thr & given["radius"], "radius on a threshold subscription"),
-        (thr & given["k"], "k on a threshold subscription"),
-        (boo & ~given["radius"], "boolean subscription without a radius"),
-        (boo & given["radius"] & ~(radius >= 0), "radius < 0"),
-        (boo & given["radius"] & ~np.isinf(radius) & (radius > dmax_m),
+    return [
+        (thr & ~((alpha >= 0) & (alpha <= 1)), ("alpha",), "alpha missing or outside [0, 1]"),
+        (thr & ~((tau > 0) & (tau <= 1)), ("tau",), "tau missing or outside (0, 1]"),
+        (thr & given["radius"], ("radius",), "radius on a threshold subscription"),
+        (thr & given["k"], ("k",), "k on a threshold subscription"),
+        (boo & ~given["radius"], ("radius",), "boolean subscription without a radius"),
+        (boo & given["radius"] & ~(radius >= 0), ("radius",), "radius < 0"),
+        (boo & given["radius"] & ~np.isinf(radius) & (radius > dmax_m), ("radius",),
          f"radius > Dmax ({dmax_m:g} m)"),
-        (boo & np.isinf(radius), "radius not finite"),
-        (boo & (given["alpha"] | given["tau"] | given["k"]),
+        (boo & np.isinf(radius), ("radius",), "radius not finite"),
+        (boo & (given["alpha"] | given["tau"] | given["k"]), ("alpha", "tau", "k"),
          "alpha, tau or k on a boolean subscription (leave them null)"),
-        (top & ~given["k"], "top-k subscription without k"),
-        (top & given["k"] & ~(k >= 1), "k < 1"),
+        (top & ~given["k"], ("k",), "top-k subscription without k"),
+        (top & given["k"] & ~(k >= 1), ("k",), "k < 1"),
         (top & given["k"] & (k >= 1) & ((k != np.floor(k)) | ~np.isfinite(k) | (k >= 2**31)),
-         "k not a whole number below 2^31"),
-        (top & ~((alpha >= 0) & (alpha <= 1)), "alpha missing or outside [0, 1]"),
-        (top & (given["tau"] | given["radius"]),
+         ("k",), "k not a whole number below 2^31"),
+        (top & ~((alpha >= 0) & (alpha <= 1)), ("alpha",), "alpha missing or outside [0, 1]"),
+        (top & (given["tau"] | given["radius"]), ("tau", "radius"),
          "tau or radius on a top-k subscription (leave them null)"),
     ]
-    for mask, what in checks:
+
+
+def _field_problems(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.float64]],
+                    labels: npt.NDArray[Any], dmax_m: float, problems: list[str]) -> None:
+    """Every bad combination of kind and fields, with the ids."""
+    for mask, _fields, what in kind_field_checks(kind, f, dmax_m):
         if mask.any():
             problems.append(f"{what}: ids {_io._names(labels, mask)}")
 

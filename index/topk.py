@@ -1,16 +1,16 @@
 """The static side of the top-k sliding-window index: subscriptions per cell, the cells'
-alpha ranges and which cells hold each keyword.
+alpha ranges, which cells hold each keyword and, per (keyword, cell), which rows.
 
 The dynamic side (each subscription's result buffer and its threshold, the window of
 messages, the per-cell order by threshold) lives with the matcher,
-:class:`pruning.topk.TopkIndexMatcher`. For a message m and a cell ci, the score of any
-subscription s of ci is at most
+:class:`pruning.topk.TopkIndexMatcher`. For a message m and a cell ci, a subscription s of
+ci that shares no keyword with m has TSIM = 0 exactly, so its score is at most
 
-    UB(ci, m) = max over alpha in {alpha_min(ci), alpha_max(ci)} of
-                alpha * (1 - dNmin(ci, m) / Dmax) + (1 - alpha) * T(ci, m)
+    UB0(ci, m) = max over alpha in {alpha_min(ci), alpha_max(ci)} of
+                 alpha * (1 - dNmin(ci, m) / Dmax)
 
-(SIM is linear in alpha), where T(ci, m) = 1 when some subscription of ci shares a
-keyword with m and 0 otherwise (then TSIM = 0 exactly: no shared weight is summed).
+(SIM is linear in alpha); those that share one are found through the postings of the
+(keyword, cell) pairs of m's keywords and checked one by one.
 """
 
 from __future__ import annotations
@@ -26,22 +26,30 @@ from index.terms import TermWeights
 from roadnet.errors import InputError
 from roadnet.lengths import check_dmax
 
-__all__ = ["TopkIndex", "buffer_capacity"]
+__all__ = ["DEFAULT_BUFFER_EXTRA", "TopkIndex", "buffer_capacity"]
 
 IntArray = npt.NDArray[np.int64]
 
+#: Default number of buffer entries kept beyond k (see :func:`buffer_capacity`).
+DEFAULT_BUFFER_EXTRA = 7
 
-def buffer_capacity(k: IntArray, window: int) -> IntArray:
-    """Result-buffer slots per subscription: 2 min(k, W) + 3.
 
-    The buffer keeps at most C = 2 min(k, W) + 2 entries; the one spare slot takes the
-    entry being inserted before a full buffer drops its lowest score. A k-skyband holds at
-    most k messages of one score (of equal scores the newer dominates), so a buffer of
-    more than 2k entries can always drop its lowest score and keep more than k: the top-k
-    is never cut (see :mod:`pruning.topk_buffers`). A top-k never holds more than W
-    messages, hence min(k, W).
+def buffer_capacity(k: IntArray, window: int, extra: int = DEFAULT_BUFFER_EXTRA
+                    ) -> tuple[IntArray, IntArray]:
+    """(C, slots) per subscription: C = min(k, W) + ``extra`` entries are kept beyond which
+    the lowest scores are dropped (:func:`pruning.topk_buffers.offer`), in
+    max(C, 2 min(k, W)) + 2 slots.
+
+    A k-skyband holds at most k messages of one score (of equal scores the newer
+    dominates), so dropping the lowest score group while more than k stay never needs more
+    than max(C, 2k - 1) + 1 entries, plus the one being inserted. A top-k never holds more
+    than W messages, hence min(k, W). A larger C means fewer re-evaluations of the window
+    when top-k members expire, a smaller one a higher threshold theta: fewer offers and
+    shorter verification searches.
     """
-    return 2 * np.minimum(np.asarray(k, dtype=np.int64), int(window)) + 3
+    kk = np.minimum(np.asarray(k, dtype=np.int64), int(window))
+    cap = kk + int(extra)
+    return cap, np.maximum(cap, 2 * kk) + 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +68,12 @@ class TopkIndex:
         alpha range of each cell's subscriptions (+inf/-inf for an empty cell).
     term_ptr, term_cell
         Cells holding a subscription with term t: ``term_cell[term_ptr[t]:term_ptr[t+1]]``.
-    buf_ptr
-        Result buffer of row s: slots ``buf_ptr[s]:buf_ptr[s + 1]`` (:func:`buffer_capacity`).
+    pair_ptr, pair_row
+        Postings of each (term, cell) pair g of ``term_cell``: the rows of that cell holding
+        that term, ``pair_row[pair_ptr[g]:pair_ptr[g + 1]]`` (ascending).
+    buf_ptr, buf_cap
+        Result buffer of row s: slots ``buf_ptr[s]:buf_ptr[s + 1]``, of which it keeps
+        ``buf_cap[s]`` before dropping low scores (:func:`buffer_capacity`).
     """
 
     spatial: SpatialIndex
@@ -76,14 +88,18 @@ class TopkIndex:
     cell_max_alpha: npt.NDArray[np.float64]
     term_ptr: IntArray
     term_cell: npt.NDArray[np.int32]
+    pair_ptr: IntArray
+    pair_row: IntArray
     buf_ptr: IntArray
+    buf_cap: IntArray
 
     def __len__(self) -> int:
         return len(self.subs)
 
     @classmethod
     def build(cls, spatial: SpatialIndex, subs: TopkSubscriptions, weights: TermWeights, *,
-              dmax_m: float, window: int) -> TopkIndex:
+              dmax_m: float, window: int,
+              buffer_extra: int = DEFAULT_BUFFER_EXTRA) -> TopkIndex:
         """File the subscriptions by cell and keyword.
 
         Raises
@@ -110,12 +126,22 @@ class TopkIndex:
         np.minimum.at(amin, cell, subs.alpha)
         np.maximum.at(amax, cell, subs.alpha)
         row_of_kw = np.repeat(np.arange(len(subs)), np.diff(subs.kw_ptr))
-        pair = np.unique(subs.kw_terms.astype(np.int64) * n_cells + cell[row_of_kw])
+        key = subs.kw_terms.astype(np.int64) * n_cells + cell[row_of_kw]
+        order = np.lexsort((row_of_kw, key))
+        pair, count = np.unique(key[order], return_counts=True)
+        pair_row = row_of_kw[order].astype(np.int64)
+        pair_ptr = np.zeros(pair.size + 1, dtype=np.int64)
+        np.cumsum(count, out=pair_ptr[1:])
         term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(np.bincount(pair // n_cells, minlength=n_terms), out=term_ptr[1:])
+        if int(buffer_extra) != buffer_extra or buffer_extra < 0:
+            msg = f"buffer_extra must be a whole number >= 0, got {buffer_extra!r}"
+            raise InputError(msg)
+        buf_cap, slots = buffer_capacity(subs.k, int(window), int(buffer_extra))
         buf_ptr = np.zeros(len(subs) + 1, dtype=np.int64)
-        np.cumsum(buffer_capacity(subs.k, int(window)), out=buf_ptr[1:])
+        np.cumsum(slots, out=buf_ptr[1:])
         return cls(spatial=spatial, subs=subs, weights=weights, dmax_m=dmax,
                    window=int(window), facts=facts, cell_ptr=cell_ptr, cell_row=cell_row,
                    cell_min_alpha=amin, cell_max_alpha=amax, term_ptr=term_ptr,
-                   term_cell=(pair % n_cells).astype(np.int32), buf_ptr=buf_ptr)
+                   term_cell=(pair % n_cells).astype(np.int32), pair_ptr=pair_ptr,
+                   pair_row=pair_row, buf_ptr=buf_ptr, buf_cap=buf_cap)

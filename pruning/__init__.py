@@ -15,6 +15,8 @@ from pruning import (
     indexed,
     kernel_args,
     kinds_reference,
+    live_kinds,
+    live_topk,
     matchers,
     routing,
     similarity,
@@ -30,6 +32,8 @@ from pruning.deliveries import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
+from pruning.live_kinds import *  # noqa: F403
+from pruning.live_topk import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
@@ -39,6 +43,7 @@ from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
+               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk,
+               live_kinds, live_topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -200,33 +200,79 @@ class TopkBruteMatcher:
         Top-k subscriptions.
     window
         W, the number of most recent messages results are drawn from (>= 1).
+    expires_at
+        Per subscription, the instant (seconds) from which it is withdrawn (NaN: never);
+        see :meth:`push`.
 
-    Messages are fed in stream order through :meth:`push`, in one or several calls.
+    Messages are fed in stream order through :meth:`push`, in one or several calls;
+    subscriptions come and go between calls (:meth:`add_subscriptions`,
+    :meth:`remove_subscriptions`), with the events of
+    :class:`~pruning.topk.TopkIndexMatcher`.
     """
 
     name = "brute"
 
     def __init__(self, network: RoadNetwork, subs: TopkSubscriptions, weights: TermWeights,
-                 *, dmax_m: float, window: int) -> None:
+                 *, dmax_m: float, window: int,
+                 expires_at: npt.ArrayLike | None = None) -> None:
         self.dmax_m = check_dmax(dmax_m)
         self.window = check_window(window)
-        self.network, self.subs, self.weights = network, subs, weights
-        self._lookup = _edge_lookup(network, subs.points, weights, self.dmax_m)
+        self.network, self.weights = network, weights
         self._reverse = NodeSearch(network, reverse=True)
         self._forward = NodeSearch(network, reverse=False)
         # Per subscription: its top-k as keys (score, seq) sorted ascending, and distances.
-        self._top: list[list[tuple[float, int]]] = [[] for _ in range(len(subs))]
-        self._dist: list[dict[int, float]] = [{} for _ in range(len(subs))]
+        self._top: list[list[tuple[float, int]]] = []
+        self._dist: list[dict[int, float]] = []
         self._holders: dict[int, set[int]] = {}
         self._ring: dict[int, tuple[int, int, float, npt.NDArray[np.int32]]] = {}
         self._mark = np.zeros(len(weights) + 1, dtype=np.int64)
+        self._live = np.zeros(0, dtype=bool)
+        self._expires = np.zeros(0)
+        self.subs = subs.take(np.arange(0))
         self.seq = 0
+        self._append(subs, expires_at)
 
-    def push(self, messages: Messages) -> TopkEvents:
-        """Process ``messages`` in order; the events they cause."""
+    def _append(self, subs: TopkSubscriptions, expires_at: npt.ArrayLike | None) -> None:
+        """Drop withdrawn rows (renumbering the rest) and append ``subs``."""
+        n = len(subs)
+        e = (np.full(n, np.nan) if expires_at is None
+             else np.asarray(expires_at, dtype=np.float64).reshape(n))
+        keep = np.flatnonzero(self._live)
+        new_row = np.full(self._live.size, -1, np.int64)
+        new_row[keep] = np.arange(keep.size)
+        self._holders = {seq: {int(new_row[r]) for r in rows}
+                         for seq, rows in self._holders.items()}
+        self._top = [self._top[r] for r in keep.tolist()] + [[] for _ in range(n)]
+        self._dist = [self._dist[r] for r in keep.tolist()] + [{} for _ in range(n)]
+        a = self.subs.take(keep)
+        self.subs = TopkSubscriptions(
+            np.concatenate([a.ids, subs.ids]),
+            EdgePoints(np.concatenate([a.points.edge, subs.points.edge]),
+                       np.concatenate([a.points.offset, subs.points.offset])),
+            np.concatenate([a.alpha, subs.alpha]), np.concatenate([a.k, subs.k]),
+            np.concatenate([a.kw_ptr[:-1], subs.kw_ptr + a.kw_ptr[-1]]),
+            np.concatenate([a.kw_terms, subs.kw_terms]).astype(np.int32))
+        self._live = np.ones(len(self.subs), dtype=bool)
+        self._expires = np.concatenate([self._expires[keep], e])
+        self._lookup = _edge_lookup(self.network, self.subs.points, self.weights, self.dmax_m)
+        if self._mark.size < len(self.weights) + 1:
+            self._mark = np.zeros(len(self.weights) + 1, dtype=np.int64)
+
+    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None) -> TopkEvents:
+        """Process ``messages`` in order; the events they cause.
+
+        With ``times`` (seconds, one per message), a live subscription whose
+        ``expires_at`` is at most a message's time is withdrawn as that message arrives,
+        before the window's expiry: its top-k is evicted from the bottom rank up (phase 0)
+        and it takes part in nothing after.
+        """
         ev: list[tuple[int, int, int, int, int, int, float, float]] = []
+        tm = None if times is None else np.asarray(times, dtype=np.float64)
         for i in range(len(messages)):
             t = self.seq
+            if tm is not None:
+                for r in np.flatnonzero(self._live & (self._expires <= tm[i])).tolist():
+                    self._withdraw(r, t, 0, ev)
             old = t - self.window
             if old >= 0:
                 self._expire(old, t, ev)
@@ -235,22 +281,80 @@ class TopkBruteMatcher:
                              float(messages.points.offset[i]), terms)
             self._arrive(messages, i, t, ev)
             self.seq += 1
-        if not ev:
-            return TopkEvents.empty()
-        cols = list(zip(*ev, strict=True))
-        return TopkEvents.concat([TopkEvents(
-            np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int8),
-            np.asarray(cols[2], np.int8), np.asarray(cols[3], np.int64),
-            np.asarray(cols[4], np.int64), np.asarray(cols[5], np.int64),
-            np.asarray(cols[6], np.float64), np.asarray(cols[7], np.float64))])
+        return _events(ev)
+
+    def add_subscriptions(self, subs: TopkSubscriptions, *,
+                          expires_at: npt.ArrayLike | None = None) -> TopkEvents:
+        """New subscriptions; each one's top-k is the best k of the whole window, scored
+        from scratch, emitted as inserts at ranks 1, 2, ... (``seq`` = last arrival,
+        phase 2)."""
+        clash = np.intersect1d(subs.ids, self.subs.ids[self._live])
+        if clash.size:
+            msg = f"top-k subscriptions already live: ids {clash[:10].tolist()}"
+            raise InputError(msg)
+        self._append(subs, expires_at)
+        first = len(self.subs) - len(subs)
+        ev: list[tuple[int, int, int, int, int, int, float, float]] = []
+        t = self.seq - 1
+        for r in range(first, len(self.subs)):
+            scored = self._score_window(r, set())
+            scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+            for rank, (score, seq, d) in enumerate(scored[:int(self.subs.k[r])], start=1):
+                bisect.insort(self._top[r], (score, seq))
+                self._dist[r][seq] = d
+                self._holders.setdefault(seq, set()).add(r)
+                ev.append((t, 2, EVENT_INSERT, self._ring[seq][0], int(self.subs.ids[r]),
+                           rank, score, d))
+        return _events(ev)
+
+    def remove_subscriptions(self, ids: npt.ArrayLike, *,
+                             missing_ok: bool = False) -> TopkEvents:
+        """Withdraw live subscriptions: their top-k is evicted from the bottom rank up
+        (``seq`` = last arrival, phase 2)."""
+        q = np.unique(np.asarray(ids, dtype=np.int64))
+        live_rows = {int(i): r for r, i in enumerate(self.subs.ids.tolist()) if self._live[r]}
+        missing = [i for i in q.tolist() if i not in live_rows]
+        if missing and not missing_ok:
+            msg = f"not live top-k subscriptions: ids {missing[:10]}"
+            raise InputError(msg)
+        ev: list[tuple[int, int, int, int, int, int, float, float]] = []
+        for i in q.tolist():
+            if i in live_rows:
+                self._withdraw(live_rows[i], self.seq - 1, 2, ev)
+        return _events(ev)
+
+    def results(self, ids: npt.ArrayLike) -> list[list[tuple[int, float, float]]]:
+        """Each live subscription's top-k, best first: (message_id, score, distance)."""
+        live_rows = {int(i): r for r, i in enumerate(self.subs.ids.tolist()) if self._live[r]}
+        out = []
+        for i in np.asarray(ids, dtype=np.int64).tolist():
+            if i not in live_rows:
+                msg = f"not a live top-k subscription: id {i}"
+                raise InputError(msg)
+            r = live_rows[i]
+            out.append([(self._ring[seq][0], score, self._dist[r][seq])
+                        for score, seq in reversed(self._top[r])])
+        return out
+
+    def _withdraw(self, r: int, t: int, phase: int,
+                  ev: list[tuple[int, int, int, int, int, int, float, float]]) -> None:
+        top = self._top[r]
+        for pos, (score, seq) in enumerate(top):  # ascending: the bottom rank first
+            ev.append((t, phase, EVENT_EVICT, self._ring[seq][0], int(self.subs.ids[r]),
+                       len(top) - pos, score, self._dist[r].pop(seq)))
+            self._holders[seq].discard(r)
+        top.clear()
+        self._live[r] = False
 
     def _arrive(self, messages: Messages, i: int, t: int,
                 ev: list[tuple[int, int, int, int, int, int, float, float]]) -> None:
         subs = self.subs
-        if len(subs) == 0:
+        if not self._live.any():
             return
         rows, dist = _reach(self._lookup, self._reverse, self.network, subs.points, messages,
                             i, self.dmax_m)
+        live = self._live[rows]
+        rows, dist = rows[live], dist[live]
         terms = messages.keywords(i)
         tsim = np.empty(rows.size)
         _rows_tsim(subs.kw_ptr, subs.kw_terms, self.weights.weights, rows,
@@ -294,12 +398,12 @@ class TopkBruteMatcher:
                 ev.append((t, 0, EVENT_INSERT, self._ring[seq][0], int(self.subs.ids[r]),
                            len(top), score, d))
 
-    def _refill(self, r: int, t: int) -> tuple[float, int, float] | None:
-        """The best window message (seq < t) not in row r's top-k, scored from scratch."""
-        members = {seq for _, seq in self._top[r]}
-        seqs = [s for s in self._ring if s not in members]
+    def _score_window(self, r: int, skip: set[int]) -> list[tuple[float, int, float]]:
+        """(score, seq, distance) of every window message within Dmax of row r, except
+        ``skip``, scored from scratch (one forward search from r)."""
+        seqs = [s for s in self._ring if s not in skip]
         if not seqs:
-            return None
+            return []
         edge = np.array([self._ring[s][1] for s in seqs], dtype=np.int32)
         off = np.array([self._ring[s][2] for s in seqs])
         subs = self.subs
@@ -308,7 +412,7 @@ class TopkBruteMatcher:
                                     search=self._forward)
         near = np.flatnonzero(np.isfinite(dist))
         if near.size == 0:
-            return None
+            return []
         chunks = [self._ring[seqs[j]][3] for j in near.tolist()]
         ptr = np.zeros(near.size + 1, dtype=np.int64)
         np.cumsum([c.size for c in chunks], out=ptr[1:])
@@ -318,5 +422,24 @@ class TopkBruteMatcher:
                      self._mark, tsim)
         score = np.empty(near.size)
         _scores(float(subs.alpha[r]), dist[near], self.dmax_m, tsim, score)
-        best = max(range(near.size), key=lambda j: (score[j], seqs[near[j]]))
-        return float(score[best]), seqs[near[best]], float(dist[near[best]])
+        return [(float(score[j]), seqs[near[j]], float(dist[near[j]]))
+                for j in range(near.size)]
+
+    def _refill(self, r: int, t: int) -> tuple[float, int, float] | None:
+        """The best window message (seq < t) not in row r's top-k, scored from scratch."""
+        scored = self._score_window(r, {seq for _, seq in self._top[r]})
+        if not scored:
+            return None
+        return max(scored, key=lambda x: (x[0], x[1]))
+
+
+def _events(ev: list[tuple[int, int, int, int, int, int, float, float]]) -> TopkEvents:
+    """Event tuples as :class:`TopkEvents` in the canonical order."""
+    if not ev:
+        return TopkEvents.empty()
+    cols = list(zip(*ev, strict=True))
+    return TopkEvents.concat([TopkEvents(
+        np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int8),
+        np.asarray(cols[2], np.int8), np.asarray(cols[3], np.int64),
+        np.asarray(cols[4], np.int64), np.asarray(cols[5], np.int64),
+        np.asarray(cols[6], np.float64), np.asarray(cols[7], np.float64))])

@@ -3,28 +3,39 @@
 Per arriving message m (after the expiry of message seq - W, :func:`~pruning.topk_buffers.
 expire`), a subscription s needs m only when SIM(s, m) >= theta(s), its buffer threshold
 (:mod:`pruning.topk_buffers`): a threshold subscription with tau = theta(s). So the pruning
-is PSTPSN's:
+is PSTPSN's, over the cells ci with dNmin(ci, m) <= Dmax, in two paths that together
+reach every row of those cells at most once:
 
-1. cell ci is skipped when dNmin(ci, m) > Dmax, or when UB(ci, m) (:mod:`index.topk`)
-   is below the smallest theta of its subscriptions. The cell's subscriptions are kept
-   ordered by a snapshot of their thresholds, re-sorted every ``resort_every`` messages; a
-   snapshot only ever lies below the current threshold (thresholds rise between sorts,
-   and a cell where one fell is scanned whole until the next sort), so the scan of a cell
-   stops at the first snapshot above UB;
-2. s is skipped when its exact TSIM leaves no distance at which SIM >= theta(s)
+1. keyword path: the rows sharing a keyword with m, found through the (keyword, cell)
+   postings of the index, are marked seen and checked with their exact TSIM;
+2. text-free path: every other row has TSIM = 0 exactly (no shared weight is summed), so
+   SIM <= UB0(ci, m) = max over alpha in {alpha_min(ci), alpha_max(ci)} of
+   alpha * (1 - dNmin(ci, m) / Dmax). The cell's rows are kept ordered by a snapshot of
+   their thresholds, re-sorted every ``resort_every`` messages; a snapshot only ever lies
+   below the current threshold (thresholds rise between sorts, and a cell where one fell
+   is scanned whole until the next sort), so the scan stops at the first snapshot above
+   UB0, and a row whose threshold is above UB0 is skipped;
+3. a checked row is dropped when its TSIM leaves no distance at which SIM >= theta(s)
    (DNUB, Eq. 13, with theta(s) for tau_e and the exact TSIM for TUB), or when its own
    distance lower bound exceeds that DNUB (kappa dE in m's cell, else the larger of
    eta- dE and din_out + D + din_in);
-3. the survivors' exact dN come from Algorithm 2's bounded search, each limited by its
-   DNUB; SIM from the shared kernels; :func:`~pruning.topk_buffers.offer` does the rest.
+4. the survivors' exact dN come from Algorithm 2's bounded search, limited by the largest
+   of their DNUBs; SIM from the shared kernels; :func:`~pruning.topk_buffers.offer` does
+   the rest.
 
-Rounding: the bound comparisons of steps 1-2 keep a pair when lb <= limit + 1 um + 1e-9
-limit (Algorithm 1's rule). UB is compared with theta after adding SIM_SLACK = 2^-48:
-SIM and UB are each 6 rounded operations on values in [0, 2] (at most 2^-52 each), so
-fl(SIM) <= fl(UB) + 12 * 2^-52 < fl(UB) + 2^-48 whenever the exact SIM <= the exact UB,
-which holds because the slackened dNmin is <= dN. DNUB's own widening is argued in
-:mod:`index.limits` (DNUB_NUMERATOR_SLACK), for tau_e = theta(s), the same float the
+Rows are numbered by cell inside the matcher, so a cell's rows and buffers lie together.
+
+Rounding: the bound comparisons of steps 1-3 keep a pair when lb <= limit + 1 um + 1e-9
+limit (Algorithm 1's rule). UB0 is compared with theta after adding SIM_SLACK = 2^-48:
+SIM and UB0 are each at most 6 rounded operations on values in [0, 2] (at most 2^-52
+each), so fl(SIM) <= fl(UB0) + 12 * 2^-52 < fl(UB0) + 2^-48 whenever the exact SIM <= the
+exact UB0, which holds because the slackened dNmin is <= dN. DNUB's own widening is argued
+in :mod:`index.limits` (DNUB_NUMERATOR_SLACK), for tau_e = theta(s), the same float the
 offer compares with.
+
+Subscriptions come and go between pushes (:meth:`TopkIndexMatcher.add_subscriptions`,
+:meth:`TopkIndexMatcher.remove_subscriptions`) and expire (``expires_at`` with the
+messages' ``times``); see those methods and :mod:`pruning.topk_events` for the events.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ from index.limits import distance_upper_bound_kernel
 from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
-from index.topk import TopkIndex
+from index.topk import DEFAULT_BUFFER_EXTRA, TopkIndex
 from pruning.algorithm1 import cell_lower_bounds
 from pruning.algorithm2 import verify_candidates
 from pruning.boolean import (
@@ -52,6 +63,7 @@ from pruning.boolean import (
 )
 from pruning.boolean import VerifyScratch as _Scratch
 from pruning.kernel_args import GraphArrays, MessageArrays
+from pruning.kinds_reference import check_window
 from pruning.similarity import sim_kernel, tsim_kernel
 from pruning.topk_buffers import (
     STAT_NAMES,
@@ -62,10 +74,16 @@ from pruning.topk_buffers import (
     TopkSubArrays,
     WindowArrays,
     expire,
+    join,
     offer,
+    relink_all,
+    withdraw,
 )
 from pruning.topk_events import TopkEvents
 from roadnet.distance import NodeSearch
+from roadnet.errors import InputError
+from roadnet.lengths import check_dmax
+from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
@@ -79,20 +97,47 @@ SIM_SLACK = 2.0**-48
 
 
 class TopkCellArrays(NamedTuple):
-    """Per cell: its rows' range in the order arrays, alpha range; cells per keyword."""
+    """Per cell: its rows' range in the order arrays, alpha range; per keyword the cells
+    holding it and, per such (keyword, cell) pair, the rows; a stamp per row."""
 
     cell_ptr: I64
     min_alpha: F
     max_alpha: F
     term_ptr: I64
     term_cell: npt.NDArray[np.int32]
-    mark: I64
+    pair_ptr: I64
+    pair_row: I64
+    seen: I64
 
 
 @numba.njit(cache=True, inline="always")
 def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
           ) -> bool:  # pragma: no cover - compiled
     return lb <= limit + slack_abs + slack_rel * abs(limit)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _consider(  # pragma: no cover - compiled
+    s: int, tsim: float, theta: float, same: bool, eta: float, dcm: float, mx: float,
+    my: float, m_din: float, sub: TopkSubArrays, cb: CellBoundArrays, sc: _Scratch,
+    cand_tsim: F, dmax: float, n_cand: int,
+) -> int:
+    """Steps 2-3 for row s with its exact TSIM: a candidate (appended) or not."""
+    lim = distance_upper_bound_kernel(sub.alpha[s], theta, tsim, dmax)
+    if lim < 0.0:
+        return n_cand
+    dx = sub.x[s] - mx
+    dy = sub.y[s] - my
+    de = np.sqrt(dx * dx + dy * dy)
+    lb_s = cb.kappa * de if same else max(eta * de, sub.din_out[s] + dcm + m_din)
+    if not _keep(lb_s, lim, cb.slack_abs, cb.slack_rel):
+        return n_cand
+    sc.cand_row[n_cand] = s
+    sc.cand_edge[n_cand] = sub.chain[s]
+    sc.cand_offset[n_cand] = sub.chain_offset[s]
+    sc.cand_limit[n_cand] = lim
+    cand_tsim[n_cand] = tsim
+    return n_cand + 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -113,10 +158,37 @@ def _arrive(  # pragma: no cover - compiled
         term = msg.kw_terms[q]
         if term < sc.term_mark.size:
             sc.term_mark[term] = stamp
-        if term < cells.term_ptr.size - 1:
-            for g in range(cells.term_ptr[term], cells.term_ptr[term + 1]):
-                cells.mark[cells.term_cell[g]] = stamp
     n_cand = 0
+    # Keyword path: every row of a cell within reach sharing a keyword with m, through
+    # the (keyword, cell) postings; each is marked seen and checked with its exact TSIM.
+    n_terms = cells.term_ptr.size - 1
+    for q in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
+        term = msg.kw_terms[q]
+        if term >= n_terms:
+            continue
+        for g in range(cells.term_ptr[term], cells.term_ptr[term + 1]):
+            c = cells.term_cell[g]
+            if not _keep(sc.cell_lb[c], dmax, cb.slack_abs, cb.slack_rel):
+                continue
+            same = c == mc
+            eta = cb.eta_t[mc, c]
+            dcm = cb.D_t[mc, c]
+            for p in range(cells.pair_ptr[g], cells.pair_ptr[g + 1]):
+                s = cells.pair_row[p]
+                if cells.seen[s] == stamp:
+                    continue
+                cells.seen[s] = stamp
+                theta = st.theta[s]
+                if theta == np.inf:
+                    continue
+                st.stats[2] += 1
+                tsim = tsim_kernel(sub.kw_ptr, sub.kw_terms, weights, s, sc.term_mark, stamp)
+                n_cand = _consider(s, tsim, theta, same, eta, dcm, mx, my, m_din, sub, cb,
+                                   sc, cand_tsim, dmax, n_cand)
+    # Text-free path: every other row has TSIM = 0 exactly (no shared weight is summed;
+    # its keyword weights are positive), so SIM <= alpha (1 - dNmin / Dmax), at most
+    # UB0 = max over the cell's alpha range of that; rows are scanned in the order of
+    # their threshold snapshot up to UB0 (see the module docstring).
     n_cells = cells.cell_ptr.size - 1
     for c in range(n_cells):
         if cells.cell_ptr[c + 1] == cells.cell_ptr[c]:
@@ -127,9 +199,8 @@ def _arrive(  # pragma: no cover - compiled
         st.stats[1] += 1
         low = max(lb - cb.slack_abs - cb.slack_rel * abs(lb), 0.0)
         spro = 1.0 - low / dmax
-        tub = 1.0 if cells.mark[c] == stamp else 0.0
         a0, a1 = cells.min_alpha[c], cells.max_alpha[c]
-        ub = max(a0 * spro + (1.0 - a0) * tub, a1 * spro + (1.0 - a1) * tub) + SIM_SLACK
+        ub = max(a0 * spro, a1 * spro) + SIM_SLACK
         dirty = st.cell_dirty[c]
         same = c == mc
         eta = cb.eta_t[mc, c]
@@ -139,29 +210,19 @@ def _arrive(  # pragma: no cover - compiled
                 break
             s = st.cell_order[p]
             theta = st.theta[s]
-            if theta > ub:
+            if theta > ub or cells.seen[s] == stamp:
                 continue
             st.stats[2] += 1
-            tsim = tsim_kernel(sub.kw_ptr, sub.kw_terms, weights, s, sc.term_mark, stamp)
-            lim = distance_upper_bound_kernel(sub.alpha[s], theta, tsim, dmax)
-            if lim < 0.0:
-                continue
-            dx = sub.x[s] - mx
-            dy = sub.y[s] - my
-            de = np.sqrt(dx * dx + dy * dy)
-            lb_s = cb.kappa * de if same else max(eta * de, sub.din_out[s] + dcm + m_din)
-            if not _keep(lb_s, lim, cb.slack_abs, cb.slack_rel):
-                continue
-            sc.cand_row[n_cand] = s
-            sc.cand_edge[n_cand] = sub.chain[s]
-            sc.cand_offset[n_cand] = sub.chain_offset[s]
-            sc.cand_limit[n_cand] = lim
-            cand_tsim[n_cand] = tsim
-            n_cand += 1
+            n_cand = _consider(s, 0.0, theta, same, eta, dcm, mx, my, m_din, sub, cb, sc,
+                               cand_tsim, dmax, n_cand)
     if n_cand == 0:
         return n_ev
     st.stats[3] += n_cand
-    verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i], sc.cand_edge,
+    radius = 0.0
+    for j in range(n_cand):
+        radius = max(radius, sc.cand_limit[j])
+    st.stats[6] += int(radius)
+    st.stats[5] += verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i], sc.cand_edge,
                       sc.cand_offset, sc.cand_limit, n_cand, sc.t_nodes, sc.t_limits,
                       sc.cand_dist, buckets, bucket_width)
     for j in range(n_cand):
@@ -180,15 +241,28 @@ def _push(  # pragma: no cover - compiled
     cells: TopkCellArrays, sub: TopkSubArrays, st: TopkState, win: WindowArrays,
     fw: ForwardArrays, rs: ReevalScratch, net: GraphArrays, ws: tuple, buckets: tuple,
     bucket_width: float, sc: _Scratch, cand_tsim: F, weights: F, dmax: float,
-    ev: EventArrays,
+    ev: EventArrays, kill_ptr: I64, kill_row: I64,
 ) -> tuple[int, int]:
-    """Messages start .. stop - 1 in order, while the events surely fit; (next, n_events)."""
+    """Messages start .. stop - 1 in order, while the events surely fit; (next, n_events).
+
+    Before message i, the rows ``kill_row[kill_ptr[i]:kill_ptr[i + 1]]`` (subscriptions
+    whose ``expires_at`` the message's time reaches) are withdrawn.
+    """
     window = win.seq.size
     n_subs = sub.k.size
     n_ev = 0
     i = start
-    while i < stop and n_ev + 4 * n_subs + 8 <= ev.seq.size:
+    while i < stop:
+        kc = 0
+        for q in range(kill_ptr[i], kill_ptr[i + 1]):
+            kc += min(sub.k[kill_row[q]], st.size[kill_row[q]])
+        if n_ev + 4 * n_subs + 8 + kc > ev.seq.size:
+            break
         t = st.counter[0]
+        for q in range(kill_ptr[i], kill_ptr[i + 1]):
+            s = kill_row[q]
+            if st.theta[s] < np.inf:  # not withdrawn already
+                n_ev = withdraw(st, sub, win, s, t, 0, ev, n_ev)
         x = t - window
         if x >= 0:
             s = st.head[x % window]
@@ -241,8 +315,16 @@ class TopkIndexMatcher:
         Cells and bounds to reuse; built when omitted.
     resort_every
         Messages between two re-sorts of the cells' subscriptions by threshold (>= 1).
+    buffer_extra
+        Result-buffer entries kept beyond k (:func:`~index.topk.buffer_capacity`): the
+        results do not depend on it, the work does.
+    expires_at
+        Per subscription, the instant (seconds, as the ``times`` of :meth:`push`; NaN or
+        omitted: never) from which it is withdrawn (see :meth:`push`).
 
-    Messages are fed in stream order through :meth:`push`; ``stats`` counts the work.
+    Messages are fed in stream order through :meth:`push`; subscriptions come and go
+    between calls through :meth:`add_subscriptions` and :meth:`remove_subscriptions`;
+    :meth:`results` reads the current top-k. ``stats`` counts the work.
     """
 
     name = "topk"
@@ -250,33 +332,18 @@ class TopkIndexMatcher:
     def __init__(self, network: RoadNetwork, subs: TopkSubscriptions, weights: TermWeights,
                  *, dmax_m: float, window: int, spatial: SpatialIndex | None = None,
                  resort_every: int = 64,
-                 bucket_width_m: float = DEFAULTS.bucket_width_m) -> None:
+                 bucket_width_m: float = DEFAULTS.bucket_width_m,
+                 expires_at: npt.ArrayLike | None = None,
+                 buffer_extra: int = DEFAULT_BUFFER_EXTRA) -> None:
         self.spatial = spatial or SpatialIndex.build(network)
-        self.index = ix = TopkIndex.build(self.spatial, subs, weights, dmax_m=dmax_m,
-                                          window=window)
-        self.subs, self.weights, self.dmax_m, self.window = subs, weights, ix.dmax_m, ix.window
+        self.weights = weights
+        self.dmax_m = check_dmax(dmax_m)
+        self.window = w = check_window(window)
         self.resort_every = max(int(resort_every), 1)
+        self.buffer_extra = int(buffer_extra)
         self.bucket_width_m = float(bucket_width_m)
         self._search, self._net, self._buckets = verification_graph(
             self.spatial, dmax_m=self.dmax_m, bucket_width_m=self.bucket_width_m)
-        n, n_cells = len(subs), self.spatial.cells.n_cells
-        f = ix.facts
-        self._sub = TopkSubArrays(f.x, f.y, f.din_out, f.cell, f.chain, f.chain_offset,
-                                  subs.alpha, subs.k, subs.kw_ptr, subs.kw_terms, ix.buf_ptr)
-        self._cells = TopkCellArrays(ix.cell_ptr, ix.cell_min_alpha, ix.cell_max_alpha,
-                                     ix.term_ptr, ix.term_cell, np.zeros(n_cells, np.int64))
-        slots = int(ix.buf_ptr[-1])
-        w = self.window
-        self.state = TopkState(
-            theta=np.full(n, -np.inf), size=np.zeros(n, np.int64),
-            b_seq=np.zeros(slots, np.int64), b_score=np.zeros(slots),
-            b_dist=np.zeros(slots), b_dom=np.zeros(slots, np.int64),
-            head=np.full(w, -1, np.int64), nxt=np.full(n, -1, np.int64),
-            prv=np.full(n, -1, np.int64), where=np.full(n, -1, np.int64),
-            cell_order=ix.cell_row.copy(), order_theta=np.full(n, -np.inf),
-            cell_dirty=np.zeros(n_cells, bool), counter=np.zeros(2, np.int64),
-            stats=np.zeros(len(STAT_NAMES), np.int64))
-        self._win = self._window_arrays(8)
         g = self.spatial.graph
         fsearch = NodeSearch(g, reverse=False)
         adj = fsearch.adjacency
@@ -285,49 +352,263 @@ class TopkIndexMatcher:
         self._fw = ForwardArrays(adj.indptr, adj.indices, adj.weights, g.edge_u, g.edge_v,
                                  g.edge_length, g.edge_twoway, dist, target_ws, heap_d,
                                  heap_n, touched)
-        self._rs = ReevalScratch(np.empty(w, np.int64), np.empty(w), np.empty(w),
-                                 np.zeros(w + 1, np.int64), np.zeros(len(weights) + 1,
-                                                                     np.int64))
         self._cb = cell_bound_arrays(self.spatial)
-        self._scratch = verify_scratch(n_cells, len(weights), n)
+        self._win = WindowArrays(np.full(w, -1, np.int64), np.zeros(w, np.int64),
+                                 np.zeros(w, np.int32), np.zeros(w), np.zeros(w, np.int64),
+                                 np.zeros((w, 8), np.int32))
+        self._counter = np.zeros(2, np.int64)
+        self._stats = np.zeros(len(STAT_NAMES), np.int64)
+        self._since_sort = 0
+        self._install(subs, _expiry_column(expires_at, len(subs)), None)
+
+    # ------------------------------------------------------------------ set-up
+    def _install(self, subs: TopkSubscriptions, expires: F,
+                 carry: tuple[TopkState, I64, I64] | None) -> I64:
+        """Index ``subs`` and make a fresh state; ``carry`` = (old state, old buffer
+        pointers, source row of each new row or -1): rows with a source keep its buffer,
+        threshold and expiry bucket; the others start empty.
+
+        Rows are renumbered by cell (stably) first, so that the rows a message's cells
+        hold, and their buffers, lie together in memory.
+        """
+        cell = self.spatial.facts(subs.points).cell
+        if np.any(np.diff(cell) < 0):
+            perm = np.argsort(cell, kind="stable")
+            subs, expires = subs.take(perm), expires[perm]
+            if carry is not None:
+                carry = (carry[0], carry[1], carry[2][perm])
+        ix = TopkIndex.build(self.spatial, subs, self.weights, dmax_m=self.dmax_m,
+                             window=self.window, buffer_extra=self.buffer_extra)
+        self.index, self.subs = ix, subs
+        self._expires = expires
+        n, n_cells = len(subs), self.spatial.cells.n_cells
+        f = ix.facts
+        self._sub = TopkSubArrays(f.x, f.y, f.din_out, f.cell, f.chain, f.chain_offset,
+                                  subs.alpha, subs.k, subs.kw_ptr, subs.kw_terms, ix.buf_ptr,
+                                  ix.buf_cap)
+        self._cells = TopkCellArrays(ix.cell_ptr, ix.cell_min_alpha, ix.cell_max_alpha,
+                                     ix.term_ptr, ix.term_cell, ix.pair_ptr, ix.pair_row,
+                                     np.zeros(n, np.int64))
+        slots = int(ix.buf_ptr[-1])
+        w = self.window
+        st = TopkState(
+            theta=np.full(n, -np.inf), size=np.zeros(n, np.int64),
+            b_seq=np.zeros(slots, np.int64), b_score=np.zeros(slots),
+            b_dist=np.zeros(slots), b_dom=np.zeros(slots, np.int64),
+            head=np.full(w, -1, np.int64), nxt=np.full(n, -1, np.int64),
+            prv=np.full(n, -1, np.int64), where=np.full(n, -1, np.int64),
+            cell_order=ix.cell_row.copy(), order_theta=np.full(n, -np.inf),
+            cell_dirty=np.zeros(n_cells, bool), counter=self._counter, stats=self._stats)
+        if carry is not None:
+            old, old_ptr, src = carry
+            kept = np.flatnonzero(src >= 0)
+            srows = src[kept]
+            st.theta[kept] = old.theta[srows]
+            st.size[kept] = old.size[srows]
+            # Slots: each kept row's whole old segment (their number depends on k, W and
+            # buffer_extra only).
+            width = ix.buf_ptr[kept + 1] - ix.buf_ptr[kept]
+            to = np.repeat(ix.buf_ptr[kept], width) + _ranges(width)
+            frm = np.repeat(old_ptr[srows], width) + _ranges(width)
+            for name in ("b_seq", "b_score", "b_dist", "b_dom"):
+                getattr(st, name)[to] = getattr(old, name)[frm]
+            relink_all(st, self._sub, w)
+        _resort(ix.cell_ptr, st)
+        self.state = st
+        self._rs = ReevalScratch(np.empty(w, np.int64), np.empty(w), np.empty(w),
+                                 np.zeros(w + 1, np.int64),
+                                 np.zeros(len(self.weights) + 1, np.int64))
+        self._scratch = verify_scratch(n_cells, len(self.weights), n)
         self._cand_tsim = np.empty(max(n, 1))
         cap = max(8 * n + 64, 1 << 12)
         self._ev = EventArrays(np.empty(cap, np.int64), np.empty(cap, np.int8),
                                np.empty(cap, np.int8), np.empty(cap, np.int64),
                                np.empty(cap, np.int64), np.empty(cap, np.int64),
                                np.empty(cap), np.empty(cap))
-        self._since_sort = 0
+        self._live = np.ones(n, dtype=bool)
+        self._live_rows = {int(i): r for r, i in enumerate(subs.ids.tolist())}
+        return (np.arange(n, dtype=np.int64) if carry is None
+                else np.flatnonzero(carry[2] < 0).astype(np.int64))
 
     @property
     def stats(self) -> dict[str, int]:
         """Work counters since the start (re-evaluations, cells, checks, candidates)."""
-        return dict(zip(STAT_NAMES, self.state.stats.tolist(), strict=True))
+        return dict(zip(STAT_NAMES, self._stats.tolist(), strict=True))
 
-    def _window_arrays(self, width: int) -> WindowArrays:
-        w = self.window
-        old = getattr(self, "_win", None)
-        terms = np.zeros((w, width), np.int32)
-        if old is None:
-            return WindowArrays(np.full(w, -1, np.int64), np.zeros(w, np.int64),
-                                np.zeros(w, np.int32), np.zeros(w), np.zeros(w, np.int64),
-                                terms)
-        terms[:, :old.terms.shape[1]] = old.terms
-        return old._replace(terms=terms)
+    @property
+    def arrivals(self) -> int:
+        """Messages pushed so far (the next message's arrival number)."""
+        return int(self._counter[0])
 
-    def push(self, messages: Messages) -> TopkEvents:
-        """Process ``messages`` in order; the events they cause."""
-        n_msg = len(messages)
-        if n_msg == 0 or len(self.subs) == 0:
-            self.state.counter[0] += n_msg
+    def live_ids(self) -> I64:
+        """Ids of the subscriptions being matched, ascending."""
+        return np.sort(self.subs.ids[self._live])
+
+    def _events(self, n_ev: int) -> TopkEvents:
+        ev = self._ev
+        return TopkEvents(ev.seq[:n_ev].copy(), ev.phase[:n_ev].copy(), ev.event[:n_ev].copy(),
+                          ev.mid[:n_ev].copy(), self.subs.ids[ev.row[:n_ev]],
+                          ev.rank[:n_ev].copy(), ev.score[:n_ev].copy(),
+                          ev.dist[:n_ev].copy())
+
+    def _ensure_events(self, need: int) -> None:
+        """Event buffers of at least ``need`` entries."""
+        if self._ev.seq.size < need:
+            cap = max(need, 2 * self._ev.seq.size)
+            self._ev = EventArrays(np.empty(cap, np.int64), np.empty(cap, np.int8),
+                                   np.empty(cap, np.int8), np.empty(cap, np.int64),
+                                   np.empty(cap, np.int64), np.empty(cap, np.int64),
+                                   np.empty(cap), np.empty(cap))
+
+    def _rows(self, ids: npt.ArrayLike, *, missing_ok: bool) -> I64:
+        """Rows of live subscription ids (unique); unknown ids raise unless ``missing_ok``."""
+        q = np.unique(np.asarray(ids, dtype=np.int64))
+        rows = np.array([self._live_rows.get(int(i), -1) for i in q.tolist()], np.int64)
+        if rows.size:
+            rows[rows >= 0] = np.where(self._live[rows[rows >= 0]], rows[rows >= 0], -1)
+        if not missing_ok and np.any(rows < 0):
+            msg = f"not live top-k subscriptions: ids {q[rows < 0][:10].tolist()}"
+            raise InputError(msg)
+        return rows[rows >= 0]
+
+    # ------------------------------------------------------------------ subscriptions
+    def add_subscriptions(self, subs: TopkSubscriptions, *,
+                          expires_at: npt.ArrayLike | None = None) -> TopkEvents:
+        """Start matching new subscriptions; their top-k comes from the current window.
+
+        Each new subscription gets exactly the top-k it would hold had it been there from
+        the start (its result is a function of the window alone), computed by one
+        re-evaluation over the window (:func:`~pruning.topk_buffers.reevaluate`); the
+        others keep their buffers. The events are the inserts of the new top-k, ranks 1,
+        2, ..., with ``seq`` = :attr:`arrivals` - 1 and ``phase`` 2 (after the last
+        message's events). Window messages keep the term ids they arrived with, so
+        ``weights`` may grow (new terms appended) but not change.
+
+        Raises
+        ------
+        InputError
+            An id that is already live.
+        """
+        if len(subs) == 0:
             return TopkEvents.empty()
-        longest = int(np.diff(messages.kw_ptr).max(initial=0))
-        if longest > self._win.terms.shape[1]:
-            self._win = self._window_arrays(max(longest, 2 * self._win.terms.shape[1]))
+        clash = np.intersect1d(subs.ids, self.subs.ids[self._live])
+        if clash.size:
+            msg = f"top-k subscriptions already live: ids {clash[:10].tolist()}"
+            raise InputError(msg)
+        live = np.flatnonzero(self._live)
+        both = _concat_topk(self.subs.take(live), subs)
+        expires = np.concatenate([self._expires[live],
+                                  _expiry_column(expires_at, len(subs))])
+        src = np.concatenate([live, np.full(len(subs), -1, np.int64)])
+        old = self.state, self.index.buf_ptr
+        new = self._install(both, expires, (old[0], old[1], src))
+        self._ensure_events(int(np.minimum(subs.k, self.window).sum()) + 8)
+        n_ev = join(self.state, self._sub, self._win, self._fw, self._rs,
+                    self.weights.weights, self.dmax_m, new, self.arrivals - 1, 2, self._ev,
+                    0)
+        _resort(self.index.cell_ptr, self.state)
+        self._since_sort = 0
+        return TopkEvents.concat([self._events(n_ev)])
+
+    def remove_subscriptions(self, ids: npt.ArrayLike, *,
+                             missing_ok: bool = False) -> TopkEvents:
+        """Stop matching subscriptions; the events evict their top-k, bottom rank first,
+        with ``seq`` = :attr:`arrivals` - 1 and ``phase`` 2.
+
+        Raises
+        ------
+        InputError
+            An id that is not live (unless ``missing_ok``).
+        """
+        rows = self._rows(ids, missing_ok=missing_ok)
+        if rows.size == 0:
+            return TopkEvents.empty()
+        self._ensure_events(int(np.minimum(self.subs.k[rows], self.window).sum()) + 8)
+        n_ev = _withdraw_rows(self.state, self._sub, self._win, rows, self.arrivals - 1, 2,
+                              self._ev)
+        events = TopkEvents.concat([self._events(n_ev)])
+        self._live[rows] = False
+        if (~self._live).sum() > max(1024, int(self._live.sum())):  # compact
+            live = np.flatnonzero(self._live)
+            self._install(self.subs.take(live), self._expires[live],
+                          (self.state, self.index.buf_ptr, live))
+        return events
+
+    def results(self, ids: npt.ArrayLike) -> list[list[tuple[int, float, float]]]:
+        """Each live subscription's top-k now, best first: (message_id, score, distance).
+
+        Raises
+        ------
+        InputError
+            An id that is not live.
+        """
+        q = np.asarray(ids, dtype=np.int64)
+        out = []
+        st, ptr, mid, w = self.state, self.index.buf_ptr, self._win.mid, self.window
+        for i in q.tolist():
+            r = self._live_rows.get(int(i), -1)
+            if r < 0 or not self._live[r]:
+                msg = f"not a live top-k subscription: id {i}"
+                raise InputError(msg)
+            base = int(ptr[r])
+            out.append([(int(mid[int(st.b_seq[base + j]) % w]), float(st.b_score[base + j]),
+                         float(st.b_dist[base + j]))
+                        for j in range(min(int(self.subs.k[r]), int(st.size[r])))])
+        return out
+
+    # ------------------------------------------------------------------ the stream
+    def _grow_window(self, longest: int) -> None:
+        width = self._win.terms.shape[1]
+        if longest > width:
+            terms = np.zeros((self.window, max(longest, 2 * width)), np.int32)
+            terms[:, :width] = self._win.terms
+            self._win = self._win._replace(terms=terms)
+
+    def _kills(self, n_msg: int, times: npt.ArrayLike | None) -> tuple[I64, I64]:
+        """Per message of the batch, the live rows it withdraws: those whose expires_at
+        is at most the largest time so far in the batch (so at the first message, in
+        stream order, whose time reaches it)."""
+        ptr = np.zeros(n_msg + 1, np.int64)
+        if times is None:
+            return ptr, np.empty(0, np.int64)
+        tm = np.asarray(times, dtype=np.float64)
+        if tm.shape != (n_msg,) or np.isnan(tm).any():
+            msg = f"times must be {n_msg} numbers, one per message, none NaN"
+            raise InputError(msg)
+        rows = np.flatnonzero(self._live & ~np.isnan(self._expires))
+        if rows.size == 0 or n_msg == 0:
+            return ptr, np.empty(0, np.int64)
+        first = np.searchsorted(np.maximum.accumulate(tm), self._expires[rows], side="left")
+        hit = first < n_msg
+        rows, first = rows[hit], first[hit]
+        order = np.lexsort((rows, first))
+        np.cumsum(np.bincount(first, minlength=n_msg), out=ptr[1:])
+        self._live[rows] = False
+        # Room for the most evicts one message's withdrawals can emit, beyond the 4 per
+        # subscription of an arrival (see _push).
+        per = np.bincount(first, weights=np.minimum(self.subs.k[rows], self.window),
+                          minlength=n_msg)
+        self._ensure_events(4 * len(self.subs) + 8 + int(per.max(initial=0)))
+        return ptr, rows[order].astype(np.int64)
+
+    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None) -> TopkEvents:
+        """Process ``messages`` in order; the events they cause.
+
+        ``times`` (seconds, one per message, optional) applies ``expires_at``: a
+        subscription is withdrawn at the first message (in stream order) whose time is
+        at least its ``expires_at``: before that message's expiry phase, its top-k is
+        evicted (phase 0, bottom rank first) and it is offered no message again. Without
+        ``times`` no subscription expires.
+        """
+        n_msg = len(messages)
+        kill_ptr, kill_row = self._kills(n_msg, times)
+        if n_msg == 0:
+            return TopkEvents.empty()
+        self._grow_window(int(np.diff(messages.kw_ptr).max(initial=0)))
         msg = message_arrays(self.spatial, messages)
         ws = self._search.workspace()
         parts: list[TopkEvents] = []
         start = 0
-        ev = self._ev
         while start < n_msg:
             if self._since_sort >= self.resort_every:
                 _resort(self.index.cell_ptr, self.state)
@@ -336,12 +617,48 @@ class TopkIndexMatcher:
             nxt, n_ev = _push(start, stop, messages.ids, msg, self._cb, self._cells,
                               self._sub, self.state, self._win, self._fw, self._rs, self._net,
                               ws, self._buckets, self.bucket_width_m, self._scratch,
-                              self._cand_tsim, self.weights.weights, self.dmax_m, ev)
+                              self._cand_tsim, self.weights.weights, self.dmax_m, self._ev,
+                              kill_ptr, kill_row)
             self._since_sort += nxt - start
             start = nxt
             if n_ev:
-                parts.append(TopkEvents(ev.seq[:n_ev].copy(), ev.phase[:n_ev].copy(),
-                                        ev.event[:n_ev].copy(), ev.mid[:n_ev].copy(),
-                                        self.subs.ids[ev.row[:n_ev]], ev.rank[:n_ev].copy(),
-                                        ev.score[:n_ev].copy(), ev.dist[:n_ev].copy()))
+                parts.append(self._events(n_ev))
         return TopkEvents.concat(parts)
+
+
+@numba.njit(cache=True, nogil=True)
+def _withdraw_rows(st: TopkState, sub: TopkSubArrays, win: WindowArrays, rows: I64,
+                   seq: int, phase: int, ev: EventArrays) -> int:  # pragma: no cover
+    n_ev = 0
+    for i in range(rows.size):
+        n_ev = withdraw(st, sub, win, rows[i], seq, phase, ev, n_ev)
+    return n_ev
+
+
+def _ranges(width: I64) -> I64:
+    """0 .. w - 1 for each w of ``width``, concatenated."""
+    total = int(width.sum())
+    starts = np.repeat(np.cumsum(width) - width, width)
+    return np.arange(total, dtype=np.int64) - starts
+
+
+def _expiry_column(expires_at: npt.ArrayLike | None, n: int) -> F:
+    """expires_at as n floats (NaN: never), or one clear error."""
+    if expires_at is None:
+        return np.full(n, np.nan)
+    e = np.asarray(expires_at, dtype=np.float64)
+    if e.shape != (n,):
+        msg = f"expires_at must hold one number per subscription ({n}), got shape {e.shape}"
+        raise InputError(msg)
+    return e.copy()
+
+
+def _concat_topk(a: TopkSubscriptions, b: TopkSubscriptions) -> TopkSubscriptions:
+    """Rows of a then rows of b."""
+    return TopkSubscriptions(
+        np.concatenate([a.ids, b.ids]),
+        EdgePoints(np.concatenate([a.points.edge, b.points.edge]),
+                   np.concatenate([a.points.offset, b.points.offset])),
+        np.concatenate([a.alpha, b.alpha]), np.concatenate([a.k, b.k]),
+        np.concatenate([a.kw_ptr[:-1], b.kw_ptr + a.kw_ptr[-1]]),
+        np.concatenate([a.kw_terms, b.kw_terms]).astype(np.int32))

@@ -11,13 +11,16 @@ newer, so they stay in the window at least as long and outrank it), and one scor
 theta(s) is below every buffered entry. So whenever B(s) holds at least k entries, or
 theta(s) = -inf, the top-k is the first min(k, |B(s)|) entries. Only when an expiry leaves
 fewer than k entries with theta(s) > -inf is the window re-scored for s
-(:func:`reevaluate`); the cost-based choice of Skype is replaced by a fixed capacity:
+(:func:`reevaluate`); the cost-based choice of Skype is replaced by a fixed capacity C
+(:func:`index.topk.buffer_capacity`):
 
 * :func:`offer` inserts a message scoring >= theta(s), raising the dominance count of every
-  entry it outranks and dropping those it makes k-dominated. When the buffer then holds
-  more than C = 2 min(k, W) + 2 entries, all entries of the lowest score are dropped and
-  theta(s) becomes the next float above that score: the invariant holds again, and since
-  a skyband holds at most k entries of one score, more than k stay (the top-k is intact).
+  entry it outranks and dropping those it makes k-dominated. While the buffer then holds
+  more than C entries and dropping all entries of the lowest score leaves at least k,
+  they are dropped and theta(s) becomes the next float above that score: the invariant
+  holds again and the top-k is intact. A new message is always in the k-skyband (no
+  message is newer), so every message scoring >= theta(s) must be offered; a high
+  theta(s), the C-th best buffered score, is what keeps offers few.
 * :func:`expire` removes the expired message; the entry at rank k + 1, if any, moves up.
 
 Subscriptions are found at expiry through buckets by the arrival number of their oldest
@@ -38,7 +41,8 @@ from pruning.topk_events import EVENT_EVICT, EVENT_INSERT
 from roadnet.distance import dijkstra_kernel, reset_kernel
 
 __all__ = ["EventArrays", "ForwardArrays", "ReevalScratch", "TopkState", "TopkSubArrays",
-           "WindowArrays", "expire", "offer", "reevaluate", "relink"]
+           "WindowArrays", "expire", "join", "offer", "reevaluate", "relink", "relink_all",
+           "withdraw"]
 
 F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -47,8 +51,8 @@ B = npt.NDArray[np.bool_]
 
 #: Counters of :class:`TopkState` ``stats``, by index.
 STAT_NAMES = ("reevaluations", "cells_scanned", "subscriptions_checked", "candidates",
-              "offers")
-REEVALUATIONS, CELLS_SCANNED, SUBS_CHECKED, CANDIDATES, OFFERS = range(5)
+              "offers", "settled", "search_radius_m")
+REEVALUATIONS, CELLS_SCANNED, SUBS_CHECKED, CANDIDATES, OFFERS, SETTLED, RADIUS = range(7)
 
 
 class TopkSubArrays(NamedTuple):
@@ -66,6 +70,7 @@ class TopkSubArrays(NamedTuple):
     kw_ptr: I64
     kw_terms: I32
     buf_ptr: I64
+    cap: I64
 
 
 class TopkState(NamedTuple):
@@ -182,6 +187,25 @@ def relink(st: TopkState, sub: TopkSubArrays, s: int, window: int) -> None:  # p
     st.where[s] = oldest
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _trim(b_score: F, base: int, n: int, cap: int, k: int) -> tuple[int, float]:  # pragma: no cover
+    """Drop whole lowest-score groups from a buffer of n entries while it holds more than
+    ``cap`` and more than k would stay; (entries left, score of the last group dropped or
+    NaN). A k-skyband holds at most k entries of one score (of equal scores the newer
+    dominates), so the buffer never needs more than max(cap, 2k - 1) + 1 slots."""
+    low = np.nan
+    while n > cap:
+        g = b_score[base + n - 1]
+        m = n - 1
+        while m > 0 and b_score[base + m - 1] == g:
+            m -= 1
+        if m < k:
+            break
+        n = m
+        low = g
+    return n, low
+
+
 @numba.njit(cache=True, nogil=True)
 def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
           score: float, dist: float, ev: EventArrays, n_ev: int) -> int:  # pragma: no cover
@@ -190,7 +214,7 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
         return n_ev
     window = win.seq.size
     base = sub.buf_ptr[s]
-    cap = sub.buf_ptr[s + 1] - base - 1
+    cap = sub.cap[s]
     n = st.size[s]
     k = sub.k[s]
     st.stats[OFFERS] += 1
@@ -224,14 +248,12 @@ def offer(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, t: int,
     st.b_score[base + p] = score
     st.b_dist[base + p] = dist
     st.b_dom[base + p] = 0
-    n = w + 1
-    if n > cap:
-        low = st.b_score[base + n - 1]
-        while n > 0 and st.b_score[base + n - 1] == low:
-            n -= 1
+    n_new, low = _trim(st.b_score, base, w + 1, cap, k)
+    if low == low:  # dropped: nothing of a score <= low is kept any more
         st.theta[s] = np.nextafter(low, np.inf)
-    st.size[s] = n
-    relink(st, sub, s, window)
+    st.size[s] = n_new
+    if n == 0 or n_new != n + 1:  # an entry left (or the first came): the oldest may change
+        relink(st, sub, s, window)
     return n_ev
 
 
@@ -267,7 +289,7 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
             n_ev = _emit(ev, n_ev, t, 0, EVENT_INSERT, win.mid[st.b_seq[e] % window], s, k,
                          st.b_score[e], st.b_dist[e])
         elif st.theta[s] > -np.inf:
-            reevaluate(st, sub, win, fw, sc, weights, dmax, s, t)
+            reevaluate(st, sub, win, fw, sc, weights, dmax, s, t, t - window + 1)
             for j in range(n, min(k, st.size[s])):
                 e = base + j
                 n_ev = _emit(ev, n_ev, t, 0, EVENT_INSERT, win.mid[st.b_seq[e] % window], s,
@@ -278,9 +300,9 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
 
 @numba.njit(cache=True, nogil=True)
 def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArrays,
-               sc: ReevalScratch, weights: F, dmax: float, s: int,
-               t: int) -> None:  # pragma: no cover - compiled
-    """Rebuild B(s) and theta(s) from the window's messages t - W + 1 .. t - 1.
+               sc: ReevalScratch, weights: F, dmax: float, s: int, t: int,
+               oldest: int) -> None:  # pragma: no cover - compiled
+    """Rebuild B(s) and theta(s) from the window's messages ``oldest`` .. t - 1.
 
     One forward search from s bounded by Dmax gives the exact dN to every window message
     (grid lengths: the same sums as the reverse searches of the reference and of the
@@ -307,7 +329,7 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
                                    np.empty(0, dtype=np.int32))  # no dead ends skipped
     nc = 0
     alpha = sub.alpha[s]
-    for seq in range(t - 1, max(t - window, -1), -1):  # newest first
+    for seq in range(t - 1, max(oldest, 0) - 1, -1):  # newest first
         j = seq % window
         if win.seq[j] != seq:
             continue
@@ -338,7 +360,7 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
     for j in range(nc + 1):
         sc.bit[j] = 0
     base = sub.buf_ptr[s]
-    cap = sub.buf_ptr[s + 1] - base - 1
+    room = sub.buf_ptr[s + 1] - base - 1
     k = sub.k[s]
     n = 0
     for i in range(nc):
@@ -360,15 +382,61 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
         st.b_dist[d] = sc.dist[j]
         st.b_dom[d] = dom
         n += 1
-        if n > cap:
+        if n >= room:  # > max(cap, 2k): _trim surely drops the lowest score group below
             break
-    theta = -np.inf
-    if n > cap:
-        low = st.b_score[base + n - 1]
-        while n > 0 and st.b_score[base + n - 1] == low:
-            n -= 1
-        theta = np.nextafter(low, np.inf)
+    n, low = _trim(st.b_score, base, n, sub.cap[s], k)
+    theta = -np.inf if low != low else np.nextafter(low, np.inf)
     if theta < st.theta[s]:
         st.cell_dirty[sub.cell[s]] = True  # the cell's order by threshold is stale
     st.theta[s] = theta
     st.size[s] = n
+
+
+@numba.njit(cache=True, nogil=True)
+def relink_all(st: TopkState, sub: TopkSubArrays, window: int) -> None:  # pragma: no cover
+    """File every subscription in its expiry bucket afresh (after rows were renumbered)."""
+    st.head[:] = -1
+    st.nxt[:] = -1
+    st.prv[:] = -1
+    st.where[:] = -1
+    for s in range(sub.k.size):
+        relink(st, sub, s, window)
+
+
+@numba.njit(cache=True, nogil=True)
+def withdraw(st: TopkState, sub: TopkSubArrays, win: WindowArrays, s: int, seq: int,
+             phase: int, ev: EventArrays, n_ev: int) -> int:  # pragma: no cover - compiled
+    """Take s out of matching: its top-k is evicted from the bottom rank up (each evict's
+    rank is then valid when replayed), its buffer emptied, its threshold +inf (no message
+    is ever offered to it again, and every cell bound skips it)."""
+    window = win.seq.size
+    base = sub.buf_ptr[s]
+    for j in range(min(sub.k[s], st.size[s]) - 1, -1, -1):
+        e = base + j
+        n_ev = _emit(ev, n_ev, seq, phase, EVENT_EVICT, win.mid[st.b_seq[e] % window], s,
+                     j + 1, st.b_score[e], st.b_dist[e])
+    st.size[s] = 0
+    st.theta[s] = np.inf
+    relink(st, sub, s, window)  # empty: leaves its bucket
+    return n_ev
+
+
+@numba.njit(cache=True, nogil=True)
+def join(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArrays,
+         sc: ReevalScratch, weights: F, dmax: float, rows: I64, seq: int, phase: int,
+         ev: EventArrays, n_ev: int) -> int:  # pragma: no cover - compiled
+    """New rows take their buffers from the whole window (messages ``counter[0] - W`` ..
+    ``counter[0] - 1``) by :func:`reevaluate`; their top-k is emitted as inserts at ranks
+    1, 2, ... (each rank valid when replayed)."""
+    window = win.seq.size
+    t = st.counter[0]
+    for i in range(rows.size):
+        s = rows[i]
+        reevaluate(st, sub, win, fw, sc, weights, dmax, s, t, t - window)
+        base = sub.buf_ptr[s]
+        for j in range(min(sub.k[s], st.size[s])):
+            e = base + j
+            n_ev = _emit(ev, n_ev, seq, phase, EVENT_INSERT, win.mid[st.b_seq[e] % window],
+                         s, j + 1, st.b_score[e], st.b_dist[e])
+        relink(st, sub, s, window)
+    return n_ev

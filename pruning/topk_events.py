@@ -10,6 +10,12 @@ Each message arrival (number ``seq``, 0-based, in stream order) first expires th
   of the message it pushes out of a full top-k (rank k), then the ``insert`` of the new
   message at its rank.
 
+* subscription changes (phase 2, between messages, ``seq`` = the last arrival number, -1
+  before any message): a new subscription's top-k as inserts at ranks 1, 2, ...; a
+  removed one's as evicts from its bottom rank up. A subscription withdrawn because its
+  ``expires_at`` is reached is evicted the same way at phase 0 of the message whose
+  time reaches it, before that message's expiries.
+
 Ranks are 1-based, best first; an insert at rank r moves the members at ranks >= r down
 one, an evict at rank r moves those below it up one, so replaying the events rebuilds
 every subscription's top-k. Events are ordered by (seq, phase, subscription_id), and
@@ -38,7 +44,7 @@ def _canonical_order(seq: npt.NDArray[np.int64], phase: npt.NDArray[np.int8],
     else np.lexsort."""
     if seq.size < 2:
         return np.arange(seq.size, dtype=np.int64)
-    group = seq.astype(np.int64) * 2 + phase
+    group = seq.astype(np.int64) * 3 + phase
     g_lo, g_hi = int(group.min()), int(group.max())
     s_lo, s_hi = int(sid.min()), int(sid.max())
     span = s_hi - s_lo + 1
@@ -57,7 +63,7 @@ class TopkEvents:
     seq
         Arrival number of the message whose arrival caused the event.
     phase
-        0 expiry, 1 arrival.
+        0 expiry, 1 arrival, 2 subscription change after message ``seq``.
     event
         :data:`EVENT_EVICT` or :data:`EVENT_INSERT` (int8).
     message_id, subscription_id

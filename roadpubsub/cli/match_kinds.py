@@ -17,7 +17,8 @@ from typing import Any
 
 from roadnet.errors import InputError
 
-__all__ = ["has_kind_column", "run_kinds", "run_kinds_command", "topk_out_path"]
+__all__ = ["has_kind_column", "run_kinds", "run_kinds_command", "topk_expiry",
+           "topk_out_path"]
 
 
 def has_kind_column(path: str | Path) -> bool:
@@ -44,6 +45,42 @@ def topk_out_path(args: argparse.Namespace) -> Path:
         return Path(args.topk_out)
     out = Path(args.out)
     return out.with_name(f"{out.stem}-topk{out.suffix}")
+
+
+def topk_expiry(subscriptions: str | Path, messages: str | Path, sub_ids: Any,
+                message_ids: Any) -> tuple[Any, Any]:
+    """``expires_at`` of the top-k rows and the messages' times, or (None, None) when the
+    subscriptions file has no ``expires_at`` column.
+
+    The rule of 'roadpubsub serve' and of threshold matching: a message whose ``time``
+    (epoch seconds; the clock now when the messages have no such column or a null) is
+    at least a subscription's ``expires_at`` (null: never) is not offered to it. For a
+    top-k subscription that is the instant it is withdrawn: at the first such message in
+    stream order its top-k is evicted and its result stays empty
+    (:meth:`pruning.topk.TopkIndexMatcher.push`).
+    """
+    import numpy as np
+
+    from index.io import read_table
+
+    subs = read_table(subscriptions)
+    if "expires_at" not in subs.column_names:
+        return None, None
+    sid = np.asarray(subs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    exp = np.asarray(subs.column("expires_at").to_numpy(zero_copy_only=False),
+                     dtype=np.float64)  # nulls are NaN: never
+    order = np.argsort(sid, kind="stable")
+    expires = exp[order[np.searchsorted(sid[order], np.asarray(sub_ids, np.int64))]]
+    msgs = read_table(messages)
+    now = time.time()
+    if "time" not in msgs.column_names:
+        return expires, np.full(len(message_ids), now)
+    mid = np.asarray(msgs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    when = np.asarray(msgs.column("time").to_numpy(zero_copy_only=False), dtype=np.float64)
+    when = np.where(np.isnan(when), now, when)
+    order = np.argsort(mid, kind="stable")
+    return expires, when[order[np.searchsorted(mid[order], np.asarray(message_ids,
+                                                                       np.int64))]]
 
 
 def run_kinds(args: argparse.Namespace, dmax: float, say: Any) -> tuple[Any, dict[str, Any]]:
@@ -102,10 +139,14 @@ def run_kinds(args: argparse.Namespace, dmax: float, say: Any) -> tuple[Any, dic
     deliveries = Deliveries.concat(parts)
     n_events = 0
     if len(subs.topk):
-        tm = (TopkBruteMatcher(network, subs.topk, weights, dmax_m=dmax, window=window)
+        expires, times = topk_expiry(args.subscriptions, args.messages, subs.topk.ids,
+                                     messages.ids)
+        tm = (TopkBruteMatcher(network, subs.topk, weights, dmax_m=dmax, window=window,
+                               expires_at=expires)
               if brute else TopkIndexMatcher(network, subs.topk, weights, dmax_m=dmax,
-                                             window=window, spatial=spatial))
-        events = tm.push(messages)
+                                             window=window, spatial=spatial,
+                                             expires_at=expires))
+        events = tm.push(messages, times=times)
         n_events = len(events)
         write_tables({topk_out: pa.table({k: pa.array(v)
                                           for k, v in events.to_columns().items()})})

@@ -20,11 +20,25 @@ example:
   roadpubsub serve --state work/live   # reopens it (after a crash too) and serves
   curl -s localhost:8000/health
 
-The network, keyword weights (--weights, or idf over --corpus), Dmax and --directed are
-fixed when DIR is created (or taken from --index-file, an index built by 'roadpubsub index
-build', or --subscriptions to start with). Every event is logged and fsynced before its
-answer; snapshots are written in the background every --snapshot-every events. See
+The network, keyword weights (--weights, or idf over --corpus), Dmax, --directed and the
+top-k --window are fixed when DIR is created (or taken from --index-file, an index built
+by 'roadpubsub index build', or --subscriptions to start with; a file with a 'kind' column
+may hold boolean and top-k rows). Every event is logged and fsynced before its answer;
+snapshots are written in the background every --snapshot-every events. See
 GET /openapi.json for the API.
+
+Subscription kinds (POST /subscriptions, field 'kind'; unused fields null or absent):
+  threshold (default)  alpha, tau: delivered when SIM >= tau (PSTPSN)
+  boolean              radius (m, <= Dmax): delivered when the message holds every
+                       keyword and dN <= radius; a delivery's score is 1.0
+  topk                 alpha, k: the k best messages (SIM, newer wins ties) of the last
+                       --window messages; POST /messages answers and the WebSocket carry
+                       {"event": "insert"|"evict", "message_id", "subscription_id",
+                       "rank", "score", "distance", "arrival_id"}; a top-k subscription
+                       that joins or moves mid-stream gets the top-k of the current
+                       window (GET /subscriptions/ID shows it under "topk"); at its
+                       expires_at its top-k is evicted (events of the message whose
+                       time reaches it); a delete or move emits no event
 """
 
 
@@ -44,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--index-file", metavar="FILE", default=None,
                    help="create DIR from an index built by 'roadpubsub index build' instead "
                         "of --network, --subscriptions, --weights/--corpus, --dmax, --directed")
+    p.add_argument("--window", type=int, default=None, metavar="W",
+                   help="top-k subscriptions keep the best k of the last W messages (set "
+                        "when DIR is created, then fixed; default 1000)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
                    "127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -146,7 +163,8 @@ def _creation_flags(args: argparse.Namespace) -> list[str]:
     return [flag for flag, value in (
         ("--network", args.network), ("--subscriptions", args.subscriptions),
         ("--weights", args.weights), ("--corpus", args.corpus), ("--dmax", args.dmax),
-        ("--index-file", args.index_file), ("--directed", args.directed or None))
+        ("--index-file", args.index_file), ("--directed", args.directed or None),
+        ("--window", args.window))
         if value is not None]
 
 
@@ -155,16 +173,20 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
 
     from index.eia import EnhancedIndex
     from index.io import read_subscriptions
+    from index.kinds_io import read_subscription_set
     from index.model import Subscriptions
     from index.spatial import SpatialIndex
     from index.store import load_index
+    from pruning.kinds_reference import check_window
     from roadnet.io import load_network
     from roadnet.locations import EdgePoints
+    from roadpubsub.cli.match_kinds import has_kind_column
     from roadpubsub.cli.sources import read_weights_option
-    from roadpubsub.service.state import create_state
+    from roadpubsub.service.state import DEFAULT_WINDOW, create_state
 
+    boolean = topk = None
     if args.index_file:
-        others = [f for f in _creation_flags(args) if f != "--index-file"]
+        others = [f for f in _creation_flags(args) if f not in ("--index-file", "--window")]
         if others:
             msg = f"--index-file already holds everything; drop {', '.join(others)}"
             raise InputError(msg)
@@ -180,7 +202,11 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
         dmax = check_dmax(DEFAULTS.dmax_m if args.dmax is None else args.dmax)
         network = load_network(args.network, directed=args.directed)
         weights = read_weights_option(args)
-        if args.subscriptions:
+        if args.subscriptions and has_kind_column(args.subscriptions):
+            kinds = read_subscription_set(args.subscriptions, network, weights, dmax_m=dmax,
+                                          max_snap_m=args.max_snap)
+            subs, boolean, topk = kinds.threshold, kinds.boolean, kinds.topk
+        elif args.subscriptions:
             subs = read_subscriptions(args.subscriptions, network, weights,
                                       max_snap_m=args.max_snap)
         else:
@@ -188,7 +214,8 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
                                  np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
         index = EnhancedIndex(SpatialIndex.build(network), subs, weights, dmax_m=dmax)
         about = {"source": str(args.network)}
-    create_state(folder, index, about=about)
+    create_state(folder, index, about=about, boolean=boolean, topk=topk,
+                 window=DEFAULT_WINDOW if args.window is None else check_window(args.window))
 
 
 def run(args: argparse.Namespace) -> int:

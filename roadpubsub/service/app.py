@@ -55,7 +55,7 @@ from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["DeliveryHub", "build_app"]
 
@@ -157,7 +157,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
     together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
     broker connector (:mod:`roadpubsub.service.mqtt`)."""
-    parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m)
+    parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m, kinds=True,
+                        dmax_m=state.index.dmax_m)
     applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
     hub = DeliveryHub()
@@ -255,6 +256,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             hub.push(found)
             if connector and done.messages is not None:
                 connector[0].publish_deliveries(found)
+        if done.topk is not None and len(done.topk) and (hub.clients or connector):
+            changes = topk_json(done.topk)  # top-k insertions and evictions, same stream
+            hub.push(changes)
+            if connector:
+                connector[0].publish_deliveries(changes)
         if events.clients and done.messages is not None:
             events.push(_message_events(state, done))
 
@@ -270,7 +276,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return _JSONResponse({
             "status": "ok" if state.failed is None else "failed",
             "seq": state.wal.next_seq - 1, "durable_seq": state.wal.durable_seq,
-            "snapshot_seq": state.snapshot_seq, "subscriptions": len(state.index),
+            "snapshot_seq": state.snapshot_seq,
+            "subscriptions": sum(state.subscription_count().values()),
+            "kinds": state.subscription_count(), "window": state.window,
             "messages": len(state.messages), "snapshot_running": state.snapshots.running,
             "recovery_seconds": round(state.recovery_seconds, 3),
             "rss_bytes": rss_bytes(), "compactions": state.compactions,
@@ -348,6 +356,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     def push_local(done: Applied) -> None:
         if done.deliveries is not None and len(done.deliveries):
             hub.push(deliveries_json(done.deliveries))
+        if done.topk is not None and len(done.topk):
+            hub.push(topk_json(done.topk))
         if events.clients and done.messages is not None:
             events.push(_message_events(state, done))
 

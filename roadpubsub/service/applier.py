@@ -30,7 +30,7 @@ import numpy as np
 from index.events import BodyParser, MessageBatch, MoveBatch
 from pruning.deliveries import Deliveries
 from roadnet.locations import EdgePoints
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+from roadpubsub.service.state import Applied, ServiceState, TopkFound, deliveries_json, topk_json
 
 __all__ = ["Applier"]
 
@@ -205,9 +205,14 @@ class Applier:
             else Deliveries.empty()
         fresh = applied.deliveries if applied.deliveries is not None else Deliveries.empty()
         repeats = set(applied.body.get("duplicates", []))
+        top_all = applied.topk_all if applied.topk_all is not None else TopkFound.empty()
+        top_new = applied.topk if applied.topk is not None else TopkFound.empty()
         for it, batch in group:
             mine = _only(everything, batch.ids)
             body: dict[str, Any] = {"deliveries": deliveries_json(mine), "seq": applied.seq}
+            my_top = top_all.only(batch.ids)
+            if len(my_top):
+                body["topk"] = topk_json(my_top)
             dup = [m for m in batch.ids.tolist() if m in repeats]
             if dup:
                 body["duplicates"] = dup
@@ -215,8 +220,10 @@ class Applier:
             if applied.messages is not None:
                 keep = np.isin(applied.messages[0], batch.ids)
                 located = (applied.messages[0][keep], applied.messages[1][keep])
+            fresh_top = top_new.only(batch.ids)
             it.future.set_result(Applied(applied.seq, body, _only(fresh, batch.ids), mine,
-                                         located))
+                                         located, fresh_top if len(fresh_top) else None,
+                                         my_top))
 
     def _count(self, n: int) -> None:
         self.groups += 1

@@ -12,6 +12,12 @@ when both files exist; a lone ``.published`` file (a crash between the two) is d
 and its range recomputed from the write-ahead log, which is kept until a segment covers
 it. The service writes a segment every few hundred publishes, at each snapshot and at a
 clean stop; a restart writes the segment of whatever the log holds beyond the last one.
+
+Top-k events go to ``DIR/topk/<first>-<last>.parquet`` (:class:`TopkLog`; columns
+``arrival_id``, the published message whose arrival caused the event, ``seq`` its arrival
+number, then ``event``, ``message_id``, ``subscription_id``, ``rank``, ``score``,
+``distance`` as in :mod:`pruning.topk_events`), written before the deliveries segment of
+the same range: a top-k file counts only when that segment does.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pruning.deliveries import Deliveries
 from roadnet.files import atomic_paths
 from roadpubsub.service.wal import fsync_path
 
-__all__ = ["DeliveriesLog", "Published"]
+__all__ = ["DeliveriesLog", "Published", "TopkLog"]
 
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
@@ -122,4 +128,39 @@ class DeliveriesLog:
                        target)
         fsync_path(self.dir)
         self.segments += 1
+        return target
+
+
+#: Columns of a top-k events segment.
+TOPK_COLUMNS = ("arrival_id", "seq", "event", "message_id", "subscription_id", "rank",
+                "score", "distance")
+
+
+class TopkLog:
+    """Top-k event segments in ``folder``, one per deliveries segment that has events."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def read_all(self, deliveries: DeliveriesLog) -> pa.Table | None:
+        """Every segment whose deliveries segment exists (others are deleted)."""
+        kept = {p.name for _, _, p in deliveries._ranges()}
+        tables = []
+        for p in sorted(self.dir.iterdir()):
+            if p.name.startswith(".") and p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+            elif _NAME.match(p.name):
+                if p.name in kept:
+                    tables.append(pq.read_table(p))
+                else:  # a crash before its deliveries segment: recomputed from the log
+                    p.unlink(missing_ok=True)
+        return pa.concat_tables(tables) if tables else None
+
+    def write(self, first: int, last: int, columns: dict[str, npt.NDArray[np.generic]]
+              ) -> Path:
+        """Write the top-k events of ``(first, last]``."""
+        target = self.dir / f"{first:020d}-{last:020d}.parquet"
+        _write_fsynced(pa.table({k: pa.array(columns[k]) for k in TOPK_COLUMNS}), target)
+        fsync_path(self.dir)
         return target

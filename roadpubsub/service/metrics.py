@@ -94,7 +94,11 @@ class Metrics:
         for status, n in sorted(self.errors.items()):
             out.append(f'roadpubsub_request_errors_total{{status="{status}"}} {n}')
         head("roadpubsub_subscriptions", "gauge", "Live subscriptions.")
-        out.append(f"roadpubsub_subscriptions {len(state.index)}")
+        counts = state.subscription_count()
+        out.append(f"roadpubsub_subscriptions {sum(counts.values())}")
+        head("roadpubsub_subscriptions_by_kind", "gauge", "Live subscriptions by kind.")
+        out += [f'roadpubsub_subscriptions_by_kind{{kind="{k}"}} {v}'
+                for k, v in counts.items()]
         head("roadpubsub_deliveries_total", "counter", "Deliveries made (replay included).")
         out.append(f"roadpubsub_deliveries_total {state.delivered}")
         head("roadpubsub_compactions_total", "counter", "Index compactions (delta folded).")

@@ -32,7 +32,7 @@ import numpy as np
 from index.events import BodyParser, RequestError
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["MqttConnector", "parse_broker"]
 
@@ -162,6 +162,8 @@ class MqttConnector:
             return
         if applied.deliveries is not None:
             self.publish_deliveries(deliveries_json(applied.deliveries))
+        if applied.topk is not None:  # top-k insertions and evictions, on the same topics
+            self.publish_deliveries(topk_json(applied.topk))
         if self.on_applied is not None and applied.messages is not None:
             self.on_applied(applied)
         self.client.ack(mid, qos)  # only now: the event is durable

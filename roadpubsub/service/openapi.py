@@ -17,14 +17,24 @@ _KEYWORDS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minI
 
 _SCHEMAS: dict[str, Any] = {
     "Subscription": {
-        "type": "object", "required": ["id", "keywords", "alpha", "tau"],
+        "type": "object", "required": ["id", "keywords"],
         "additionalProperties": False,
+        "description": "threshold (default): alpha and tau; boolean: radius; topk: alpha "
+                       "and k. Fields a kind does not use are null or absent.",
         "properties": {
             "id": {"type": "integer"}, **_LOCATION, "keywords": _KEYWORDS,
-            "alpha": {"type": "number", "minimum": 0, "maximum": 1,
-                      "description": "preference for nearness over text"},
-            "tau": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
-                    "description": "delivery threshold of SIM"},
+            "kind": {"type": ["string", "null"], "enum": ["threshold", "boolean", "topk", None],
+                     "description": "threshold (null too): SIM >= tau; boolean: every "
+                                    "keyword and dN <= radius; topk: the k best messages "
+                                    "of the window of the last W"},
+            "alpha": {"type": ["number", "null"], "minimum": 0, "maximum": 1,
+                      "description": "preference for nearness over text (threshold, topk)"},
+            "tau": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1,
+                    "description": "delivery threshold of SIM (threshold)"},
+            "radius": {"type": ["number", "null"], "minimum": 0,
+                       "description": "metres of road, at most Dmax (boolean)"},
+            "k": {"type": ["integer", "null"], "minimum": 1,
+                  "description": "results kept (topk)"},
             "expires_at": {"type": ["number", "null"],
                            "description": "seconds since the Unix epoch: the subscription "
                                           "matches no message with time >= expires_at"}}},
@@ -40,9 +50,22 @@ _SCHEMAS: dict[str, Any] = {
     "Delivery": {"type": "object", "properties": {
         "message_id": {"type": "integer"}, "subscription_id": {"type": "integer"},
         "distance": {"type": "number", "description": "network metres"},
-        "score": {"type": "number", "description": "SIM(s, m)"}}},
+        "score": {"type": "number", "description": "SIM(s, m); 1.0 for a boolean "
+                                                    "subscription"}}},
+    "TopkEvent": {"type": "object", "properties": {
+        "event": {"type": "string", "enum": ["insert", "evict"]},
+        "message_id": {"type": "integer", "description": "enters or leaves the top-k"},
+        "subscription_id": {"type": "integer"},
+        "rank": {"type": "integer", "description": "1-based, after an insert, before an "
+                                                   "evict"},
+        "score": {"type": "number", "description": "SIM(s, m)"},
+        "distance": {"type": "number", "description": "network metres"},
+        "arrival_id": {"type": "integer", "description": "the published message whose "
+                                                         "arrival caused the event"}}},
     "Deliveries": {"type": "object", "properties": {
         "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
+        "topk": {"type": "array", "items": {"$ref": "#/components/schemas/TopkEvent"},
+                 "description": "top-k insertions and evictions (absent when none)"},
         "seq": {"type": "integer", "description": "log sequence number of the event"},
         "duplicates": {"type": "array", "items": {"type": "integer"},
                        "description": "ids published before (their recorded deliveries "
@@ -114,8 +137,9 @@ def openapi_document() -> dict[str, Any]:
                         "responses": {"200": {"description": "seq, time and deliveries"},
                                       **_ERRORS}}},
             "/deliveries": {
-                "get": {"summary": "WebSocket: each delivery as a JSON object, pushed once "
-                                   "durable; ?subscription=ID for one subscription's",
+                "get": {"summary": "WebSocket: each delivery and top-k event as a JSON "
+                                   "object, pushed once durable; ?subscription=ID for one "
+                                   "subscription's",
                         "responses": {"101": {"description": "switching protocols"}}}},
             "/health": {"get": {"summary": "status and log position",
                                 "responses": {"200": {"description": "ok"}}}},

@@ -4,8 +4,10 @@
 it is replaced atomically (temporary file, fsync, rename, fsync of DIR), so a crash leaves
 either the old or the new one. A snapshot is ``DIR/snapshots/<seq>.npz`` (written by the
 index's own :meth:`~index.base.SubscriptionIndex.save`, which writes a temporary file and
-renames it) and ``DIR/snapshots/<seq>.expiry.npz`` (ids and ``expires_at`` of the live
-subscriptions that expire).
+renames it), ``DIR/snapshots/<seq>.expiry.npz`` (ids and ``expires_at`` of the live
+subscriptions that expire) and ``DIR/snapshots/<seq>.kinds.npz`` (the boolean and top-k
+subscriptions and the top-k window, :mod:`pruning.live_kinds`; absent in folders made
+before those kinds, which then have none).
 
 Snapshots are taken in the background by a forked child process: the fork is a
 copy-on-write image of the index at one sequence number, so the service keeps applying
@@ -38,10 +40,13 @@ from roadnet.errors import InputError
 from roadnet.files import atomic_paths
 from roadpubsub.service.wal import fsync_path
 
-__all__ = ["Manifest", "SnapshotWorker", "read_manifest", "snapshot_paths", "write_manifest",
-           "write_snapshot"]
+__all__ = ["KindsArrays", "Manifest", "SnapshotWorker", "kinds_path", "read_manifest",
+           "snapshot_paths", "write_manifest", "write_snapshot"]
 
 Manifest = dict[str, Any]
+#: The boolean and top-k state of a snapshot, made in the writing process (the forked
+#: child: its memory is the parent's at the snapshot's seq).
+KindsArrays = Callable[[], dict[str, np.ndarray]]
 _FORMAT = 1
 
 
@@ -49,6 +54,11 @@ def snapshot_paths(state_dir: Path, seq: int) -> tuple[Path, Path]:
     """(index file, expiry file) of the snapshot at ``seq``."""
     base = state_dir / "snapshots" / f"{seq:020d}"
     return base.with_suffix(".npz"), base.with_name(base.name + ".expiry.npz")
+
+
+def kinds_path(state_dir: Path, seq: int) -> Path:
+    """The boolean and top-k file of the snapshot at ``seq``."""
+    return state_dir / "snapshots" / f"{seq:020d}.kinds.npz"
 
 
 def read_manifest(state_dir: Path) -> Manifest | None:
@@ -73,7 +83,8 @@ def write_manifest(state_dir: Path, manifest: Manifest) -> None:
 
 
 def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
-                   expiry: tuple[np.ndarray, np.ndarray]) -> None:
+                   expiry: tuple[np.ndarray, np.ndarray], kinds: KindsArrays | None = None
+                   ) -> None:
     """Write the snapshot files of ``seq`` durably (the manifest is not touched)."""
     index_path, expiry_path = snapshot_paths(state_dir, seq)
     index_path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,13 +94,19 @@ def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
         with tmp.open("wb") as fh:
             np.savez(fh, ids=expiry[0], expires_at=expiry[1])
         fsync_path(tmp)
+    if kinds is not None:
+        with atomic_paths(kinds_path(state_dir, seq)) as (tmp,):
+            with tmp.open("wb") as fh:
+                np.savez(fh, **kinds())  # type: ignore[arg-type]
+            fsync_path(tmp)
     fsync_path(index_path.parent)
 
 
 def clean_snapshots(state_dir: Path, keep_seq: int) -> None:
     """Delete temporary files and every snapshot but the one of ``keep_seq``."""
     folder = state_dir / "snapshots"
-    keep = {p.name for p in snapshot_paths(state_dir, keep_seq)}
+    keep = {p.name for p in (*snapshot_paths(state_dir, keep_seq),
+                             kinds_path(state_dir, keep_seq))}
     for p in folder.iterdir():
         if p.name not in keep:
             p.unlink(missing_ok=True)
@@ -138,8 +155,8 @@ class SnapshotWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, seq: int, index: SubscriptionIndex,
-              expiry: tuple[np.ndarray, np.ndarray], *, close_fds: tuple[int, ...] = ()
-              ) -> None:
+              expiry: tuple[np.ndarray, np.ndarray], *, close_fds: tuple[int, ...] = (),
+              kinds: KindsArrays | None = None) -> None:
         """Fork a child writing the snapshot of ``seq`` (the caller's state at this point);
         the child closes ``close_fds``."""
         t0 = time.perf_counter()
@@ -154,7 +171,7 @@ class SnapshotWorker:
                 for fd in close_fds:  # e.g. the folder's lock: it must die with the parent
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                write_snapshot(self.state_dir, seq, index, expiry)
+                write_snapshot(self.state_dir, seq, index, expiry, kinds)
                 code = 0
             except BaseException:
                 traceback.print_exc()

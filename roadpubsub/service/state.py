@@ -16,6 +16,21 @@ do not see it), and the index purges it at its next compaction.
 
 Idempotent publishing: a message whose id was published before is not matched again; its
 recorded deliveries are returned (``"duplicate": true``).
+
+Kinds (issue 21): boolean range and top-k subscriptions live beside the threshold index in
+:class:`~pruning.live_kinds.LiveBoolean` and :class:`~pruning.live_kinds.LiveTopk` (the
+kinds' own indexed matchers). Subscribe, unsubscribe, move and expiry reach whichever kind
+holds an id (ids are unique across kinds). Each message is matched by the threshold index,
+then the boolean matcher (deliveries with score 1.0), then pushed into the top-k window of
+the last W messages (W fixed when DIR is created, ``manifest["window"]``); its top-k
+insertions and evictions are answered, logged (:class:`~roadpubsub.service.deliveries_log.
+TopkLog`) and repeated for a re-sent id like its deliveries. An expired top-k
+subscription's results are evicted (bottom rank first) among the events of the first
+message whose time reaches its ``expires_at``; a delete or move of one emits no event
+(its top-k, for a move the one at its new place, is read with GET). Every message enters the window,
+including while no top-k subscription exists, and a replayed one too (even when its answer
+is already in the deliveries log), so the window after a restart is the acknowledged one.
+Snapshots hold the boolean and top-k subscriptions and the window (``<seq>.kinds.npz``).
 """
 
 from __future__ import annotations
@@ -34,19 +49,33 @@ from index.base import SubscriptionIndex
 from index.delta import relocate
 from index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from index.io import subscriptions_table
-from index.model import Messages, Subscriptions
+from index.kinds import (
+    KIND_BOOLEAN,
+    KIND_TOPK,
+    SUBSCRIPTION_KIND_NAMES,
+    BooleanSubscriptions,
+    SubscriptionSet,
+    TopkSubscriptions,
+)
+from index.kinds_io import KIND_CODES, subscription_set_table
+from index.model import Messages, Subscriptions, _take_csr, keyword_csr
 from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
+from pruning.kinds_reference import check_window
+from pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
+from pruning.live_topk import LiveTopk
+from pruning.topk_events import TopkEvents
 from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints
 from roadpubsub.service.compactor import Compactor
-from roadpubsub.service.deliveries_log import DeliveriesLog, Published
+from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
 from roadpubsub.service.expiry import Expiry
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
     clean_snapshots,
+    kinds_path,
     read_manifest,
     snapshot_paths,
     write_manifest,
@@ -58,6 +87,95 @@ __all__ = ["Applied", "ServiceBusyError", "ServiceOptions", "ServiceState", "cre
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+#: The top-k window W (messages) of a folder whose manifest names none.
+DEFAULT_WINDOW = 1000
+_BOOLEAN, _TOPK = KIND_CODES[KIND_BOOLEAN], KIND_CODES[KIND_TOPK]
+
+
+@dataclass(frozen=True, eq=False)
+class TopkFound:
+    """Top-k events of published messages: the events, and per event the id of the
+    published message whose arrival caused it."""
+
+    events: TopkEvents
+    arrival_id: IntArray
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @classmethod
+    def empty(cls) -> TopkFound:
+        return cls(TopkEvents.empty(), np.empty(0, np.int64))
+
+    @classmethod
+    def concat(cls, parts: list[TopkFound]) -> TopkFound:
+        """Join parts, in their order (each part is in the events' canonical order)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        e = [p.events for p in parts]
+        return cls(TopkEvents(*(np.concatenate([getattr(x, f) for x in e]) for f in (
+            "seq", "phase", "event", "message_id", "subscription_id", "rank", "score",
+            "distance"))), np.concatenate([p.arrival_id for p in parts]))
+
+    def only(self, message_ids: npt.ArrayLike) -> TopkFound:
+        """The events caused by the given messages."""
+        keep = np.isin(self.arrival_id, np.asarray(message_ids, dtype=np.int64))
+        e = self.events
+        return TopkFound(TopkEvents(e.seq[keep], e.phase[keep], e.event[keep],
+                                    e.message_id[keep], e.subscription_id[keep],
+                                    e.rank[keep], e.score[keep], e.distance[keep]),
+                         self.arrival_id[keep])
+
+    def by_arrival(self) -> list[tuple[int, TopkFound]]:
+        """(message id, its events) per message that caused events (one sort)."""
+        order = np.argsort(self.arrival_id, kind="stable")
+        a = self.arrival_id[order]
+        cuts = np.flatnonzero(np.diff(a)) + 1
+        e = self.events
+        out = []
+        for rows in np.split(order, cuts) if a.size else []:
+            out.append((int(self.arrival_id[rows[0]]), TopkFound(TopkEvents(
+                e.seq[rows], e.phase[rows], e.event[rows], e.message_id[rows],
+                e.subscription_id[rows], e.rank[rows], e.score[rows], e.distance[rows]),
+                self.arrival_id[rows])))
+        return out
+
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        """Columns of the top-k log (:data:`~roadpubsub.service.deliveries_log.TOPK_COLUMNS`)."""
+        return {"arrival_id": self.arrival_id, **self.events.to_columns()}
+
+    @classmethod
+    def from_table(cls, table: Any) -> TopkFound:
+        """The events of top-k log segments (an Arrow table)."""
+        col = {c: table.column(c).to_numpy(zero_copy_only=False) for c in TOPK_COLUMNS}
+        event = np.where(col["event"].astype(str) == "insert", 1, 0).astype(np.int8)
+        seq = np.asarray(col["seq"], np.int64)
+        return cls(TopkEvents(seq, np.zeros(seq.size, np.int8), event,
+                              np.asarray(col["message_id"], np.int64),
+                              np.asarray(col["subscription_id"], np.int64),
+                              np.asarray(col["rank"], np.int64),
+                              np.asarray(col["score"], np.float64),
+                              np.asarray(col["distance"], np.float64)),
+                   np.asarray(col["arrival_id"], np.int64))
+
+
+def topk_json(found: TopkFound) -> list[dict[str, Any]]:
+    """Top-k events as the objects of the HTTP answers and the WebSocket stream:
+    ``{"event": "insert"|"evict", "message_id", "subscription_id", "rank", "score",
+    "distance", "arrival_id"}`` (``message_id`` enters or leaves the subscription's top-k;
+    ``arrival_id`` is the published message whose arrival caused it)."""
+    e = found.events
+    names = ("evict", "insert")
+    return [{"event": names[v], "message_id": m, "subscription_id": s, "rank": r,
+             "score": y, "distance": x, "arrival_id": a}
+            for v, m, s, r, y, x, a in zip(
+                e.event.tolist(), e.message_id.tolist(), e.subscription_id.tolist(),
+                e.rank.tolist(), e.score.tolist(), e.distance.tolist(),
+                found.arrival_id.tolist(), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -100,6 +218,8 @@ class Applied:
     deliveries: Deliveries | None = None  # new deliveries (pushed to WebSocket clients)
     everything: Deliveries | None = None  # the answer's deliveries, repeats included
     messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
+    topk: TopkFound | None = None  # new top-k events (pushed to WebSocket clients)
+    topk_all: TopkFound | None = None  # the answer's top-k events, repeats included
 
 
 def _tolist(a: npt.NDArray[Any]) -> list[Any]:
@@ -116,10 +236,17 @@ class ServiceState:
         self.manifest = manifest
         self.options = options
         self.matcher = IndexMatcher(index)
+        self.window = int(manifest.get("window", DEFAULT_WINDOW))
+        self.boolean = LiveBoolean(index.spatial, index.weights, dmax_m=index.dmax_m)
+        self.topk = LiveTopk(index.spatial, index.weights, dmax_m=index.dmax_m,
+                             window=self.window)
         self.expiry = Expiry()
         self.messages: dict[int, tuple[int, float, Deliveries]] = {}
+        self.topk_of: dict[int, TopkFound] = {}  # top-k events per message that caused any
         self.dlog = DeliveriesLog(state_dir / "deliveries")
+        self.tlog = TopkLog(state_dir / "topk")
         self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
+        self._pending_topk: list[TopkFound] = []
         self._pending_messages = 0
         self.flushed_through = 0
         self.snapshot_seq = int(manifest["seq"])
@@ -157,8 +284,12 @@ class ServiceState:
         state._lock = lock
         with np.load(expiry_path) as z:
             state.expiry.add(z["ids"], z["expires_at"])
+        state._load_kinds(kinds_path(folder, seq))
         published, deliveries, state.flushed_through = state.dlog.read_all()
         state._load_messages(published, deliveries)
+        table = state.tlog.read_all(state.dlog)
+        if table is not None:
+            state.topk_of.update(TopkFound.from_table(table).by_arrival())
         last = seq
         rows = records = 0
         moves: list[dict[str, Any]] = []
@@ -182,6 +313,31 @@ class ServiceState:
         state.events_since_snapshot = records + rows // 25
         state.recovery_seconds = time.perf_counter() - t0
         return state
+
+    def _load_kinds(self, path: Path) -> None:
+        """The boolean and top-k state of a snapshot (none when the file is absent)."""
+        if not path.exists():
+            return
+        ix = self.index
+        with np.load(path, allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+        n_terms = len(ix.weights)
+        for prefix in ("b_", "t_"):
+            terms = a[prefix + "kw_terms"]
+            if terms.size and int(terms.max()) >= n_terms:
+                msg = f"{path}: keyword ids beyond the snapshot's vocabulary"
+                raise InputError(msg)
+        self.boolean = LiveBoolean(ix.spatial, ix.weights, dmax_m=ix.dmax_m,
+                                   subs=LiveBoolean.subs_from_arrays(
+                                       {k[2:]: v for k, v in a.items() if k[:2] == "b_"}))
+        self.topk = LiveTopk.from_arrays(ix.spatial, ix.weights,
+                                         {k[2:]: v for k, v in a.items() if k[:2] == "t_"},
+                                         dmax_m=ix.dmax_m, window=self.window)
+
+    def _kinds_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """What :meth:`_load_kinds` reads (called in the snapshot's writer)."""
+        return {**{"b_" + k: v for k, v in self.boolean.arrays().items()},
+                **{"t_" + k: v for k, v in self.topk.arrays().items()}}
 
     def _load_messages(self, published: Published, deliveries: Deliveries) -> None:
         mids = deliveries.message_id
@@ -213,25 +369,29 @@ class ServiceState:
         ids = np.asarray(rec["id"], dtype=np.int64)
         seq = int(rec["seq"])
         if op == "subscribe":
+            kind = radius = k = None
+            if "kind" in rec:
+                kind = np.asarray([KIND_CODES[x] for x in rec["kind"]], dtype=np.int8)
+                radius, k = _floats(rec["radius"]), _floats(rec["k"])
             self._subscribe(ids, EdgePoints.of(rec["edge"], rec["offset"]), rec["keywords"],
-                            np.asarray(rec["alpha"], float), np.asarray(rec["tau"], float),
-                            np.asarray([np.nan if x is None else x for x in rec["expires_at"]],
-                                       dtype=float))
+                            _floats(rec["alpha"]), _floats(rec["tau"]),
+                            _floats(rec["expires_at"]), kind, radius, k)
         elif op == "unsubscribe":
             self._unsubscribe(ids)
         elif op == "move":
             self._move(ids, EdgePoints.of(rec["edge"], rec["offset"]))
         elif op == "publish":
             times = np.asarray(rec["time"], dtype=float)
+            points = EdgePoints.of(rec["edge"], rec["offset"])
             if all(self.messages.get(m, (None,))[0] == seq for m in ids.tolist()):
-                # In the deliveries log already: only the expiry it caused is state.
-                for t in np.unique(times):
-                    self._expire(float(t))
-                self.counts["publish"] += ids.size
+                # In the deliveries log already: the expiry it caused and the window are
+                # state (the top-k events are computed again and must be the logged ones).
+                _, top = self._publish(ids, points, rec["keywords"], times, match=False)
+                for m in ids.tolist():
+                    _check_same_topk(m, self.topk_of.get(m), top.only([m]))
                 return
-            found = self._publish(ids, EdgePoints.of(rec["edge"], rec["offset"]),
-                                  rec["keywords"], times)
-            self._record(seq, ids, times, found, replay=True)
+            found, top = self._publish(ids, points, rec["keywords"], times)
+            self._record(seq, ids, times, found, top, replay=True)
         else:
             msg = f"unknown operation {op!r} in the log at seq {seq}"
             raise InputError(msg)
@@ -242,56 +402,118 @@ class ServiceState:
             self.compactions += 1
 
     def _subscribe(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
-                   alpha: FloatArray, tau: FloatArray, expires: FloatArray) -> None:
-        subs = Subscriptions.from_rows(ids=ids, points=points, keywords=keywords,
-                                       alpha=alpha, tau=tau, weights=self.index.weights)
-        before = self.index.subs
-        self.index.subscribe(subs)
-        self._watch_compaction(before)
+                   alpha: FloatArray, tau: FloatArray, expires: FloatArray,
+                   kind: npt.NDArray[np.int8] | None = None, radius: FloatArray | None = None,
+                   k: FloatArray | None = None) -> None:
+        if kind is None or not kind.any():
+            subs = Subscriptions.from_rows(ids=ids, points=points, keywords=keywords,
+                                           alpha=alpha, tau=tau, weights=self.index.weights)
+        else:
+            # one vocabulary pass in row order (new terms get ids as a threshold batch would)
+            ptr, terms = keyword_csr(keywords, self.index.weights, add=True)
+            rows = [np.flatnonzero(kind == c) for c in range(len(SUBSCRIPTION_KIND_NAMES))]
+            thr, boo, top = rows
+            subs = Subscriptions(ids[thr], points[thr], alpha[thr], tau[thr],
+                                 *_take_csr(ptr, terms, thr))
+            assert radius is not None and k is not None
+            self.boolean.add(BooleanSubscriptions(ids[boo], points[boo], radius[boo],
+                                                  *_take_csr(ptr, terms, boo)))
+            self.topk.add(TopkSubscriptions(ids[top], points[top], alpha[top],
+                                            k[top].astype(np.int64),
+                                            *_take_csr(ptr, terms, top)))
+        if len(subs):
+            before = self.index.subs
+            self.index.subscribe(subs)
+            self._watch_compaction(before)
         self.expiry.add(ids, expires)
         self.counts["subscribe"] += ids.size
 
+    def _kinds_live(self) -> bool:
+        return bool(len(self.boolean) or len(self.topk))
+
+    def _threshold_ids(self, ids: IntArray) -> IntArray:
+        """The ids the threshold index holds (all of them when no other kind is live)."""
+        return ids[self.index.contains(ids)] if self._kinds_live() else ids
+
+    def _remove(self, ids: IntArray) -> None:
+        """Remove live subscriptions of any kind."""
+        thr = self._threshold_ids(ids)
+        if thr.size:
+            self.index.unsubscribe(thr)
+            self.compactor.removed(thr)
+        if thr.size < ids.size:
+            self.boolean.remove(ids)
+            self.topk.remove(ids)
+
     def _unsubscribe(self, ids: IntArray) -> None:
-        self.index.unsubscribe(ids)
-        self.compactor.removed(ids)
+        self._remove(ids)
         self.expiry.remove(ids)
         self.counts["unsubscribe"] += ids.size
 
     def _move(self, ids: IntArray, points: EdgePoints) -> None:
-        relocate(self.index, ids, points)  # index.move's result, less work per row
-        self.compactor.removed(ids)
-        if self.index.auto_compact and self.index.delta_due():  # replay compacts in line
-            self.index.compact()
-            self.compactions += 1
+        if self._kinds_live():
+            thr = self.index.contains(ids)
+            if not thr.all():
+                other = ~thr
+                boo = self.boolean.contains(ids[other])
+                rows = np.flatnonzero(other)
+                self.boolean.move(ids[rows[boo]], points[rows[boo]])
+                self.topk.move(ids[rows[~boo]], points[rows[~boo]])
+                self.counts["move"] += int(other.sum())
+                ids, points = ids[thr], points[thr]
+        if ids.size:
+            relocate(self.index, ids, points)  # index.move's result, less work per row
+            self.compactor.removed(ids)
+            if self.index.auto_compact and self.index.delta_due():  # replay compacts in line
+                self.index.compact()
+                self.compactions += 1
         self.counts["move"] += ids.size
 
-    def _expire(self, t: float) -> None:
-        """Unsubscribe every subscription with expires_at <= t (the expiry rule)."""
+    def _expire(self, t: float) -> TopkEvents:
+        """Unsubscribe every subscription with expires_at <= t (the expiry rule); the
+        evictions of expired top-k subscriptions' results (see LiveTopk.withdraw)."""
         due = self.expiry.due(t)
-        if due.size:
-            self.index.unsubscribe(due)
-            self.compactor.removed(due)
-            self.counts["expire"] += due.size
+        if not due.size:
+            return TopkEvents.empty()
+        gone = self.topk.withdraw(due) if len(self.topk) else TopkEvents.empty()
+        self._remove(due)
+        self.counts["expire"] += due.size
+        return gone
 
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
-                 times: FloatArray) -> Deliveries:
+                 times: FloatArray, *, match: bool = True) -> tuple[Deliveries, TopkFound]:
+        """Expire, match (threshold, then boolean) and push into the top-k window, in
+        ascending time; ``match=False`` only expires and pushes (a replayed message whose
+        deliveries are logged)."""
         messages = Messages.from_rows(ids=ids, points=points, keywords=keywords,
                                       weights=self.index.weights)
         parts = []
+        tops = []
         for t in np.unique(times):  # ascending
-            self._expire(float(t))
+            gone = self._expire(float(t))
             rows = np.flatnonzero(times == t)
-            batch = messages if rows.size == len(messages) else messages.take(rows)
+            whole = rows.size == len(messages)
+            batch = messages if whole else messages.take(rows)
             t0 = time.perf_counter()
-            parts.append(self.matcher.match(batch)[0])
+            if match:
+                parts.append(self.matcher.match(batch)[0])
+                if len(self.boolean):
+                    parts.append(self.boolean.match(batch))
+            first = self.topk.arrivals
+            ev = self.topk.push(batch.ids, points if whole else points[rows],
+                                keywords if whole else [keywords[i] for i in rows.tolist()])
+            if len(gone):  # withdrawn as the group's first message arrived
+                ev = TopkEvents.concat([gone, ev])
+            if len(ev):
+                tops.append(TopkFound(ev, batch.ids[ev.seq - first]))
             self.match_seconds.observe(time.perf_counter() - t0)
         self.counts["publish"] += ids.size
         found = Deliveries.concat(parts)
         self.delivered += len(found)
-        return found
+        return found, TopkFound.concat(tops)
 
-    def _record(self, seq: int, ids: IntArray, times: FloatArray, found: Deliveries, *,
-                replay: bool) -> None:
+    def _record(self, seq: int, ids: IntArray, times: FloatArray, found: Deliveries,
+                top: TopkFound, *, replay: bool) -> None:
         """Remember the deliveries of each message (for repeats and the deliveries log)."""
         mids = found.message_id
         order = np.argsort(mids, kind="stable")  # already sorted; kept cheap and safe
@@ -306,12 +528,18 @@ class ServiceState:
             if known is not None:
                 if replay and known[0] == seq:
                     _check_same(m, known[2], mine)
+                    _check_same_topk(m, self.topk_of.get(m), top.only([m]))
                     continue
                 msg = f"message {m} is logged twice (seq {known[0]} and {seq})"
                 raise RuntimeError(msg)
             self.messages[m] = (seq, t, mine)
+        if len(top):
+            for m, part in top.by_arrival():
+                if self.messages[m][0] == seq and m not in self.topk_of:
+                    self.topk_of[m] = part
         if seq > self.flushed_through:
             self._pending.append((seq, ids, times, found))
+            self._pending_topk.append(top)
             self._pending_messages += ids.size
 
     # ------------------------------------------------------------------ checked events
@@ -329,8 +557,15 @@ class ServiceState:
             msg = f"the service stopped accepting events after a log failure: {self.failed}"
             raise RequestError(msg, status=503)
 
-    def _require_live(self, ids: IntArray) -> None:
+    def _contains(self, ids: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each id is a live subscription of any kind."""
         live = self.index.contains(ids)
+        if self._kinds_live() and not live.all():
+            live |= self.boolean.contains(ids) | self.topk.contains(ids)
+        return live
+
+    def _require_live(self, ids: IntArray) -> None:
+        live = self._contains(ids)
         if not live.all():
             missing = ids[~live]
             names = describe_rows(missing[:10].tolist(), total=missing.size)
@@ -340,20 +575,25 @@ class ServiceState:
     def subscribe(self, batch: SubscriptionBatch) -> Applied:
         """Add a batch of subscriptions (their ids must be new)."""
         self._check_alive()
-        clash = self.index.contains(batch.ids)
+        clash = self._contains(batch.ids)
         if clash.any():
             taken = batch.ids[clash]
             msg = ("subscription ids already exist: "
                    f"{describe_rows(taken[:10].tolist(), total=taken.size)}")
             raise RequestError(msg, status=409)
+        kinds = batch.kind is not None and bool(batch.kind.any())
         self._subscribe(batch.ids, batch.points, batch.keywords, batch.alpha, batch.tau,
-                        batch.expires_at)
-        seq = self._log({"op": "subscribe", "id": batch.ids.tolist(),
-                         "edge": batch.points.edge.tolist(),
-                         "offset": batch.points.offset.tolist(),
-                         "alpha": batch.alpha.tolist(), "tau": batch.tau.tolist(),
-                         "keywords": batch.keywords,
-                         "expires_at": _tolist(batch.expires_at)})
+                        batch.expires_at, batch.kind if kinds else None, batch.radius,
+                        batch.k)
+        record = {"op": "subscribe", "id": batch.ids.tolist(),
+                  "edge": batch.points.edge.tolist(), "offset": batch.points.offset.tolist(),
+                  "alpha": _tolist(batch.alpha), "tau": _tolist(batch.tau),
+                  "keywords": batch.keywords, "expires_at": _tolist(batch.expires_at)}
+        if kinds:
+            assert batch.kind is not None and batch.radius is not None and batch.k is not None
+            record.update(kind=[SUBSCRIPTION_KIND_NAMES[c] for c in batch.kind.tolist()],
+                          radius=_tolist(batch.radius), k=_tolist(batch.k))
+        seq = self._log(record)
         return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
 
     def unsubscribe(self, ids: IntArray) -> Applied:
@@ -389,18 +629,25 @@ class ServiceState:
             times = np.where(np.isnan(times), time.time() if now is None else now, times)
             keywords = [batch.keywords[i] for i in new.tolist()]
             points = batch.points[new]
-            fresh = self._publish(ids, points, keywords, times)
+            fresh, top = self._publish(ids, points, keywords, times)
             seq = self._log({"op": "publish", "id": ids.tolist(),
                              "edge": points.edge.tolist(), "offset": points.offset.tolist(),
                              "keywords": keywords, "time": times.tolist()})
-            self._record(seq, ids, times, fresh, replay=False)
+            self._record(seq, ids, times, fresh, top, replay=False)
+        else:
+            top = TopkFound.empty()
         parts = [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()]
         everything = Deliveries.concat(parts)
-        body = {"deliveries": deliveries_json(everything), "seq": seq}
+        body: dict[str, Any] = {"deliveries": deliveries_json(everything), "seq": seq}
+        repeated = [self.topk_of[m] for m in batch.ids[seen].tolist() if m in self.topk_of]
+        top_all = TopkFound.concat([top, *repeated])
+        if len(top_all):
+            body["topk"] = topk_json(top_all)
         if seen.any():
             body["duplicates"] = batch.ids[seen].tolist()
         located = (batch.ids[new], batch.points[new]) if new.size else None
-        return self._after(Applied(seq, body, fresh, everything, located),
+        return self._after(Applied(seq, body, fresh, everything, located,
+                                   top if len(top) else None, top_all),
                            max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:
@@ -431,9 +678,13 @@ class ServiceState:
                                for p in self._pending])
         times = np.concatenate([p[2] for p in self._pending])
         found = Deliveries.concat([p[3] for p in self._pending])
+        top = TopkFound.concat(self._pending_topk)
+        if len(top):  # before the deliveries segment, which makes both count
+            self.tlog.write(first, last, top.columns())
         self.dlog.write(first, last, Published(ids, seqs, times), found)
         self.flushed_through = last
         self._pending = []
+        self._pending_topk = []
         self._pending_messages = 0
 
     def start_snapshot(self) -> bool:
@@ -445,7 +696,8 @@ class ServiceState:
         self.flush_deliveries()
         self.flushed_through = max(self.flushed_through, seq)
         self.snapshots.start(seq, self.index, self.expiry.arrays(),
-                             close_fds=() if self._lock is None else (self._lock,))
+                             close_fds=() if self._lock is None else (self._lock,),
+                             kinds=self._kinds_arrays)
         self.events_since_snapshot = 0
         return True
 
@@ -469,7 +721,8 @@ class ServiceState:
             self.wal.rotate()
             self.wal.sync()
             t0 = time.perf_counter()
-            write_snapshot(self.dir, seq, self.index, self.expiry.arrays())
+            write_snapshot(self.dir, seq, self.index, self.expiry.arrays(),
+                           self._kinds_arrays)
             self._snapshot_done(seq, time.perf_counter() - t0)
         self.wal.close()
         if self._lock is not None:
@@ -478,13 +731,42 @@ class ServiceState:
 
     # ------------------------------------------------------------------ reading
     def subscription_rows(self, ids: IntArray) -> list[dict[str, Any]]:
-        """Live subscriptions as rows of the subscriptions schema, with ``expires_at``."""
-        subs = self.index._rows_of(ids)  # one lookup per id, no pass over the index
-        return self._rows(subs)
+        """Live subscriptions as rows of the subscriptions schema, with ``expires_at``;
+        boolean and top-k rows also with ``kind``, ``radius``, ``k`` (top-k rows with
+        ``topk``, the current top-k: message_id, rank, score, distance)."""
+        if not self._kinds_live():
+            subs = self.index._rows_of(ids)  # one lookup per id, no pass over the index
+            return self._rows(subs)
+        thr = self.index.contains(ids)
+        boo = ~thr & self.boolean.contains(ids)
+        top = ~thr & ~boo
+        rows = self._rows(self.index._rows_of(ids[thr]), self.boolean.rows_of(ids[boo]),
+                          self.topk.rows_of(ids[top]))
+        by_id = {r["id"]: r for r in rows}
+        return [by_id[i] for i in ids.tolist()]
 
-    def _rows(self, subs: Subscriptions) -> list[dict[str, Any]]:
+    def _rows(self, subs: Subscriptions, boolean: BooleanSubscriptions | None = None,
+              topk: TopkSubscriptions | None = None) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = subscriptions_table(
-            subs, network=self.index.network, weights=self.index.weights).to_pylist()
+            subs, network=self.index.network, weights=self.index.weights).to_pylist() \
+            if len(subs) else []
+        for r in rows:
+            r.update(kind="threshold", radius=None, k=None)
+        if (boolean is not None and len(boolean)) or (topk is not None and len(topk)):
+            other = SubscriptionSet(Subscriptions.from_rows(
+                ids=np.empty(0, np.int64), points=EdgePoints.of([], []), keywords=[],
+                alpha=np.empty(0), tau=np.empty(0), weights=self.index.weights),
+                boolean if boolean is not None else empty_boolean(),
+                topk if topk is not None else empty_topk())
+            more = subscription_set_table(other, network=self.index.network,
+                                          weights=self.index.weights,
+                                          lonlat=True).to_pylist()
+            if topk is not None and len(topk):
+                tops = iter(self.topk.results(topk.ids))
+                for r in more:
+                    if r["kind"] == KIND_TOPK:
+                        r["topk"] = next(tops)
+            rows += more
         for r in rows:
             r["expires_at"] = self.expiry.at.get(r["id"])
         return rows
@@ -492,16 +774,30 @@ class ServiceState:
     def list_subscriptions(self, *, after: int | None, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` live subscriptions with ids above ``after``, by id."""
         live = self.index.subscriptions()
-        start = 0 if after is None else int(np.searchsorted(live.ids, after, side="right"))
-        return self._rows(live.take(np.arange(start, min(start + limit, len(live)))))
+        if not self._kinds_live():
+            start = 0 if after is None else int(np.searchsorted(live.ids, after,
+                                                                side="right"))
+            return self._rows(live.take(np.arange(start, min(start + limit, len(live)))))
+        ids = np.sort(np.concatenate([live.ids, self.boolean.subscriptions().ids,
+                                      self.topk.subscriptions().ids]))
+        start = 0 if after is None else int(np.searchsorted(ids, after, side="right"))
+        return self.subscription_rows(ids[start:start + limit])
+
+    def subscription_count(self) -> dict[str, int]:
+        """Live subscriptions per kind."""
+        return {"threshold": len(self.index), KIND_BOOLEAN: len(self.boolean),
+                KIND_TOPK: len(self.topk)}
 
     def message(self, message_id: int) -> dict[str, Any] | None:
         """A published message's seq, time and deliveries, or None."""
         known = self.messages.get(message_id)
         if known is None:
             return None
-        return {"message_id": message_id, "seq": known[0], "time": known[1],
-                "deliveries": deliveries_json(known[2])}
+        out = {"message_id": message_id, "seq": known[0], "time": known[1],
+               "deliveries": deliveries_json(known[2])}
+        if message_id in self.topk_of:
+            out["topk"] = topk_json(self.topk_of[message_id])
+        return out
 
 
 
@@ -530,6 +826,23 @@ def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:
                                   d.distance.tolist(), d.score.tolist(), strict=True)]
 
 
+def _floats(values: list[Any]) -> FloatArray:
+    return np.asarray([np.nan if x is None else x for x in values], dtype=float)
+
+
+def _check_same_topk(message_id: int, a: TopkFound | None, b: TopkFound) -> None:
+    """A replayed message's top-k events are the logged ones."""
+    if a is None:
+        a = TopkFound.empty()
+    same = len(a) == len(b) and all(
+        np.array_equal(getattr(a.events, f), getattr(b.events, f))
+        for f in ("event", "message_id", "subscription_id", "rank", "score", "distance"))
+    if not same:
+        msg = (f"replaying message {message_id} gave other top-k events than the top-k "
+               f"log holds ({len(b)} vs {len(a)})")
+        raise RuntimeError(msg)
+
+
 def _check_same(message_id: int, a: Deliveries, b: Deliveries) -> None:
     same = (len(a) == len(b) and np.array_equal(a.subscription_id, b.subscription_id)
             and np.array_equal(a.distance, b.distance) and np.array_equal(a.score, b.score))
@@ -540,9 +853,13 @@ def _check_same(message_id: int, a: Deliveries, b: Deliveries) -> None:
 
 
 def create_state(state_dir: str | Path, index: SubscriptionIndex, *,
-                 about: dict[str, Any] | None = None) -> Path:
+                 about: dict[str, Any] | None = None, window: int = DEFAULT_WINDOW,
+                 boolean: BooleanSubscriptions | None = None,
+                 topk: TopkSubscriptions | None = None) -> Path:
     """Make a new service folder around ``index`` (its network, weights and Dmax are fixed
-    from now on).
+    from now on), with the top-k window ``window`` (messages, >= 1; fixed too) and
+    optionally boolean and top-k subscriptions to start with (keyword ids of the index's
+    weights).
 
     Raises
     ------
@@ -554,11 +871,17 @@ def create_state(state_dir: str | Path, index: SubscriptionIndex, *,
         msg = f"{folder} already holds a roadpubsub service"
         raise FileExistsError(msg)
     folder.mkdir(parents=True, exist_ok=True)
-    for sub in ("snapshots", "wal", "deliveries"):
+    for sub in ("snapshots", "wal", "deliveries", "topk"):
         (folder / sub).mkdir(exist_ok=True)
-    write_snapshot(folder, 0, index, (np.empty(0, np.int64), np.empty(0)))
+    w = check_window(window)
+    b = LiveBoolean(index.spatial, index.weights, dmax_m=index.dmax_m, subs=boolean)
+    t = LiveTopk(index.spatial, index.weights, dmax_m=index.dmax_m, window=w, subs=topk)
+    write_snapshot(folder, 0, index, (np.empty(0, np.int64), np.empty(0)), lambda: {
+        **{"b_" + k: v for k, v in b.arrays().items()},
+        **{"t_" + k: v for k, v in t.arrays().items()}})
     net = index.network
     write_manifest(folder, {"seq": 0, "kind": index.kind, "dmax_m": index.dmax_m,
+                            "window": w,
                             "network": {"name": net.name, "directed": net.directed,
                                         "nodes": net.n_nodes, "edges": net.n_edges},
                             **(about or {})})

@@ -147,3 +147,40 @@ def test_mixed_run_builds_the_cells_once(mixed, tmp_path, monkeypatch) -> None:
     assert run(cal, wl, out, "mixed.parquet", "eia", "--window", "25") == 0
     assert calls == {"cells": 1, "bounds": 1}
     assert len(read_table(tmp_path / "a-topk.parquet")) > 0
+
+
+def test_topk_expires_at_through_match(mixed, tmp_path) -> None:
+    """A top-k row's expires_at withdraws it at the first message whose time reaches it:
+    index and reference agree, and each withdrawn subscription ends with an empty top-k
+    and no event after that message."""
+    cal, wl = mixed
+    t = pq.read_table(wl / "mixed.parquet")
+    n = t.num_rows
+    rng = np.random.default_rng(4)
+    exp = np.where(rng.random(n) < 0.5, rng.integers(0, 80, n).astype(float), np.nan)
+    pq.write_table(t.append_column("expires_at", pa.array(exp, from_pandas=True)),
+                   tmp_path / "exp.parquet")
+    m = pq.read_table(wl / "messages.parquet")
+    pq.write_table(m.append_column("time", pa.array(np.arange(m.num_rows, dtype=float))),
+                   tmp_path / "messages.parquet")
+    for name, index in (("a", "eia"), ("b", "brute")):
+        assert main(["match", "--network", str(cal), "--subscriptions",
+                     str(tmp_path / "exp.parquet"), "--messages",
+                     str(tmp_path / "messages.parquet"), "--weights",
+                     str(wl / "weights.parquet"), "--dmax", DMAX, "--index", index, "--out",
+                     str(tmp_path / f"{name}.parquet"), "--window", "25", "--quiet"]) == 0
+    ta = read_table(tmp_path / "a-topk.parquet").to_pylist()
+    assert ta == read_table(tmp_path / "b-topk.parquet").to_pylist()
+    kind = np.asarray(t.column("kind").to_pylist())
+    ids = np.asarray(t.column("id").to_pylist())
+    gone = {int(i): e for i, e, kd in zip(ids, exp, kind, strict=True)
+            if kd == "topk" and not np.isnan(e)}
+    withdrawn = 0
+    for sid, e in gone.items():
+        mine = [r for r in ta if r["subscription_id"] == sid]
+        assert all(r["seq"] <= e for r in mine)
+        late = [r for r in mine if r["seq"] == e]
+        withdrawn += bool(late)
+        ins = sum(r["event"] == "insert" for r in mine)
+        assert ins == sum(r["event"] == "evict" for r in mine)
+    assert withdrawn > 10

@@ -1,0 +1,256 @@
+"""Boolean range subscriptions that come, go and move while messages stream in, and the
+columnar helpers the live kinds share (top-k: :mod:`pruning.live_topk`).
+
+:class:`LiveBoolean` matches with the kind's own indexed matcher, never a second
+implementation: a :class:`~pruning.boolean.BooleanIndexMatcher` built over the
+subscriptions of the last rebuild (the base) and a second one over those added since (the
+delta, rebuilt when it changed and a message arrives); removed base rows are masked out of
+the base's deliveries. The base is rebuilt from the live rows once the removed and added
+rows outnumber ``max(rebuild_min, rebuild_ratio * base)``. A move is a removal and an
+addition at the new place. Deliveries equal the matcher's over the live set: each live
+subscription is matched by exactly one of the two, and both are exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from index.kinds import BooleanSubscriptions, TopkSubscriptions
+from index.model import Messages
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from pruning.boolean import BooleanIndexMatcher
+from pruning.deliveries import Deliveries
+from roadnet.errors import InputError
+from roadnet.locations import EdgePoints
+
+__all__ = ["LiveBoolean", "concat_csr"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+def concat_csr(parts: list[tuple[IntArray, npt.NDArray[np.int32]]]
+               ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """One keyword CSR of several, rows in order."""
+    ptrs = [np.zeros(1, np.int64)]
+    base = 0
+    for ptr, _ in parts:
+        ptrs.append(ptr[1:] + base)
+        base += int(ptr[-1])
+    terms = [t for _, t in parts]
+    return (np.concatenate(ptrs).astype(np.int64),
+            np.concatenate(terms).astype(np.int32) if terms else np.empty(0, np.int32))
+
+
+def _points(parts: list[EdgePoints]) -> EdgePoints:
+    return EdgePoints(np.concatenate([p.edge for p in parts]).astype(np.int32),
+                      np.concatenate([p.offset for p in parts]).astype(np.float64))
+
+
+def _no_points() -> EdgePoints:
+    return EdgePoints(np.empty(0, np.int32), np.empty(0))
+
+
+def empty_boolean() -> BooleanSubscriptions:
+    return BooleanSubscriptions(np.empty(0, np.int64), _no_points(), np.empty(0),
+                                np.zeros(1, np.int64), np.empty(0, np.int32))
+
+
+def empty_topk() -> TopkSubscriptions:
+    return TopkSubscriptions(np.empty(0, np.int64), _no_points(), np.empty(0),
+                             np.empty(0, np.int64), np.zeros(1, np.int64),
+                             np.empty(0, np.int32))
+
+
+def _concat_boolean(parts: list[BooleanSubscriptions]) -> BooleanSubscriptions:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_boolean()
+    if len(parts) == 1:
+        return parts[0]
+    ptr, terms = concat_csr([(p.kw_ptr, p.kw_terms) for p in parts])
+    return BooleanSubscriptions(np.concatenate([p.ids for p in parts]),
+                                _points([p.points for p in parts]),
+                                np.concatenate([p.radius for p in parts]), ptr, terms)
+
+
+def _concat_topk(parts: list[TopkSubscriptions]) -> TopkSubscriptions:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_topk()
+    if len(parts) == 1:
+        return parts[0]
+    ptr, terms = concat_csr([(p.kw_ptr, p.kw_terms) for p in parts])
+    return TopkSubscriptions(np.concatenate([p.ids for p in parts]),
+                             _points([p.points for p in parts]),
+                             np.concatenate([p.alpha for p in parts]),
+                             np.concatenate([p.k for p in parts]), ptr, terms)
+
+
+def _rows_of(ids: IntArray, wanted: IntArray) -> IntArray:
+    """Row of each wanted id in ``ids`` (-1 when absent)."""
+    if ids.size == 0:
+        return np.full(wanted.size, -1, np.int64)
+    order = np.argsort(ids, kind="stable")
+    pos = np.searchsorted(ids[order], wanted)
+    pos = np.minimum(pos, ids.size - 1)
+    rows = order[pos]
+    return np.where(ids[rows] == wanted, rows, -1).astype(np.int64)
+
+
+class LiveBoolean:
+    """Live boolean range subscriptions (see the module docstring).
+
+    Parameters
+    ----------
+    spatial
+        Cells and bounds of the network (shared with the threshold index).
+    weights
+        The vocabulary of the subscriptions' keyword ids (it may grow).
+    dmax_m
+        Dmax in metres: every radius is at most this.
+    subs
+        The subscriptions to start with.
+    rebuild_min, rebuild_ratio
+        Rebuild the base once removed plus added rows exceed
+        ``max(rebuild_min, rebuild_ratio * len(base))``.
+    threads
+        Threads of the matchers (None: every core).
+    """
+
+    def __init__(self, spatial: SpatialIndex, weights: TermWeights, *, dmax_m: float,
+                 subs: BooleanSubscriptions | None = None, rebuild_min: int = 2048,
+                 rebuild_ratio: float = 0.25, threads: int | None = None) -> None:
+        self.spatial, self.weights, self.dmax_m = spatial, weights, float(dmax_m)
+        self.rebuild_min, self.rebuild_ratio = int(rebuild_min), float(rebuild_ratio)
+        self.threads = threads
+        self.rebuilds = 0
+        self._set_base(subs if subs is not None else empty_boolean())
+
+    def _set_base(self, subs: BooleanSubscriptions) -> None:
+        if np.any(subs.radius > self.dmax_m):
+            msg = f"boolean radii must be at most Dmax = {self.dmax_m:g} m"
+            raise InputError(msg)
+        self._base = subs
+        self._dead = np.zeros(len(subs), dtype=bool)
+        self._n_dead = 0
+        self._base_matcher: BooleanIndexMatcher | None = None
+        self._delta = empty_boolean()
+        self._delta_matcher: BooleanIndexMatcher | None = None
+
+    def __len__(self) -> int:
+        return len(self._base) - self._n_dead + len(self._delta)
+
+    def contains(self, ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Whether each id is a live boolean subscription."""
+        q = np.asarray(ids, dtype=np.int64)
+        rows = _rows_of(self._base.ids, q)
+        live = rows >= 0
+        live[live] = ~self._dead[rows[live]]
+        return live | (_rows_of(self._delta.ids, q) >= 0)
+
+    def subscriptions(self) -> BooleanSubscriptions:
+        """The live subscriptions, by id."""
+        live = _concat_boolean([self._base.take(np.flatnonzero(~self._dead)), self._delta])
+        return live.take(np.argsort(live.ids, kind="stable"))
+
+    def rows_of(self, ids: npt.ArrayLike) -> BooleanSubscriptions:
+        """The live subscriptions ``ids`` in that order (each must be live)."""
+        q = np.asarray(ids, dtype=np.int64)
+        b = _rows_of(self._base.ids, q)
+        ok = b >= 0
+        ok[ok] = ~self._dead[b[ok]]
+        d = _rows_of(self._delta.ids, q)
+        if not np.all(ok | (d >= 0)):
+            msg = f"not live boolean subscriptions: {q[~(ok | (d >= 0))][:10].tolist()}"
+            raise KeyError(msg)
+        both = _concat_boolean([self._base.take(b[ok]), self._delta.take(d[~ok])])
+        where = np.empty(q.size, np.int64)
+        where[np.flatnonzero(ok)] = np.arange(int(ok.sum()))
+        where[np.flatnonzero(~ok)] = int(ok.sum()) + np.arange(int((~ok).sum()))
+        return both.take(where)
+
+    def add(self, subs: BooleanSubscriptions) -> None:
+        """Add new subscriptions (ids not live, radii at most Dmax)."""
+        if len(subs) == 0:
+            return
+        if np.any(subs.radius > self.dmax_m):
+            msg = f"boolean radii must be at most Dmax = {self.dmax_m:g} m"
+            raise InputError(msg)
+        self._delta = _concat_boolean([self._delta, subs])
+        self._delta_matcher = None
+
+    def remove(self, ids: npt.ArrayLike) -> None:
+        """Remove live subscriptions (ids that are not live are ignored)."""
+        q = np.asarray(ids, dtype=np.int64)
+        b = _rows_of(self._base.ids, q)
+        b = b[b >= 0]
+        fresh = b[~self._dead[b]]
+        self._dead[fresh] = True
+        self._n_dead += int(np.unique(fresh).size)
+        d = _rows_of(self._delta.ids, q)
+        if np.any(d >= 0):
+            keep = np.ones(len(self._delta), dtype=bool)
+            keep[d[d >= 0]] = False
+            self._delta = self._delta.take(np.flatnonzero(keep))
+            self._delta_matcher = None
+
+    def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
+        """Give live subscriptions new places (each id once)."""
+        q = np.asarray(ids, dtype=np.int64)
+        if q.size == 0:
+            return
+        rows = self.rows_of(q)
+        self.remove(q)
+        self.add(BooleanSubscriptions(rows.ids, points, rows.radius, rows.kw_ptr,
+                                      rows.kw_terms))
+
+    def _matcher(self, subs: BooleanSubscriptions) -> BooleanIndexMatcher:
+        return BooleanIndexMatcher(self.spatial.network, subs, self.weights,
+                                   dmax_m=self.dmax_m, spatial=self.spatial,
+                                   threads=self.threads)
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries of ``messages`` to the live subscriptions, by (message, subscription);
+        score 1.0 (the predicate holds), distance dN in metres."""
+        if len(self) == 0 or len(messages) == 0:
+            return Deliveries.empty()
+        changed = self._n_dead + len(self._delta)
+        if changed > max(self.rebuild_min, self.rebuild_ratio * len(self._base)):
+            self._set_base(self.subscriptions())
+            self.rebuilds += 1
+        parts = []
+        if len(self._base) > self._n_dead:
+            if self._base_matcher is None:
+                self._base_matcher = self._matcher(self._base)
+            found = self._base_matcher.match(messages)
+            if self._n_dead:
+                keep = ~np.isin(found.subscription_id, self._base.ids[self._dead])
+                found = Deliveries(found.message_id[keep], found.subscription_id[keep],
+                                   found.distance[keep], found.score[keep])
+            parts.append(found)
+        if len(self._delta):
+            if self._delta_matcher is None:
+                self._delta_matcher = self._matcher(self._delta)
+            parts.append(self._delta_matcher.match(messages))
+        return Deliveries.concat(parts)
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The live subscriptions as arrays (for snapshots; :meth:`from_arrays` reads them)."""
+        s = self.subscriptions()
+        return {"ids": s.ids, "edge": s.points.edge, "offset": s.points.offset,
+                "radius": s.radius, "kw_ptr": s.kw_ptr, "kw_terms": s.kw_terms}
+
+    @staticmethod
+    def subs_from_arrays(a: dict[str, npt.NDArray[Any]]) -> BooleanSubscriptions:
+        """The subscriptions saved by :meth:`arrays`."""
+        return BooleanSubscriptions(np.asarray(a["ids"], np.int64),
+                                    EdgePoints(np.asarray(a["edge"], np.int32),
+                                               np.asarray(a["offset"], np.float64)),
+                                    np.asarray(a["radius"], np.float64),
+                                    np.asarray(a["kw_ptr"], np.int64),
+                                    np.asarray(a["kw_terms"], np.int32))
