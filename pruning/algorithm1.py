@@ -136,7 +136,9 @@ def eia_candidates(  # pragma: no cover - compiled
     search. The edge groups of each IL(ci|t) must come DNUB-descending
     (``build_posting_layout(..., edges_by_value=True)``): the scan of a list stops at the
     first one below dNmin(ci, m). ``scratch.mark`` equal to ``stamp`` marks a slot already
-    taken for this message.
+    taken for this message. ``scratch.cand_lb[j]`` receives the lower bound on dN of
+    candidate j (``scratch.cand[j]``; the same for every posting of its slot), so that
+    verification can drop a candidate whose exact distance limit lies below it.
     """
     kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
     D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
@@ -150,7 +152,7 @@ def eia_candidates(  # pragma: no cover - compiled
     post_slot, post_value = layout.post_slot, layout.post_value
     slot_x, slot_y, slot_din_out, slot_active = slots.x, slots.y, slots.din_out, slots.active
     cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
-    cand_out, cand_dnub = scratch.cand, scratch.cand_dnub
+    cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
     n_cells = cell_bbox.shape[0]
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     # cell_state: 0 empty, 1 pruned by Lemma 2, 2 alive, 3 holds a keyword of m, 4 passed.
@@ -215,6 +217,7 @@ def eia_candidates(  # pragma: no cover - compiled
                     if mark[s] != stamp:
                         mark[s] = stamp
                         cand_out[n] = s
+                        cand_lb[n] = lb
                         n += 1
                         cand_dnub[s] = v
                     elif v > cand_dnub[s]:
