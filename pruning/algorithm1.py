@@ -31,6 +31,7 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
+from roadnet._prefetch import prefetch
 
 __all__ = ["COUNTER_NAMES", "bia_candidates", "cell_lower_bounds", "eia_candidates",
            "network_lower_bound"]
@@ -47,6 +48,9 @@ COUNTER_NAMES = (
     "postings_pruned_lemma6",
     "candidates",
 )
+
+#: How many edges or postings ahead the EIA scan prefetches their data.
+_AHEAD = 8
 
 # Their positions, by name (numba reads module-level ints as constants).
 CELLS_PRUNED_LEMMA2 = 0
@@ -136,7 +140,9 @@ def eia_candidates(  # pragma: no cover - compiled
     search. The edge groups of each IL(ci|t) must come DNUB-descending
     (``build_posting_layout(..., edges_by_value=True)``): the scan of a list stops at the
     first one below dNmin(ci, m). ``scratch.mark`` equal to ``stamp`` marks a slot already
-    taken for this message.
+    taken for this message. ``scratch.cand_lb[j]`` receives the lower bound on dN of
+    candidate j (``scratch.cand[j]``; the same for every posting of its slot), so that
+    verification can drop a candidate whose exact distance limit lies below it.
     """
     kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
     D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
@@ -150,7 +156,8 @@ def eia_candidates(  # pragma: no cover - compiled
     post_slot, post_value = layout.post_slot, layout.post_value
     slot_x, slot_y, slot_din_out, slot_active = slots.x, slots.y, slots.din_out, slots.active
     cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
-    cand_out, cand_dnub = scratch.cand, scratch.cand_dnub
+    cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
+    n_post = post_slot.size
     n_cells = cell_bbox.shape[0]
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     # cell_state: 0 empty, 1 pruned by Lemma 2, 2 alive, 3 holds a keyword of m, 4 passed.
@@ -179,6 +186,12 @@ def eia_candidates(  # pragma: no cover - compiled
             same = c == m_cell
             lbc = cell_lb[c]
             for eg in range(grp_start[g], grp_start[g + 1]):
+                # The boxes and postings' slot rows of later edges are cache misses: start
+                # loading them a few edges and postings ahead (roadnet._prefetch).
+                if eg + _AHEAD < grp_start[g + 1]:
+                    e_next = eg_edge[eg + _AHEAD]
+                    prefetch(edge_bbox, 4 * e_next)  # row e_next (C order)
+                    prefetch(edge_din_out, e_next)
                 if not _keep(lbc, eg_value[eg], slack_abs, slack_rel):
                     # dNmin(c, m) bounds dN for every subscription in c, so a posting
                     # whose DNUB is below it fails Lemma 6 on any edge; the edge groups are
@@ -200,6 +213,13 @@ def eia_candidates(  # pragma: no cover - compiled
                     v = post_value[p]
                     if not _keep(lbe, v, slack_abs, slack_rel):
                         break  # DNUB-descending: no later posting can pass
+                    if p + _AHEAD < n_post:
+                        s_next = post_slot[p + _AHEAD]
+                        prefetch(slot_x, s_next)
+                        prefetch(slot_y, s_next)
+                        prefetch(slot_din_out, s_next)
+                        prefetch(slot_active, s_next)
+                        prefetch(mark, s_next)
                     counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
                     if not slot_active[s]:
@@ -215,6 +235,7 @@ def eia_candidates(  # pragma: no cover - compiled
                     if mark[s] != stamp:
                         mark[s] = stamp
                         cand_out[n] = s
+                        cand_lb[n] = lb
                         n += 1
                         cand_dnub[s] = v
                     elif v > cand_dnub[s]:

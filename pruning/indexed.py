@@ -49,6 +49,7 @@ from pruning.kernel_args import (
     SlotArrays,
 )
 from pruning.similarity import tsim_kernel
+from roadnet._prefetch import prefetch
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
 from roadnet.network import spatial_order
@@ -57,9 +58,12 @@ from roadnet.settings import DEFAULTS
 __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "default_threads"]
 
 #: Per-message statistics: the pruning counters, then verification figures.
-STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
+STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled", "candidates_verified")
 _DELIVERIES = len(COUNTER_NAMES)
 _SETTLED = _DELIVERIES + 1
+_VERIFIED = _DELIVERIES + 2
+#: How many candidates (or postings) ahead the kernels prefetch a row's data.
+_AHEAD = 16
 _CANDIDATES = CANDIDATES
 
 FloatArray = npt.NDArray[np.float64]
@@ -147,7 +151,8 @@ def _match_batch(  # pragma: no cover - compiled
     d_chain, d_chain_offset, d_alpha, d_tau = (delta.chain, delta.chain_offset, delta.alpha,
                                                delta.tau)
     d_kw_ptr, d_kw_terms = delta.kw_ptr, delta.kw_terms
-    cand, cand_dnub, term_mark = scratch.cand, scratch.cand_dnub, scratch.term_mark
+    cand, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
+    term_mark = scratch.term_mark
     term_slots, d_rows, d_lim = scratch.term_slots, scratch.d_rows, scratch.d_lim
     t_nodes, t_limits = scratch.t_nodes, scratch.t_limits
     q_ptr, q_row, q_src, q_edge, q_off = (queue.ptr, queue.row, queue.src, queue.edge,
@@ -197,39 +202,60 @@ def _match_batch(  # pragma: no cover - compiled
         # Verification limits. EIA knows each candidate's exact TSIM before any distance is
         # computed, so the exact distance limit of the pair (Eq. 13 with TSIM in place of
         # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
-        # A candidate whose limit is below 0 cannot be delivered at any distance.
+        # A candidate whose limit is below 0 cannot be delivered at any distance, nor can
+        # one (EIA) whose lower bound on dN from Algorithm 1 exceeds that limit: the same
+        # test as Lemma 6 with the exact limit in place of DNUB(s|t), with the same slack
+        # for the bound's rounding (module pruning.algorithm1), so it drops no pair the
+        # search would deliver. On the dense workload the search then gets 2,909 of the
+        # 4,624 candidates per message instead of 3,880 (BENCHMARKS.md).
         for j in range(n_cand):
             if j < n_main:
+                # Each candidate's rows are cache misses in six slot arrays: start loading
+                # those of candidates a few places ahead (BENCHMARKS.md: 2x on this loop).
+                if j + _AHEAD < n_main:
+                    r_next = int(cand[j + _AHEAD])
+                    prefetch(s_kw_ptr, r_next)
+                    prefetch(s_alpha, r_next)
+                    prefetch(s_tau, r_next)
+                    prefetch(s_chain, r_next)
+                    prefetch(s_chain_offset, r_next)
+                    prefetch(cand_dnub, r_next)
+                if j + _AHEAD // 2 < n_main:
+                    prefetch(s_kw_terms, s_kw_ptr[int(cand[j + _AHEAD // 2])])
                 r = int(cand[j])
                 tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
                 alpha, tau = s_alpha[r], s_tau[r]
-                q_edge[q_n] = s_chain[r]
-                q_off[q_n] = s_chain_offset[r]
-                q_src[q_n] = 0
                 lim = dmax
                 if is_eia:
                     lim = min(cand_dnub[r], distance_upper_bound_kernel(
                         alpha, tau - tolerance, tsim, dmax))
+                lim = lim + slack_abs + slack_rel * abs(lim)
+                if lim < 0.0 or (is_eia and cand_lb[j] > lim):
+                    continue
+                q_edge[q_n] = s_chain[r]
+                q_off[q_n] = s_chain_offset[r]
+                q_src[q_n] = 0
             else:
                 r = int(d_rows[j - n_main])
                 tsim = tsim_kernel(d_kw_ptr, d_kw_terms, weights, r, term_mark, stamp)
                 alpha, tau = d_alpha[r], d_tau[r]
-                q_edge[q_n] = d_chain[r]
-                q_off[q_n] = d_chain_offset[r]
-                q_src[q_n] = 1
                 lim = d_lim[j - n_main]
                 if is_eia:
                     lim = min(lim, distance_upper_bound_kernel(alpha, tau - tolerance, tsim,
                                                                dmax))
-            lim = min(lim + slack_abs + slack_rel * abs(lim), dmax)
-            if lim < 0.0:
-                continue
+                lim = lim + slack_abs + slack_rel * abs(lim)
+                if lim < 0.0:
+                    continue
+                q_edge[q_n] = d_chain[r]
+                q_off[q_n] = d_chain_offset[r]
+                q_src[q_n] = 1
             q_row[q_n] = r
-            q_lim[q_n] = lim
+            q_lim[q_n] = min(lim, dmax)
             q_alpha[q_n] = alpha
             q_tau[q_n] = tau
             q_tsim[q_n] = tsim
             q_n += 1
+        stats[i][_VERIFIED] = q_n - q_ptr[p - start]
     q_ptr[end - start] = q_n
     # Phase 2: Algorithm 2 per message, then the delivery rule on the queued TSIMs.
     for p in range(start, end):
@@ -366,6 +392,7 @@ class IndexMatcher:
                 edge_stamp=np.zeros(m, dtype=np.int64),
                 mark=np.zeros(n_slots + 1, dtype=np.int64),
                 cand=np.empty(n_slots + 1, dtype=np.int32), cand_dnub=np.empty(n_slots + 1),
+                cand_lb=np.empty(n_slots + 1),
                 term_mark=np.zeros(terms_cap, dtype=np.int64),
                 term_slots=np.empty(1, dtype=np.int64),  # sized per batch
                 d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),

@@ -139,6 +139,7 @@ class ScratchArrays(NamedTuple):
     mark: I64
     cand: I32
     cand_dnub: F
+    cand_lb: F
     term_mark: I64
     term_slots: I64
     d_rows: I64

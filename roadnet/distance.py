@@ -247,7 +247,32 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
     for b in range(n_buckets):
         bucket_head[b] = -1
     n_targets = target_nodes.size
-    lim_key, lim_node, n_lim = _mark_targets(target_nodes, target_limits, target_ws)
+    # The stop rule needs, at each bucket boundary b, the largest limit bucket of a target
+    # that may not be final. Targets sit in lists by limit bucket (one entry per node
+    # and its largest limit, as _mark_targets makes them), and only the highest non-empty
+    # list is cleaned of final targets, lazily: O(targets + buckets) per search instead
+    # of a heap push per target and a pop per final one (the same decisions: the highest
+    # bucket holding a target that is not final is that of the largest such limit).
+    for i in range(n_targets):
+        t = target_nodes[i]
+        if target_limits[i] > target_ws[t]:
+            target_ws[t] = target_limits[i]
+    lim_head = np.empty(n_buckets, dtype=np.int64)
+    for b in range(n_buckets):
+        lim_head[b] = -1
+    lim_next = np.empty(n_targets, dtype=np.int64)
+    top_bucket = -1
+    for i in range(n_targets):
+        t = target_nodes[i]
+        lim = target_limits[i]
+        if lim == target_ws[t]:
+            if not lim > -width:
+                continue  # its bucket (below 0) precedes every boundary: never blocks
+            # A limit of ``limit`` or more blocks every stop, as in the heap version.
+            lb = int(lim / width) if lim < limit else n_buckets - 1
+            lim_next[i] = lim_head[lb]
+            lim_head[lb] = i
+            top_bucket = max(top_bucket, lb)
     capacity = min(entry_d.size, entry_n.size, entry_next.size)
     n_entries = 0
     live = 0
@@ -281,11 +306,20 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
             # Buckets < b are empty and entries never go to an earlier bucket, so a node
             # whose distance lies in one is final. Comparing bucket numbers (not b * width)
             # keeps this exact under the rounding of d / width.
-            while n_lim > 0 and dist[lim_node[0]] < np.inf \
-                    and int(dist[lim_node[0]] / width) < b:
-                n_lim = _heap_pop(lim_key, lim_node, n_lim)
-            top = -lim_key[0]  # the largest limit of a target that may not be final
-            if n_lim == 0 or (top < limit and int(top / width) < b):
+            while top_bucket >= b:
+                k = lim_head[top_bucket]
+                while k >= 0:
+                    t = target_nodes[k]
+                    if not (dist[t] < np.inf and int(dist[t] / width) < b):
+                        break
+                    k = lim_next[k]
+                lim_head[top_bucket] = k
+                if k >= 0:
+                    break
+                top_bucket -= 1
+            # Every target that may not be final has its limit in a bucket before b (or
+            # none is left): it lies farther than its limit.
+            if top_bucket < b:
                 break
         while bucket_head[b] >= 0:
             k = bucket_head[b]

@@ -285,7 +285,8 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
     dnub = np.full(n_slots + 1, np.nan)
     scratch = ScratchArrays(np.empty(n_cells), np.empty(n_cells, dtype=np.int8), none_f,
                             none_f, none_i, np.zeros(n_slots + 1, dtype=np.int64), cand, dnub,
-                            none_i, none_i, none_i, none_f, none_i, none_f)
+                            np.empty(n_slots + 1), none_i, none_i, none_i, none_f, none_i,
+                            none_f)
     n = eia_candidates(c, x, y, din_in, slots, bounds, EiaCellArrays(cell_dn_limit),
                        EdgeArrays(*edge), layout, slot_arrays, index.dmax_m, slack_abs,
                        slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))

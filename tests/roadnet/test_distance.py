@@ -411,6 +411,40 @@ def test_bucket_search_gives_the_heap_search_distances(case, reverse: bool,
     assert np.all(dist[reached] >= want[reached])  # tentative distances never undershoot
 
 
+@given(case=target_searches(), reverse=st.booleans(),
+       width=st.sampled_from([0.3, 1.0, 7.0, 1000.0]),
+       odd=st.lists(st.sampled_from([-np.inf, -50.0, -1.0, -0.2, 0.0, 1e9]), max_size=4))
+@PROPERTY
+def test_bucket_search_stop_rule_with_negative_and_huge_limits(case, reverse: bool,
+                                                               width: float,
+                                                               odd: list[float]) -> None:
+    """The stop rule keeps its targets in lists by limit bucket: limits below zero (down
+    to -inf), at zero and above the search's limit, mixed with ordinary ones on repeated
+    targets, still give every target within its limit its exact distance."""
+    net, seeds, targets, limits = case
+    targets = targets + targets[:len(odd)]
+    limits = limits + odd[:len(targets) - len(limits)]
+    want = NodeSearch(net, reverse=reverse).run(seeds, np.zeros(len(seeds))).dist.copy()
+    search = NodeSearch(net, reverse=reverse)
+    adj = search.adjacency
+    dist, target_ws, heap_d, heap_n, touched = search.workspace()
+    tg = np.asarray(targets, dtype=np.int64)
+    tl = np.asarray(limits, dtype=np.float64)
+    limit = max(min(float(tl.max()), 1000.0), 0.0)
+    heads = np.empty(int(limit / width) + 3, dtype=np.int64)
+    links = np.empty(heap_d.size, dtype=np.int64)
+    _, _, ok = bucket_dijkstra_kernel(
+        adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
+        np.zeros(len(seeds)), limit, tg, tl, dist, target_ws, heap_d, heap_n, touched,
+        dead_ends(adj), heads, links, width)
+    assert ok
+    for t in set(targets):
+        best = max(lim for t2, lim in zip(targets, limits, strict=True) if t2 == t)
+        if want[t] <= min(best, limit):
+            assert dist[t] == want[t]
+    assert np.all(target_ws == -np.inf)
+
+
 @pytest.mark.parametrize("width", [0.5, 3.0, 7.0, 50.0])
 def test_bucket_search_stops_only_past_a_targets_bucket(width: float) -> None:
     """Node 2 is first reached at 10 m straight from the seed, then at 2 m through node 1;

@@ -1,0 +1,115 @@
+"""Crowds: many subscriptions around the messages, where EIA's verification drops every
+candidate whose lower bound on dN exceeds its exact distance limit (from its TSIM).
+
+The drop must never lose a pair: the inputs put the bound as close to the distance as it
+gets (straight roads whose lengths equal their chords, so kappa * dE is dN up to
+rounding), scores exactly at tau, Dmax exactly at a pair's distance, alpha in {0, 1},
+and keyword weights over many decades. (Replacing the drop's test by one 0.001% stricter
+makes the first test fail: it reaches the edge of the bound.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import assert_same, dmax_at_a_pair_distance, with_borderline_taus
+
+from index.bia import BasicIndex
+from index.eia import EnhancedIndex
+from index.model import Messages, Subscriptions
+from index.spatial import SpatialIndex
+from index.terms import TermWeights
+from index.workload import generate_workload, hotspot
+from pruning.brute import match_brute
+from pruning.indexed import IndexMatcher
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+
+_M_PER_DEGREE = 111_000.0
+
+
+@st.composite
+def crowds(draw: st.DrawFn) -> tuple[RoadNetwork, Subscriptions, Messages, TermWeights,
+                                     float, int]:
+    """A straight road (sometimes with a side branch), a crowd of subscriptions on it and
+    messages among them."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(2, 9))
+    step = draw(st.sampled_from([1e-4, 1e-3, 5e-3]))
+    lon = 0.01 + step * np.arange(n)
+    lat = np.full(n, 0.01)
+    u = np.arange(n - 1)
+    v = u + 1
+    if draw(st.booleans()):  # a side branch off the middle, at a right angle
+        lon = np.append(lon, lon[n // 2])
+        lat = np.append(lat, 0.01 + step)
+        u = np.append(u, n // 2)
+        v = np.append(v, n)
+    length = np.hypot(lon[u] - lon[v], lat[u] - lat[v]) * _M_PER_DEGREE
+    network = RoadNetwork.from_arrays(
+        node_ids=np.arange(lon.size) * 3 + 1, node_lon=lon, node_lat=lat,
+        edge_u_ids=u * 3 + 1, edge_v_ids=v * 3 + 1, edge_length=length,
+        edge_oneway=rng.random(u.size) < 0.2, directed=draw(st.booleans()), name="line")
+    decades = draw(st.sampled_from([(-0.7, 0.5), (-6.0, 6.0), (-150.0, 150.0)]))
+    vocab = [f"t{i}" for i in range(6)]
+    w = 10.0 ** rng.uniform(*decades, len(vocab))
+    weights = TermWeights({t: float(x) for t, x in zip(vocab, w, strict=True)})
+    n_subs = draw(st.integers(5, 60))
+    e = rng.integers(0, network.n_edges, n_subs)
+    frac = rng.choice([0.0, 1.0, 0.5, -1.0], n_subs, p=[0.15, 0.15, 0.1, 0.6])
+    frac = np.where(frac < 0, rng.random(n_subs), frac)
+    subs = Subscriptions.from_rows(
+        ids=rng.permutation(10 * n_subs)[:n_subs],
+        points=EdgePoints.of(e, frac * network.edge_length[e]),
+        keywords=[list(rng.choice(vocab, rng.integers(1, 5), replace=False))
+                  for _ in range(n_subs)],
+        alpha=rng.choice([0.0, 1.0, 0.2, 0.5, 0.9], n_subs),
+        tau=rng.choice([0.1, 0.4, 0.6, 0.8, 1.0], n_subs), weights=weights)
+    n_msgs = draw(st.integers(1, 5))
+    pick = rng.integers(0, n_subs, n_msgs)
+    # Messages stand on subscriptions' points, on their edges, or at nodes.
+    where = rng.integers(0, 3, n_msgs)
+    medge = subs.points.edge[pick]
+    moff = np.select([where == 0, where == 1], [subs.points.offset[pick],
+                                                network.edge_length[medge] * rng.random(n_msgs)],
+                     0.0)
+    messages = Messages.from_rows(
+        ids=np.arange(n_msgs), points=EdgePoints.of(medge, moff),
+        keywords=[list(rng.choice(vocab, rng.integers(1, 6), replace=False))
+                  for _ in range(n_msgs)], weights=weights)
+    dmax = float(np.sum(length)) * draw(st.sampled_from([0.3, 0.7, 1.5]))
+    return network, subs, messages, weights, dmax, draw(st.integers(1, 8))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(crowds(), st.sampled_from(["tau", "tau and dmax"]))
+def test_crowds_on_straight_roads_equal_reference(crowd, borderline: str) -> None:
+    network, subs, messages, weights, dmax, capacity = crowd
+    if borderline == "tau and dmax":
+        dmax = dmax_at_a_pair_distance(network, subs, messages, weights, dmax)
+    subs = with_borderline_taus(network, subs, messages, weights, dmax)
+    want = match_brute(network, subs, messages, weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(network, capacity=capacity)
+    for arch in (EnhancedIndex, BasicIndex):
+        got, stats = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(messages)
+        assert_same(got, want)
+        totals = stats.totals()
+        assert totals["deliveries"] <= totals["candidates_verified"] <= totals["candidates"]
+
+
+def test_the_drop_engages_on_a_hotspot_and_loses_nothing(andorra) -> None:
+    """On a crowd in Andorra a good share of EIA's candidates never reaches the search,
+    and the deliveries are still the reference's."""
+    wl = generate_workload(andorra, n_subscriptions=6000, n_messages=20, seed=4)
+    wl = hotspot(wl, andorra, share=0.6, radius_m=800.0, seed=4)
+    dmax = 2000.0
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(andorra, capacity=80)
+    index = EnhancedIndex(spatial, wl.subscriptions, wl.weights, dmax_m=dmax)
+    got, stats = IndexMatcher(index).match(wl.messages)
+    assert_same(got, want)
+    totals = stats.totals()
+    assert len(want) > 100
+    assert totals["candidates_verified"] < 0.9 * totals["candidates"]
