@@ -62,6 +62,7 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
 from pruning.kinds_reference import check_window
+from pruning.routing import partition_cells
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_events import TopkEvents
 from roadnet.cells import Cells
@@ -293,8 +294,11 @@ def match_set_frames(
             frame = spark.createDataFrame([], DELIVERY_SCHEMA)
         events = None
         if top_stats is not None:
-            plan_k = plan_match(spark, cells, top_stats, dmax_m=dmax_m, tolerance=tolerance,
-                                n_partitions=plan.n_partitions)
+            # The same number of partitions: the same aligned keys (no second key job).
+            plan_k = MatchPlan(cells=cells, cell_part=partition_cells(top_stats.load,
+                                                                      plan.n_partitions),
+                               cell_dn_limit=top_stats.dn_limit, keys=plan.keys,
+                               dmax_m=dmax_m, tolerance=tolerance)
             events = topk_events_frame(spark, plan_k, network, weights, top, messages,
                                        bounds, window=window, bounds_name=bounds_name,
                                        timer=timer)
