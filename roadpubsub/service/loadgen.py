@@ -81,6 +81,7 @@ class LoadReport:
     """What a run measured (seconds; latencies per kind)."""
 
     seconds: float = 0.0
+    client_cpu_s: float = 0.0  # this process's CPU during the run (not the stream's build)
     requests: int = 0
     events: int = 0  # rows (a batch of moves counts each move)
     errors: dict[int, int] = field(default_factory=dict)
@@ -88,7 +89,8 @@ class LoadReport:
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "seconds": round(self.seconds, 3), "requests": self.requests,
+            "seconds": round(self.seconds, 3), "client_cpu_s": round(self.client_cpu_s, 3),
+            "requests": self.requests,
             "events": self.events,
             "requests_per_second": round(self.requests / self.seconds, 1),
             "events_per_second": round(self.events / self.seconds, 1),
@@ -226,6 +228,7 @@ async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: 
         bodies = _move_batches(stream, random.Random(seed), existing=existing, batch=batch,
                                count=n_bodies)
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     deadline = t0 + seconds
     if batch > 1:
         tasks = [_batch_client(c, bodies, report, random.Random(seed + k), stream,
@@ -241,6 +244,7 @@ async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: 
         for c in conns:
             c.close()
     report.seconds = time.perf_counter() - t0
+    report.client_cpu_s = time.process_time() - cpu0
     return report
 
 

@@ -142,6 +142,10 @@ class WriteAheadLog:
         self.next_seq = next_seq
         self.fsync_enabled = fsync
         self._io = threading.Lock()        # the file descriptor and its position
+        # Held by the fsync thread around fdatasync instead of _io, so appends go on while
+        # a sync runs (holding _io there stalled the apply thread for every fsync); rotate
+        # and close take both before they close a descriptor.
+        self._syncing = threading.Lock()
         self._cond = threading.Condition()  # written/durable counters
         self._written = next_seq - 1
         self._durable = next_seq - 1
@@ -171,7 +175,7 @@ class WriteAheadLog:
     def rotate(self) -> int:
         """Start a new segment at the next sequence number (returns it); older segments can
         be dropped once a snapshot covers them."""
-        with self._io:
+        with self._syncing, self._io:
             old = self._fd
             if self.fsync_enabled:
                 os.fsync(old)
@@ -271,7 +275,9 @@ class WriteAheadLog:
                     return
                 target = self._written
             try:
-                with self._io:
+                # fdatasync covers every write that returned before it starts, so records
+                # written meanwhile (past target) simply wait for the next round
+                with self._syncing:
                     fd = self._fd
                     if self.fsync_enabled:
                         t0 = time.perf_counter()
@@ -310,7 +316,7 @@ class WriteAheadLog:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=5)
-        with self._io:
+        with self._syncing, self._io:
             os.close(self._fd)
 
 
