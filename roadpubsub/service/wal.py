@@ -9,8 +9,16 @@ returned, and fsyncs cover a prefix of the file.
 
 Group commit: :meth:`WriteAheadLog.append` writes the record (no fsync) and returns its
 sequence number; :meth:`WriteAheadLog.wait_durable` resolves once one fsync issued after
-the write has returned. One thread issues fsyncs back to back, so records written while an
-fsync runs share the next one.
+the write has returned. A few threads issue fsyncs, overlapping: a record written while
+one fsync runs starts the next one at once on another thread instead of waiting for the
+running one to return, and records written while all of them run share the next. An
+fsync covers every write that returned before it started, so whichever returns, the
+records up to its start are durable; with one thread a record waited 1.5 fsyncs on
+average (the rest of the running one, then its own), which bounds closed-loop clients.
+The kernel joins overlapping fdatasyncs of one file into its journal commits (on this
+machine's ext4: 180 fsyncs/s from one thread, 1,600 from two). Two threads: 8 closed-loop
+writers had a median wait of 3 ms against 6.5-25 ms with one; three or four threads
+did worse again (more wake-ups competing for the GIL).
 """
 
 from __future__ import annotations
@@ -124,7 +132,8 @@ def read_records(wal_dir: Path, *, after: int, repair: bool = True
 
 
 class WriteAheadLog:
-    """Appends records to the current segment; one thread fsyncs them in groups.
+    """Appends records to the current segment; ``sync_threads`` threads fsync them in
+    overlapping groups (see the module docstring).
 
     Parameters
     ----------
@@ -134,21 +143,21 @@ class WriteAheadLog:
         Sequence number of the next record.
     fsync
         False skips fsync (for measurements of what it costs; never for real use).
+    sync_threads
+        fsyncs that may run at once (>= 1).
     """
 
-    def __init__(self, wal_dir: Path, *, next_seq: int, fsync: bool = True) -> None:
+    def __init__(self, wal_dir: Path, *, next_seq: int, fsync: bool = True,
+                 sync_threads: int = 2) -> None:
         self.dir = wal_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.next_seq = next_seq
         self.fsync_enabled = fsync
         self._io = threading.Lock()        # the file descriptor and its position
-        # Held by the fsync thread around fdatasync instead of _io, so appends go on while
-        # a sync runs (holding _io there stalled the apply thread for every fsync); rotate
-        # and close take both before they close a descriptor.
-        self._syncing = threading.Lock()
         self._cond = threading.Condition()  # written/durable counters
         self._written = next_seq - 1
         self._durable = next_seq - 1
+        self._claimed = next_seq - 1  # the highest record a running or finished fsync covers
         self._waiters: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._closed = False
         self._error: BaseException | None = None
@@ -158,8 +167,10 @@ class WriteAheadLog:
         # After a restart the (repaired) last segment takes the next records.
         first = existing[-1][1] if existing else self.dir / _segment_name(next_seq)
         self._fd = self._open_segment(first)
-        self._thread = threading.Thread(target=self._sync_loop, name="wal-fsync", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._sync_loop, name=f"wal-fsync-{k}",
+                                          daemon=True) for k in range(max(1, sync_threads))]
+        for t in self._threads:
+            t.start()
 
     # ------------------------------------------------------------------ files
     def _open_segment(self, path: Path) -> int:
@@ -175,7 +186,7 @@ class WriteAheadLog:
     def rotate(self) -> int:
         """Start a new segment at the next sequence number (returns it); older segments can
         be dropped once a snapshot covers them."""
-        with self._syncing, self._io:
+        with self._io:
             old = self._fd
             if self.fsync_enabled:
                 os.fsync(old)
@@ -269,26 +280,35 @@ class WriteAheadLog:
     def _sync_loop(self) -> None:
         while True:
             with self._cond:
-                while self._written <= self._durable and not self._closed:
+                while self._written <= self._claimed and not self._closed:
                     self._cond.wait(0.5)
-                if self._closed and self._written <= self._durable:
+                if self._closed and self._written <= self._claimed:
                     return
-                target = self._written
+                target = self._claimed = self._written
             try:
-                # fdatasync covers every write that returned before it starts, so records
-                # written meanwhile (past target) simply wait for the next round
-                with self._syncing:
-                    fd = self._fd
+                # A descriptor of its own: appends go on meanwhile (the log's write lock is
+                # held for the dup only), and a rotate may close the segment's; a rotate
+                # fsyncs the old segment before it switches, so records up to target are
+                # on disk either way.
+                with self._io:
+                    fd = os.dup(self._fd)
+                try:
                     if self.fsync_enabled:
                         t0 = time.perf_counter()
                         os.fdatasync(fd)
                         self.last_fsync_s = time.perf_counter() - t0
-                self.fsyncs += 1
+                finally:
+                    os.close(fd)
             except OSError as exc:  # nothing after this is acknowledged
                 self._error = exc
                 self._fail_waiters(exc)
                 return
             with self._cond:
+                if self._error is not None:  # another fsync failed: never durable again
+                    return
+                self.fsyncs += 1
+                if target <= self._durable:  # a later fsync returned first
+                    continue
                 self._durable = target
                 done = [w for w in self._waiters if w[0] <= target]
                 self._waiters = [w for w in self._waiters if w[0] > target]
@@ -315,8 +335,9 @@ class WriteAheadLog:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout=5)
-        with self._syncing, self._io:
+        for t in self._threads:
+            t.join(timeout=5)
+        with self._io:
             os.close(self._fd)
 
 
