@@ -158,7 +158,9 @@ class WriteAheadLog:
         self._written = next_seq - 1
         self._durable = next_seq - 1
         self._claimed = next_seq - 1  # the highest record a running or finished fsync covers
-        self._waiters: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
+        # (seq, future, its loop, the future's result once seq is durable)
+        self._waiters: list[tuple[int, asyncio.Future[Any], asyncio.AbstractEventLoop,
+                                  Any]] = []
         self._closed = False
         self._error: BaseException | None = None
         self.bytes_written = 0
@@ -240,9 +242,25 @@ class WriteAheadLog:
             if self._durable >= seq:
                 fut.set_result(None)
             else:
-                self._waiters.append((seq, fut, loop))
+                self._waiters.append((seq, fut, loop, None))
                 self._cond.notify_all()
         return fut
+
+    def resolve_when_durable(self, seq: int, fut: asyncio.Future[Any],
+                             loop: asyncio.AbstractEventLoop, value: Any) -> None:
+        """Give ``fut`` (of ``loop``; callable from any thread) the result ``value`` once
+        record ``seq`` is on disk: the request path's one hand-off to the event loop,
+        shared by every request an fsync covers."""
+        with self._cond:
+            error = self._error
+            if error is None and self._durable < seq:
+                self._waiters.append((seq, fut, loop, value))
+                self._cond.notify_all()
+                return
+        if error is not None:
+            loop.call_soon_threadsafe(_reject, fut, error)
+        else:
+            loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
 
     def sync(self) -> None:
         """Block until everything written so far is on disk."""
@@ -314,9 +332,9 @@ class WriteAheadLog:
                 self._waiters = [w for w in self._waiters if w[0] > target]
                 self._cond.notify_all()
             # one wake-up of each event loop per fsync, not one per waiting request
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for _, fut, loop in done:
-                by_loop.setdefault(loop, []).append(fut)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            for _, fut, loop, value in done:
+                by_loop.setdefault(loop, []).append((fut, value))
             for loop, futs in by_loop.items():
                 loop.call_soon_threadsafe(_resolve_all, futs)
 
@@ -326,7 +344,7 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
-        for _, fut, loop in waiters:
+        for _, fut, loop, _value in waiters:
             loop.call_soon_threadsafe(_reject, fut, exc)
 
     def close(self) -> None:
@@ -341,12 +359,12 @@ class WriteAheadLog:
             os.close(self._fd)
 
 
-def _resolve_all(futs: list[asyncio.Future[None]]) -> None:
-    for fut in futs:
+def _resolve_all(futs: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for fut, value in futs:
         if not fut.done():
-            fut.set_result(None)
+            fut.set_result(value)
 
 
-def _reject(fut: asyncio.Future[None], exc: BaseException) -> None:
+def _reject(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
