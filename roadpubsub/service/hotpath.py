@@ -76,11 +76,11 @@ class _DisconnectedError(Exception):
 async def _body(receive: Receive) -> Any:
     chunks: list[bytes] = []
     while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
+        event = await receive()
+        if event["type"] == "http.disconnect":
             raise _DisconnectedError
-        chunks.append(msg.get("body", b""))
-        if not msg.get("more_body", False):
+        chunks.append(event.get("body", b""))
+        if not event.get("more_body", False):
             break
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
