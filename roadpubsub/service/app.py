@@ -50,6 +50,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
+from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.hotpath import HotRoutes
@@ -133,7 +134,7 @@ class _JSONResponse(JSONResponse):
     loop's own Python time under the mixed load, most of it the deliveries lists)."""
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        return dumps(content)
 
 
 class _ServiceApp(Starlette):

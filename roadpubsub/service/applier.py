@@ -30,7 +30,8 @@ import numpy as np
 from index.events import BodyParser, MessageBatch, MoveBatch
 from pruning.deliveries import Deliveries
 from roadnet.locations import EdgePoints
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json
+from roadpubsub.service.answers import DeliveryList
+from roadpubsub.service.state import Applied, ServiceState
 
 __all__ = ["Applier"]
 
@@ -259,7 +260,7 @@ class Applier:
         repeats = set(applied.body.get("duplicates", []))
         for it, batch in group:
             mine = _only(everything, batch.ids)
-            body: dict[str, Any] = {"deliveries": deliveries_json(mine), "seq": applied.seq}
+            body: dict[str, Any] = {"deliveries": DeliveryList(mine), "seq": applied.seq}
             dup = [m for m in batch.ids.tolist() if m in repeats]
             if dup:
                 body["duplicates"] = dup

@@ -27,6 +27,7 @@ import orjson
 
 from index.events import RequestError, parse_ids
 from roadnet.errors import InputError, format_error
+from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.metrics import Metrics
 from roadpubsub.service.state import Applied, ServiceState
@@ -159,4 +160,4 @@ class HotRoutes:
         self.metrics.observe(kind, time.perf_counter() - t0)
         if kind == "publish":
             self.announce(done)
-        await _answer(send, 201 if kind == "subscribe" else 200, orjson.dumps(done.body))
+        await _answer(send, 201 if kind == "subscribe" else 200, dumps(done.body))

@@ -40,6 +40,7 @@ from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
 from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints
+from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published
 from roadpubsub.service.expiry import Expiry
@@ -396,7 +397,7 @@ class ServiceState:
             self._record(seq, ids, times, fresh, replay=False)
         parts = [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()]
         everything = Deliveries.concat(parts)
-        body = {"deliveries": deliveries_json(everything), "seq": seq}
+        body = {"deliveries": DeliveryList(everything), "seq": seq}  # JSON from columns
         if seen.any():
             body["duplicates"] = batch.ids[seen].tolist()
         located = (batch.ids[new], batch.points[new]) if new.size else None
