@@ -154,7 +154,12 @@ class WriteAheadLog:
         self.next_seq = next_seq
         self.fsync_enabled = fsync
         self._io = threading.Lock()        # the file descriptor and its position
-        self._cond = threading.Condition()  # written/durable counters
+        counters = threading.Lock()
+        self._cond = threading.Condition(counters)  # written/durable; durable waiters
+        # the fsync threads wait for records on their own condition (same lock), so an
+        # append wakes one idle fsync thread, never a waiter for durability
+        self._work = threading.Condition(counters)
+        self._idle = 0  # fsync threads waiting for records
         self._written = next_seq - 1
         self._durable = next_seq - 1
         self._claimed = next_seq - 1  # the highest record a running or finished fsync covers
@@ -231,7 +236,8 @@ class WriteAheadLog:
         self.bytes_written += len(frame)
         with self._cond:
             self._written = seq
-            self._cond.notify_all()
+            if self._idle:
+                self._work.notify()
         return seq
 
     def wait_durable(self, seq: int) -> asyncio.Future[None]:
@@ -243,7 +249,7 @@ class WriteAheadLog:
                 fut.set_result(None)
             else:
                 self._waiters.append((seq, fut, loop, None))
-                self._cond.notify_all()
+                self._work.notify()
         return fut
 
     def resolve_when_durable(self, seq: int, fut: asyncio.Future[Any],
@@ -254,8 +260,7 @@ class WriteAheadLog:
         with self._cond:
             error = self._error
             if error is None and self._durable < seq:
-                self._waiters.append((seq, fut, loop, value))
-                self._cond.notify_all()
+                self._waiters.append((seq, fut, loop, value))  # the append woke a thread
                 return
         if error is not None:
             loop.call_soon_threadsafe(_reject, fut, error)
@@ -279,7 +284,7 @@ class WriteAheadLog:
         """
         deadline = time.monotonic() + timeout
         with self._cond:
-            self._cond.notify_all()
+            self._work.notify()
             while self._durable < seq:
                 if self._error is not None:
                     msg = f"the write-ahead log failed: {self._error}"
@@ -299,7 +304,9 @@ class WriteAheadLog:
         while True:
             with self._cond:
                 while self._written <= self._claimed and not self._closed:
-                    self._cond.wait(0.5)
+                    self._idle += 1
+                    self._work.wait(0.5)
+                    self._idle -= 1
                 if self._closed and self._written <= self._claimed:
                     return
                 target = self._claimed = self._written
@@ -353,6 +360,7 @@ class WriteAheadLog:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._work.notify_all()
         for t in self._threads:
             t.join(timeout=5)
         with self._io:
