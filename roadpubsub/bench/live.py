@@ -51,7 +51,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0)
 
 
 def run_once(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
-             port: int, work: Path) -> dict[str, Any]:
+             port: int, work: Path, server_path: str | None = None) -> dict[str, Any]:
     """Serve a copy of ``template``, run the load generator against it, stop the server."""
     state = work / "state"
     shutil.rmtree(state, ignore_errors=True)
@@ -59,9 +59,10 @@ def run_once(*, template: Path, network: str, serve_args: list[str], load_args: 
     env = {**os.environ}
     url = f"http://127.0.0.1:{port}"
     with (work / "serve.log").open("wb") as log:
+        srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
         srv = subprocess.Popen([sys.executable, "-m", "roadpubsub", "serve", "--state",
                                 str(state), "--port", str(port), *serve_args],
-                               env=env, stderr=log)
+                               env=srv_env, stderr=log)
     try:
         _wait_ready(url, srv)
         load0 = os.getloadavg()
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--network", required=True)
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--server-pythonpath", default=None, metavar="DIR",
+                   help="run the server from another source tree (e.g. an export of an "
+                        "older commit), alternating with this one: old, new, old, new...")
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
                    "--seconds 30", help="'loadgen' arguments")
@@ -116,11 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         create_state(args.template, load_index(args.make_template),
                      about={"source": str(args.make_template)})
     with tempfile.TemporaryDirectory(prefix="roadpubsub-live-") as tmp:
+        trees: list[str | None] = [None] if args.server_pythonpath is None \
+            else [args.server_pythonpath, None]
         for _ in range(args.runs):
-            res = run_once(template=args.template, network=args.network,
-                           serve_args=args.serve_args.split(),
-                           load_args=args.load_args.split(), port=args.port, work=Path(tmp))
-            print(json.dumps(res), flush=True)
+            for tree in trees:
+                res = run_once(template=args.template, network=args.network,
+                               serve_args=args.serve_args.split(),
+                               load_args=args.load_args.split(), port=args.port,
+                               work=Path(tmp), server_path=tree)
+                print(json.dumps({"server": tree or "this tree", **res}), flush=True)
     return 0
 
 
