@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from index.events import BodyParser, MessageBatch, MoveBatch
+from index.events import BodyParser, MessageBatch, MoveBatch, RequestError
 from pruning.deliveries import Deliveries
 from roadnet.locations import EdgePoints
 from roadpubsub.service.answers import DeliveryList
@@ -141,7 +141,8 @@ class Applier:
         for it in run:
             try:
                 batch = self.parser.moves(it.payload, id_from_path=it.path_id)
-                self.state._require_live(batch.ids)
+                if len(run) > 1:  # alone, state.move checks it (and refuses it whole)
+                    self.state._require_live(batch.ids)
             except Exception as exc:
                 it.future.set_exception(exc)
                 continue
@@ -175,11 +176,12 @@ class Applier:
             return False
         try:
             batch = self.parser.moves(rows)
-            self.state._require_live(batch.ids)
         except Exception:
             return False
         try:
             applied = self.state.move(batch)
+        except RequestError:
+            return False  # refused before any change (an unknown id): one by one
         except Exception as exc:
             for it in run:
                 it.future.set_exception(exc)
