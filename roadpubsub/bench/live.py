@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "process_cpu_seconds"]
+__all__ = ["process_cpu_seconds", "run_live"]
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -50,7 +50,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0)
     raise TimeoutError(msg)
 
 
-def run_once(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
+def run_live(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
              port: int, work: Path, server_path: str | None = None) -> dict[str, Any]:
     """Serve a copy of ``template``, run the load generator against it, stop the server."""
     state = work / "state"
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             else [args.server_pythonpath, None]
         for _ in range(args.runs):
             for tree in trees:
-                res = run_once(template=args.template, network=args.network,
+                res = run_live(template=args.template, network=args.network,
                                serve_args=args.serve_args.split(),
                                load_args=args.load_args.split(), port=args.port,
                                work=Path(tmp), server_path=tree)
