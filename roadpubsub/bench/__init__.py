@@ -45,6 +45,7 @@ key says otherwise. The machine is described by :func:`machine_info`.
 
 from roadpubsub.bench import config as _config
 from roadpubsub.bench import figures as _figures
+from roadpubsub.bench import live as _live
 from roadpubsub.bench import machine as _machine
 from roadpubsub.bench import measure as _measure
 from roadpubsub.bench import plots as _plots
@@ -52,6 +53,7 @@ from roadpubsub.bench import throughput as _throughput
 from roadpubsub.bench import workloads as _workloads
 from roadpubsub.bench.config import *  # noqa: F403
 from roadpubsub.bench.figures import *  # noqa: F403
+from roadpubsub.bench.live import *  # noqa: F403
 from roadpubsub.bench.machine import *  # noqa: F403
 from roadpubsub.bench.measure import *  # noqa: F403
 from roadpubsub.bench.plots import *  # noqa: F403
@@ -59,5 +61,6 @@ from roadpubsub.bench.throughput import *  # noqa: F403
 from roadpubsub.bench.workloads import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput)
+API_MODULES = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput,
+               _live)
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

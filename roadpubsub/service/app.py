@@ -50,8 +50,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
+from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
+from roadpubsub.service.hotpath import HotRoutes
 from roadpubsub.service.metrics import Metrics, rss_bytes
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
@@ -132,7 +134,22 @@ class _JSONResponse(JSONResponse):
     loop's own Python time under the mixed load, most of it the deliveries lists)."""
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        return dumps(content)
+
+
+class _ServiceApp(Starlette):
+    """Starlette, with the hot routes answered first in plain ASGI
+    (:mod:`roadpubsub.service.hotpath`)."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.hot is not None:
+            found = self.hot.route(scope["method"], scope["path"])
+            if found is not None:
+                await self.hot.handle(found[0], found[1], receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
@@ -408,8 +425,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         Route("/network.geojson", network_geojson, methods=["GET"]),
         WebSocketRoute("/events", events_ws),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={RequestError: refuse, InputError: refuse})
+    app = _ServiceApp(routes=routes, lifespan=lifespan,
+                      exception_handlers={RequestError: refuse, InputError: refuse})
+    app.hot = HotRoutes(state, applier, metrics, announce)
     app.state.service = state
     app.state.hub = hub
     app.state.metrics = metrics

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba.core.compiler_lock import global_compiler_lock
 
 from index.base import SubscriptionIndex
 from roadnet.errors import InputError
@@ -162,7 +163,18 @@ class SnapshotWorker:
         t0 = time.perf_counter()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        # The child has only this thread, and every lock another thread held at the fork
+        # stays held in it for good. numba's compiler lock is the one it needs: saving
+        # compacts the index, whose kernels may still have to be compiled or loaded from
+        # the cache in the child, while the compaction thread (or any other) may hold the
+        # lock doing the same; the child then waited forever and no snapshot ever
+        # completed again. Forking with the lock held by this thread (released on both
+        # sides) means no other thread holds it.
+        global_compiler_lock.acquire()
+        try:
+            pid = os.fork()
+        finally:
+            global_compiler_lock.release()
         if pid == 0:  # pragma: no cover - the child (measured by the crash test)
             code = 1
             try:

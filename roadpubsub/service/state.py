@@ -68,6 +68,7 @@ from pruning.live_topk import LiveTopk
 from pruning.topk_events import TopkEvents
 from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints
+from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
 from roadpubsub.service.expiry import Expiry
@@ -638,7 +639,7 @@ class ServiceState:
             top = TopkFound.empty()
         parts = [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()]
         everything = Deliveries.concat(parts)
-        body: dict[str, Any] = {"deliveries": deliveries_json(everything), "seq": seq}
+        body: dict[str, Any] = {"deliveries": DeliveryList(everything), "seq": seq}
         repeated = [self.topk_of[m] for m in batch.ids[seen].tolist() if m in self.topk_of]
         top_all = TopkFound.concat([top, *repeated])
         if len(top_all):

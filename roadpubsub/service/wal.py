@@ -9,8 +9,16 @@ returned, and fsyncs cover a prefix of the file.
 
 Group commit: :meth:`WriteAheadLog.append` writes the record (no fsync) and returns its
 sequence number; :meth:`WriteAheadLog.wait_durable` resolves once one fsync issued after
-the write has returned. One thread issues fsyncs back to back, so records written while an
-fsync runs share the next one.
+the write has returned. A few threads issue fsyncs, overlapping: a record written while
+one fsync runs starts the next one at once on another thread instead of waiting for the
+running one to return, and records written while all of them run share the next. An
+fsync covers every write that returned before it started, so whichever returns, the
+records up to its start are durable; with one thread a record waited 1.5 fsyncs on
+average (the rest of the running one, then its own), which bounds closed-loop clients.
+The kernel joins overlapping fdatasyncs of one file into its journal commits (on this
+machine's ext4: 180 fsyncs/s from one thread, 1,600 from two). Two threads: 8 closed-loop
+writers had a median wait of 3 ms against 6.5-25 ms with one; three or four threads
+did worse again (more wake-ups competing for the GIL).
 """
 
 from __future__ import annotations
@@ -124,7 +132,8 @@ def read_records(wal_dir: Path, *, after: int, repair: bool = True
 
 
 class WriteAheadLog:
-    """Appends records to the current segment; one thread fsyncs them in groups.
+    """Appends records to the current segment; ``sync_threads`` threads fsync them in
+    overlapping groups (see the module docstring).
 
     Parameters
     ----------
@@ -134,18 +143,29 @@ class WriteAheadLog:
         Sequence number of the next record.
     fsync
         False skips fsync (for measurements of what it costs; never for real use).
+    sync_threads
+        fsyncs that may run at once (>= 1).
     """
 
-    def __init__(self, wal_dir: Path, *, next_seq: int, fsync: bool = True) -> None:
+    def __init__(self, wal_dir: Path, *, next_seq: int, fsync: bool = True,
+                 sync_threads: int = 2) -> None:
         self.dir = wal_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.next_seq = next_seq
         self.fsync_enabled = fsync
         self._io = threading.Lock()        # the file descriptor and its position
-        self._cond = threading.Condition()  # written/durable counters
+        counters = threading.Lock()
+        self._cond = threading.Condition(counters)  # written/durable; durable waiters
+        # the fsync threads wait for records on their own condition (same lock), so an
+        # append wakes one idle fsync thread, never a waiter for durability
+        self._work = threading.Condition(counters)
+        self._idle = 0  # fsync threads waiting for records
         self._written = next_seq - 1
         self._durable = next_seq - 1
-        self._waiters: list[tuple[int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
+        self._claimed = next_seq - 1  # the highest record a running or finished fsync covers
+        # (seq, future, its loop, the future's result once seq is durable)
+        self._waiters: list[tuple[int, asyncio.Future[Any], asyncio.AbstractEventLoop,
+                                  Any]] = []
         self._closed = False
         self._error: BaseException | None = None
         self.bytes_written = 0
@@ -154,8 +174,10 @@ class WriteAheadLog:
         # After a restart the (repaired) last segment takes the next records.
         first = existing[-1][1] if existing else self.dir / _segment_name(next_seq)
         self._fd = self._open_segment(first)
-        self._thread = threading.Thread(target=self._sync_loop, name="wal-fsync", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._sync_loop, name=f"wal-fsync-{k}",
+                                          daemon=True) for k in range(max(1, sync_threads))]
+        for t in self._threads:
+            t.start()
 
     # ------------------------------------------------------------------ files
     def _open_segment(self, path: Path) -> int:
@@ -214,7 +236,8 @@ class WriteAheadLog:
         self.bytes_written += len(frame)
         with self._cond:
             self._written = seq
-            self._cond.notify_all()
+            if self._idle:
+                self._work.notify()
         return seq
 
     def wait_durable(self, seq: int) -> asyncio.Future[None]:
@@ -225,9 +248,24 @@ class WriteAheadLog:
             if self._durable >= seq:
                 fut.set_result(None)
             else:
-                self._waiters.append((seq, fut, loop))
-                self._cond.notify_all()
+                self._waiters.append((seq, fut, loop, None))
+                self._work.notify()
         return fut
+
+    def resolve_when_durable(self, seq: int, fut: asyncio.Future[Any],
+                             loop: asyncio.AbstractEventLoop, value: Any) -> None:
+        """Give ``fut`` (of ``loop``; callable from any thread) the result ``value`` once
+        record ``seq`` is on disk: the request path's one hand-off to the event loop,
+        shared by every request an fsync covers."""
+        with self._cond:
+            error = self._error
+            if error is None and self._durable < seq:
+                self._waiters.append((seq, fut, loop, value))  # the append woke a thread
+                return
+        if error is not None:
+            loop.call_soon_threadsafe(_reject, fut, error)
+        else:
+            loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
 
     def sync(self) -> None:
         """Block until everything written so far is on disk."""
@@ -246,7 +284,7 @@ class WriteAheadLog:
         """
         deadline = time.monotonic() + timeout
         with self._cond:
-            self._cond.notify_all()
+            self._work.notify()
             while self._durable < seq:
                 if self._error is not None:
                     msg = f"the write-ahead log failed: {self._error}"
@@ -265,32 +303,45 @@ class WriteAheadLog:
     def _sync_loop(self) -> None:
         while True:
             with self._cond:
-                while self._written <= self._durable and not self._closed:
-                    self._cond.wait(0.5)
-                if self._closed and self._written <= self._durable:
+                while self._written <= self._claimed and not self._closed:
+                    self._idle += 1
+                    self._work.wait(0.5)
+                    self._idle -= 1
+                if self._closed and self._written <= self._claimed:
                     return
-                target = self._written
+                target = self._claimed = self._written
             try:
+                # A descriptor of its own: appends go on meanwhile (the log's write lock is
+                # held for the dup only), and a rotate may close the segment's; a rotate
+                # fsyncs the old segment before it switches, so records up to target are
+                # on disk either way.
                 with self._io:
-                    fd = self._fd
+                    fd = os.dup(self._fd)
+                try:
                     if self.fsync_enabled:
                         t0 = time.perf_counter()
                         os.fdatasync(fd)
                         self.last_fsync_s = time.perf_counter() - t0
-                self.fsyncs += 1
+                finally:
+                    os.close(fd)
             except OSError as exc:  # nothing after this is acknowledged
                 self._error = exc
                 self._fail_waiters(exc)
                 return
             with self._cond:
+                if self._error is not None:  # another fsync failed: never durable again
+                    return
+                self.fsyncs += 1
+                if target <= self._durable:  # a later fsync returned first
+                    continue
                 self._durable = target
                 done = [w for w in self._waiters if w[0] <= target]
                 self._waiters = [w for w in self._waiters if w[0] > target]
                 self._cond.notify_all()
             # one wake-up of each event loop per fsync, not one per waiting request
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for _, fut, loop in done:
-                by_loop.setdefault(loop, []).append(fut)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            for _, fut, loop, value in done:
+                by_loop.setdefault(loop, []).append((fut, value))
             for loop, futs in by_loop.items():
                 loop.call_soon_threadsafe(_resolve_all, futs)
 
@@ -300,7 +351,7 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
-        for _, fut, loop in waiters:
+        for _, fut, loop, _value in waiters:
             loop.call_soon_threadsafe(_reject, fut, exc)
 
     def close(self) -> None:
@@ -309,17 +360,19 @@ class WriteAheadLog:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout=5)
+            self._work.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
         with self._io:
             os.close(self._fd)
 
 
-def _resolve_all(futs: list[asyncio.Future[None]]) -> None:
-    for fut in futs:
+def _resolve_all(futs: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for fut, value in futs:
         if not fut.done():
-            fut.set_result(None)
+            fut.set_result(value)
 
 
-def _reject(fut: asyncio.Future[None], exc: BaseException) -> None:
+def _reject(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)

@@ -71,6 +71,20 @@ def test_runs_of_moves_and_publishes_equal_one_by_one(
             assert_same(as_deliveries(a.body["deliveries"]), want,
                         f"publish {[r['id'] for r in p]}")
         assert applier.groups >= 2
+        # single moves by path id, all good: parsed, checked and applied as one batch
+        singles = [(subs[i]["id"], location_of(andorra, move_points, 20 + k))
+                   for k, i in enumerate([6, 7, 8])]
+        futures = _queued(applier, [lambda s=s: applier.move(s[1], path_id=s[0])
+                                    for s in singles])
+        done = [f.result(30) for f in futures]
+        assert len({d.seq for d in done}) == 1 and all(d.body["moved"] == 1 for d in done)
+        for sid, loc in singles:
+            oracle.apply("move", [{"id": sid, **loc}])
+        last = [{**msgs[4], "time": 400.0}]
+        answer = applier.publish(last).result(30)
+        oracle.apply("publish", last)
+        assert_same(as_deliveries(answer.body["deliveries"]), oracle.deliveries[msgs[4]["id"]],
+                    "a publish after a run of moves")
     finally:
         applier.call(state.close).result(60)
         applier.stop()

@@ -1,0 +1,136 @@
+"""One end-to-end measurement of the live service: serve a fresh copy of a service folder,
+drive it with ``roadpubsub loadgen``, and report the server's CPU per request.
+
+The server's CPU (utime + stime of its process, from ``/proc``) over the load generator's
+run is the figure that does not depend on what else the machine runs; events per second
+and latencies do, so the load average is reported with them. Run it as::
+
+    python -m roadpubsub.bench.live --template DIR --network ../shared/data/dimacs/rome.gr.gz
+
+where ``DIR`` is a service folder (made once, e.g. with ``--index-file`` from
+``roadpubsub index build`` output: ``--make-template`` does that) that every run copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+__all__ = ["process_cpu_seconds", "run_live"]
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (Linux /proc), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            msg = f"the server exited with {proc.returncode} before it answered"
+            raise RuntimeError(msg)
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.3)
+    msg = f"the server did not answer within {timeout:g} s"
+    raise TimeoutError(msg)
+
+
+def run_live(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
+             port: int, work: Path, server_path: str | None = None) -> dict[str, Any]:
+    """Serve a copy of ``template``, run the load generator against it, stop the server."""
+    state = work / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    shutil.copytree(template, state)
+    env = {**os.environ}
+    url = f"http://127.0.0.1:{port}"
+    with (work / "serve.log").open("wb") as log:
+        srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
+        srv = subprocess.Popen([sys.executable, "-m", "roadpubsub", "serve", "--state",
+                                str(state), "--port", str(port), *serve_args],
+                               env=srv_env, stderr=log)
+    try:
+        _wait_ready(url, srv)
+        load0 = os.getloadavg()
+        c0 = process_cpu_seconds(srv.pid)
+        lg = subprocess.Popen([sys.executable, "-m", "roadpubsub", "loadgen", "--url", url,
+                               "--network", network, *load_args], env=env,
+                              stdout=subprocess.PIPE)
+        out, _ = lg.communicate()
+        c1 = process_cpu_seconds(srv.pid)
+        if lg.returncode != 0:
+            msg = f"the load generator exited with {lg.returncode}"
+            raise RuntimeError(msg)
+        rep = json.loads(out)
+        load1 = os.getloadavg()
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        try:
+            srv.wait(180)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+    requests = max(int(rep["requests"]), 1)
+    return {"load_before": [round(x, 2) for x in load0],
+            "load_after": [round(x, 2) for x in load1],
+            "server_cpu_s": round(c1 - c0, 2),
+            "server_cpu_us_per_request": round((c1 - c0) / requests * 1e6, 1),
+            **{k: rep[k] for k in ("seconds", "requests", "events", "events_per_second",
+                                   "errors", "latency_ms") if k in rep},
+            "loadgen_cpu_s": rep.get("client_cpu_s"),
+            "server_after": {k: rep["server_after"].get(k) for k in (
+                "rss_bytes", "compactions", "snapshots", "groups", "grouped_requests",
+                "delta_rows")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m roadpubsub.bench.live", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--template", required=True, type=Path,
+                   help="service folder copied for each run")
+    p.add_argument("--make-template", metavar="INDEX_FILE", default=None,
+                   help="create --template first from this built EIA index")
+    p.add_argument("--network", required=True)
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--server-pythonpath", default=None, metavar="DIR",
+                   help="run the server from another source tree (e.g. an export of an "
+                        "older commit), alternating with this one: old, new, old, new...")
+    p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
+    p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
+                   "--seconds 30", help="'loadgen' arguments")
+    args = p.parse_args(argv)
+    if args.make_template and not (args.template / "manifest.json").exists():
+        from index.store import load_index
+        from roadpubsub.service.state import create_state
+
+        create_state(args.template, load_index(args.make_template),
+                     about={"source": str(args.make_template)})
+    with tempfile.TemporaryDirectory(prefix="roadpubsub-live-") as tmp:
+        trees: list[str | None] = [None] if args.server_pythonpath is None \
+            else [args.server_pythonpath, None]
+        for _ in range(args.runs):
+            for tree in trees:
+                res = run_live(template=args.template, network=args.network,
+                               serve_args=args.serve_args.split(),
+                               load_args=args.load_args.split(), port=args.port,
+                               work=Path(tmp), server_path=tree)
+                print(json.dumps({"server": tree or "this tree", **res}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
