@@ -15,6 +15,7 @@ from pruning import (
     indexed,
     kernel_args,
     kinds_reference,
+    lanes,
     matchers,
     routing,
     similarity,
@@ -30,6 +31,7 @@ from pruning.deliveries import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
+from pruning.lanes import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
@@ -39,6 +41,6 @@ from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
+               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -48,6 +48,7 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
+from pruning.lanes import assemble_kernel, delivery_starts, guided_runs
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
@@ -64,6 +65,8 @@ _CANDIDATES = CANDIDATES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+#: Output rows a lane keeps between calls (about 33 bytes each).
+_KEPT_OUT_ROWS = 1 << 21
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,6 +273,7 @@ class _Lane:
     capacity: tuple[int, int, int] | None = None
     stamp: int = 0
     out_capacity: int = 1 << 16
+    out: OutputArrays | None = None
 
 
 class IndexMatcher:
@@ -501,51 +505,73 @@ class IndexMatcher:
         shared = (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
                   delta, net_arrays, index.weights.weights, index.dmax_m, index.tolerance,
                   stats)
-        # Threads pull runs of consecutive positions of the Hilbert order from one counter:
-        # each run keeps its locality, and small runs (about 8 per thread) keep the threads
-        # busy to the end. Stats rows are per message, so threads never share one.
+        # Lanes (threads) pull runs of consecutive positions of the Hilbert order from one
+        # queue: long runs first (each keeps its locality), short ones last so that the
+        # lanes end together whatever the messages cost (lanes.guided_runs). Stats rows are
+        # per message, so lanes never share one. The deliveries are then put together in
+        # parallel too: each lane copies its own blocks to their places in the result.
         n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
+        slot_ids, delta_ids = s.ids, d.ids
         if n_lanes == 1:
-            parts = [self._run_lane(0, [(0, n)], longest, shared, progress)]
+            outs = [self._run_lane(0, [(0, n)], longest, shared, progress)]
+            starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
+            result = self._new_result(total)
+            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result)
         else:
-            size = max(16, min(self.chunk, math.ceil(n / (8 * n_lanes))))
-            runs = [(a, min(a + size, n)) for a in range(0, n, size)]
-            queue = iter(runs)  # next() on one iterator is atomic under the GIL
+            runs = iter(guided_runs(n, n_lanes, largest=self.chunk,
+                                    smallest=min(8, self.chunk)))
             for k in range(n_lanes):
                 self._lane(k)
             with ThreadPoolExecutor(max_workers=n_lanes) as pool:
-                futures = [pool.submit(self._run_lane, k, queue, longest, shared, None)
+                futures = [pool.submit(self._run_lane, k, runs, longest, shared, None)
                            for k in range(n_lanes)]
-                parts = [f.result() for f in futures]
-            if progress is not None:
-                progress(n)
-        out_msg = np.concatenate([p[0] for p in parts])
-        out_src = np.concatenate([p[1] for p in parts])
-        out_row = np.concatenate([p[2] for p in parts])
-        out_dist = np.concatenate([p[3] for p in parts])
-        out_score = np.concatenate([p[4] for p in parts])
-        sub_ids = np.empty(out_msg.size, dtype=np.int64)
-        main = out_src == 0
-        sub_ids[main] = s.ids[out_row[main]]
-        sub_ids[~main] = d.ids[out_row[~main]]
-        found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.astype(np.float64),
-                           out_score.astype(np.float64))
-        return Deliveries.concat([found]), MatchStats(messages.ids.copy(), stats)
+                outs = [f.result() for f in futures]
+                if progress is not None:
+                    progress(n)
+                starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
+                result = self._new_result(total)
+                for f in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
+                                      delta_ids, result) for o in outs]:
+                    f.result()
+        for k in range(n_lanes):
+            self._release_out(self._lanes[k])
+        return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
+
+    @staticmethod
+    def _new_result(total: int) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+        return (np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64),
+                np.empty(total), np.empty(total))
+
+    @staticmethod
+    def _assemble(part: tuple[OutputArrays, int], starts: IntArray, message_ids: IntArray,
+                  slot_ids: IntArray, delta_ids: IntArray,
+                  result: tuple[IntArray, IntArray, FloatArray, FloatArray]) -> None:
+        out, n_out = part
+        assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
+
+    def _release_out(self, lane: _Lane) -> None:
+        """Keep a lane's output buffers for the next call unless they grew large (a batch
+        with millions of deliveries): then only their size is remembered."""
+        if lane.out is not None and lane.out.msg.size > _KEPT_OUT_ROWS:
+            lane.out = None
 
     def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
-                  progress: Callable[[int], None] | None
-                  ) -> tuple[npt.NDArray[np.generic], ...]:
+                  progress: Callable[[int], None] | None) -> tuple[OutputArrays, int]:
         """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
-        one by one from ``runs``, which other lanes may share); the lane's output rows."""
+        one by one from ``runs``, which other lanes may share); the lane's output buffers
+        and how many rows it wrote, one block per message."""
         lane = self._lane(k)
         scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
         ws = lane.search.workspace()
-        out = self._new_out(lane.out_capacity)
+        if lane.out is None or lane.out.msg.size != lane.out_capacity:
+            lane.out = self._new_out(lane.out_capacity)
+        out = lane.out
         n_out = 0
         for start, stop in runs:
             n_out, out = self._run_span(lane, start, stop, scratch, ws, out, n_out, shared,
                                         progress)
-        return tuple(a[:n_out] for a in out)
+        lane.out = out
+        return out, n_out
 
     def _run_span(self, lane: _Lane, start: int, stop: int, scratch: ScratchArrays,
                   ws: tuple, out: OutputArrays, n_out: int, shared: tuple,
