@@ -525,14 +525,14 @@ class IndexMatcher:
             with ThreadPoolExecutor(max_workers=n_lanes) as pool:
                 futures = [pool.submit(self._run_lane, k, runs, longest, shared, None)
                            for k in range(n_lanes)]
-                outs = [f.result() for f in futures]
+                outs = [job.result() for job in futures]
                 if progress is not None:
                     progress(n)
                 starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
                 result = self._new_result(total)
-                for f in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
-                                      delta_ids, result) for o in outs]:
-                    f.result()
+                for job in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
+                                        delta_ids, result) for o in outs]:
+                    job.result()
         for k in range(n_lanes):
             self._release_out(self._lanes[k])
         return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
