@@ -65,8 +65,9 @@ _CANDIDATES = CANDIDATES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-#: Output rows a lane keeps between calls (about 33 bytes each).
-_KEPT_OUT_ROWS = 1 << 21
+#: A lane keeps its output buffers for the next call (no page faults on reuse) unless
+#: it filled more rows than this (about 33 bytes each) in the last one.
+_KEPT_OUT_ROWS = 1 << 22
 
 
 @dataclass(frozen=True, eq=False)
@@ -533,8 +534,9 @@ class IndexMatcher:
                 for job in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
                                         delta_ids, result) for o in outs]:
                     job.result()
-        for k in range(n_lanes):
-            self._release_out(self._lanes[k])
+        for k, (_, rows) in enumerate(outs):
+            if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
+                self._lanes[k].out = None
         return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
 
     @staticmethod
@@ -548,12 +550,6 @@ class IndexMatcher:
                   result: tuple[IntArray, IntArray, FloatArray, FloatArray]) -> None:
         out, n_out = part
         assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
-
-    def _release_out(self, lane: _Lane) -> None:
-        """Keep a lane's output buffers for the next call unless they grew large (a batch
-        with millions of deliveries): then only their size is remembered."""
-        if lane.out is not None and lane.out.msg.size > _KEPT_OUT_ROWS:
-            lane.out = None
 
     def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
                   progress: Callable[[int], None] | None) -> tuple[OutputArrays, int]:

@@ -66,18 +66,28 @@ def _lane_rows(rng, blocks):
                           for a in (msg, src, row, dist, score))), msg.size
 
 
-@settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n_msg=st.integers(1, 12), lanes=st.integers(1, 4))
-def test_assemble_kernel_equals_a_sort_of_all_deliveries(seed, n_msg, lanes) -> None:
+#: Id ranges of the assembly test: small (one radix pass), 24 and 32 bits (3-4 passes),
+#: spans past 32 bits or past int64 (the fallback sort), negative ids.
+ID_SCALES = (1000, 1 << 24, (1 << 32) - 1, 1 << 40, 1 << 62)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_msg=st.integers(1, 12), lanes=st.integers(1, 4),
+       scale=st.sampled_from(ID_SCALES), negative=st.booleans())
+def test_assemble_kernel_equals_a_sort_of_all_deliveries(seed, n_msg, lanes, scale,
+                                                          negative) -> None:
     """Blocks of slot and delta rows spread over lanes (some lanes empty, some messages
     without deliveries) give what one sort of every delivery by (message, subscription)
-    gives."""
+    gives, for ids of any range."""
     rng = np.random.default_rng(seed)
-    slot_ids = rng.choice(1000, size=40, replace=False).astype(np.int64)
-    delta_ids = 1000 + rng.choice(1000, size=10, replace=False).astype(np.int64)
-    # Interleave the two id ranges so that delta rows sort between slot rows.
-    delta_ids = np.where(rng.random(10) < 0.5, delta_ids, delta_ids - 1000 + 2000)
-    slot_ids = np.where(rng.random(40) < 0.5, slot_ids, slot_ids + 3000)
+    ids = np.unique(rng.integers(0, scale, size=60, dtype=np.int64))
+    while ids.size < 50:
+        ids = np.unique(np.concatenate([ids, rng.integers(0, scale, 60, dtype=np.int64)]))
+    if negative:  # ids from near the least int64 up to near the greatest
+        ids = (ids - scale // 2) * (4 if scale == 1 << 62 else 2) + 1
+    ids = rng.permutation(ids)
+    # Slot and delta ids interleave, so that delta rows sort between slot rows.
+    slot_ids, delta_ids = ids[:40], ids[40:50]
     message_ids = rng.choice(10_000, size=n_msg, replace=False).astype(np.int64)
     owner = rng.integers(0, lanes, n_msg)
     counts = np.zeros(n_msg, dtype=np.int64)
