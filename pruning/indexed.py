@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,7 +49,13 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
-from pruning.lanes import assemble_kernel, delivery_starts, guided_runs
+from pruning.lanes import (
+    CallTiming,
+    LaneClock,
+    assemble_kernel,
+    delivery_starts,
+    guided_runs,
+)
 from pruning.similarity import tsim_kernel
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
@@ -327,6 +334,8 @@ class IndexMatcher:
             msg = f"threads must be >= 1, got {threads!r}"
             raise InputError(msg)
         self._lanes: list[_Lane] = []
+        #: Where the last :meth:`match` call's time went (threads, serial part).
+        self.last_timing: CallTiming | None = None
         self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
@@ -401,8 +410,6 @@ class IndexMatcher:
             A delivery names a subscription that is not in the index's slots, or its
             distance differs from the one the floor's search finds.
         """
-        import time
-
         from pruning.algorithm2 import verify_known
 
         index = self.index
@@ -455,6 +462,7 @@ class IndexMatcher:
             Messages whose points are off the index's network or whose keyword ids the
             index's weights do not hold (checked before any compiled code runs).
         """
+        t_call = time.perf_counter()
         index = self.index
         sp = index.spatial
         index.check_points(messages.points, labels=messages.ids, what="messages")
@@ -513,30 +521,43 @@ class IndexMatcher:
         # parallel too: each lane copies its own blocks to their places in the result.
         n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
         slot_ids, delta_ids = s.ids, d.ids
+        clocks = [LaneClock() for _ in range(n_lanes)]
         if n_lanes == 1:
-            outs = [self._run_lane(0, [(0, n)], longest, shared, progress)]
+            t_par = time.perf_counter()
+            outs = [self._run_lane(0, [(0, n)], longest, shared, progress, clocks[0])]
+            par = time.perf_counter() - t_par
             starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
             result = self._new_result(total)
-            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result)
+            t_par = time.perf_counter()
+            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result,
+                           clocks[0])
+            par += time.perf_counter() - t_par
         else:
             runs = iter(guided_runs(n, n_lanes, largest=self.chunk,
                                     smallest=min(8, self.chunk)))
             for k in range(n_lanes):
                 self._lane(k)
             with ThreadPoolExecutor(max_workers=n_lanes) as pool:
-                futures = [pool.submit(self._run_lane, k, runs, longest, shared, None)
-                           for k in range(n_lanes)]
+                t_par = time.perf_counter()
+                futures = [pool.submit(self._run_lane, k, runs, longest, shared, None,
+                                       clocks[k]) for k in range(n_lanes)]
                 outs = [job.result() for job in futures]
+                par = time.perf_counter() - t_par
                 if progress is not None:
                     progress(n)
                 starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
                 result = self._new_result(total)
+                t_par = time.perf_counter()
                 for job in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
-                                        delta_ids, result) for o in outs]:
+                                        delta_ids, result, clocks[k])
+                            for k, o in enumerate(outs)]:
                     job.result()
+                par += time.perf_counter() - t_par
         for k, (_, rows) in enumerate(outs):
             if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
                 self._lanes[k].out = None
+        wall = time.perf_counter() - t_call
+        self.last_timing = CallTiming(wall, wall - par, clocks)
         return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
 
     @staticmethod
@@ -547,15 +568,24 @@ class IndexMatcher:
     @staticmethod
     def _assemble(part: tuple[OutputArrays, int], starts: IntArray, message_ids: IntArray,
                   slot_ids: IntArray, delta_ids: IntArray,
-                  result: tuple[IntArray, IntArray, FloatArray, FloatArray]) -> None:
+                  result: tuple[IntArray, IntArray, FloatArray, FloatArray],
+                  clock: LaneClock) -> None:
         out, n_out = part
-        assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
+        with clock:
+            assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
 
     def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
-                  progress: Callable[[int], None] | None) -> tuple[OutputArrays, int]:
+                  progress: Callable[[int], None] | None, clock: LaneClock
+                  ) -> tuple[OutputArrays, int]:
         """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
         one by one from ``runs``, which other lanes may share); the lane's output buffers
         and how many rows it wrote, one block per message."""
+        with clock:
+            return self._run_lane_runs(k, runs, longest, shared, progress)
+
+    def _run_lane_runs(self, k: int, runs: Iterable[tuple[int, int]], longest: int,
+                       shared: tuple, progress: Callable[[int], None] | None
+                       ) -> tuple[OutputArrays, int]:
         lane = self._lane(k)
         scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
         ws = lane.search.workspace()

@@ -12,16 +12,63 @@ serial sort, concatenation or gather of the whole output.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
 from pruning.kernel_args import OutputArrays
 
-__all__ = ["assemble_kernel", "delivery_starts", "guided_runs"]
+__all__ = ["CallTiming", "LaneClock", "assemble_kernel", "delivery_starts", "guided_runs"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class LaneClock:
+    """Time one lane spent working in a call: wall and its thread's CPU seconds."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    _t: tuple[float, float] = field(default=(0.0, 0.0), repr=False)
+
+    def __enter__(self) -> LaneClock:
+        self._t = (time.perf_counter(), time.thread_time())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall += time.perf_counter() - self._t[0]
+        self.cpu += time.thread_time() - self._t[1]
+
+
+@dataclass
+class CallTiming:
+    """Where the wall time of one ``IndexMatcher.match`` call went (seconds).
+
+    Attributes
+    ----------
+    wall
+        The whole call.
+    serial
+        The calling thread alone (checks, point facts, Hilbert order, the result's
+        layout, starting and joining the threads): ``wall`` less the parallel parts.
+    lanes
+        Per lane (thread) that took part: its busy time, matching and assembling.
+    """
+
+    wall: float = 0.0
+    serial: float = 0.0
+    lanes: list[LaneClock] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Milliseconds, for a JSON report."""
+        return {"wall_ms": round(1e3 * self.wall, 3), "serial_ms": round(1e3 * self.serial, 3),
+                "lane_busy_ms": [round(1e3 * c.wall, 3) for c in self.lanes],
+                "lane_cpu_ms": [round(1e3 * c.cpu, 3) for c in self.lanes]}
 
 
 def guided_runs(n: int, lanes: int, *, largest: int, smallest: int) -> list[tuple[int, int]]:

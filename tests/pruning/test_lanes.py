@@ -148,6 +148,10 @@ def test_threads_order_results_by_ids_not_by_input_or_slot(andorra, arch) -> Non
         matcher = IndexMatcher(index, threads=threads, chunk=chunk)
         got, stats = matcher.match(msgs)
         assert_same(got, want)
+        timing = matcher.last_timing  # where the call's time went, per thread
+        assert timing is not None and len(timing.lanes) == min(threads, 6)  # 90 / 16 = 6
+        assert 0 <= timing.serial <= timing.wall
+        assert all(0 <= lane.wall <= timing.wall for lane in timing.lanes)
         np.testing.assert_array_equal(stats.column("deliveries"),
                                       [np.sum(want.message_id == i) for i in msgs.ids])
         for rows in ([5], [], np.arange(20), np.arange(40)):
