@@ -313,9 +313,13 @@ class IndexMatcher:
     bucket_width_m
         Bucket width of the verification search, metres (> 0; the result is the same).
     threads
-        Threads matching one batch (>= 1; default: every core this process may use). Each
-        thread takes a contiguous run of the Hilbert-ordered batch with scratch arrays of
-        its own; the compiled loop holds no GIL. The result is the same for any count.
+        Threads matching one batch (>= 1; default: every core this process may use). The
+        threads take runs of the Hilbert-ordered batch from one queue (long runs first,
+        short ones last: :func:`~pruning.lanes.guided_runs`), each with scratch arrays of
+        its own, then copy their deliveries into the result in parallel
+        (:func:`~pruning.lanes.assemble_kernel`); the compiled loops hold no GIL. The
+        result is the same, in the same order, for any count. :attr:`last_timing` says
+        where the last call's time went.
     """
 
     def __init__(
