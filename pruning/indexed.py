@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -76,6 +78,8 @@ _AHEAD = 8
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+#: The result's columns: message id, subscription id, distance (m), score.
+_Result = tuple[IntArray, IntArray, FloatArray, FloatArray]
 #: A lane keeps its output buffers for the next call (no page faults on reuse) unless
 #: it filled more rows than this (about 33 bytes each) in the last one.
 _KEPT_OUT_ROWS = 1 << 22
@@ -350,6 +354,7 @@ class IndexMatcher:
             msg = f"threads must be >= 1, got {threads!r}"
             raise InputError(msg)
         self._lanes: list[_Lane] = []
+        self._executor: tuple[ThreadPoolExecutor, int, int] | None = None
         #: Where the last :meth:`match` call's time went (threads, serial part).
         self.last_timing: CallTiming | None = None
         self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
@@ -549,26 +554,10 @@ class IndexMatcher:
                            clocks[0])
             par += time.perf_counter() - t_par
         else:
-            runs = iter(guided_runs(n, n_lanes, largest=self.chunk,
-                                    smallest=min(8, self.chunk)))
-            for k in range(n_lanes):
-                self._lane(k)
-            with ThreadPoolExecutor(max_workers=n_lanes) as pool:
-                t_par = time.perf_counter()
-                futures = [pool.submit(self._run_lane, k, runs, longest, shared, None,
-                                       clocks[k]) for k in range(n_lanes)]
-                outs = [job.result() for job in futures]
-                par = time.perf_counter() - t_par
-                if progress is not None:
-                    progress(n)
-                starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
-                result = self._new_result(total)
-                t_par = time.perf_counter()
-                for job in [pool.submit(self._assemble, o, starts, messages.ids, slot_ids,
-                                        delta_ids, result, clocks[k])
-                            for k, o in enumerate(outs)]:
-                    job.result()
-                par += time.perf_counter() - t_par
+            outs, result, par = self._run_lanes(n_lanes, messages.ids, longest, shared,
+                                                clocks)
+            if progress is not None:
+                progress(n)
         for k, (_, rows) in enumerate(outs):
             if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
                 self._lanes[k].out = None
@@ -576,16 +565,78 @@ class IndexMatcher:
         self.last_timing = CallTiming(wall, wall - par, clocks)
         return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
 
+    def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: tuple,
+                   clocks: list[LaneClock]
+                   ) -> tuple[list[tuple[OutputArrays, int]], _Result, float]:
+        """Match and assemble a batch on ``n_lanes`` threads: the calling thread is lane 0,
+        the matcher's own pool runs the others. Each lane matches runs of the batch until
+        none is left, then waits for the others at a barrier, whose last comer lays the
+        result out (:func:`~pruning.lanes.delivery_starts`); then each lane copies its own
+        deliveries there. No thread is started and the caller is not woken between the
+        two steps. Returns the lanes' outputs, the result's columns and the wall time of
+        the parallel part."""
+        n = message_ids.size
+        runs = iter(guided_runs(n, n_lanes, largest=self.chunk, smallest=min(8, self.chunk)))
+        stats = shared[-1]
+        s_ids, d_ids = self.index.subs.ids, self.index.delta.ids
+        for k in range(n_lanes):
+            self._lane(k)
+        layout: dict[str, Any] = {}
+
+        def lay_out() -> None:
+            starts, total = delivery_starts(message_ids, stats[:, _DELIVERIES])
+            layout["starts"], layout["result"] = starts, self._new_result(total)
+
+        barrier = threading.Barrier(n_lanes, action=lay_out)
+
+        def lane(k: int) -> tuple[OutputArrays, int]:
+            try:
+                part = self._run_lane(k, runs, longest, shared, None, clocks[k])
+                barrier.wait()
+                self._assemble(part, layout["starts"], message_ids, s_ids, d_ids,
+                               layout["result"], clocks[k])
+            except BaseException:
+                barrier.abort()  # the other lanes stop waiting
+                raise
+            return part
+
+        t_par = time.perf_counter()
+        futures = [self._pool(n_lanes - 1).submit(lane, k) for k in range(1, n_lanes)]
+        outs: list[tuple[OutputArrays, int]] = []
+        errors: list[BaseException] = []
+        for k in range(n_lanes):
+            try:
+                outs.append(lane(0) if k == 0 else futures[k - 1].result())
+            except BaseException as exc:  # re-raised below, the cause first
+                errors.append(exc)
+        par = time.perf_counter() - t_par
+        if errors:
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)),
+                       errors[0])
+        return outs, layout["result"], par
+
+    def _pool(self, workers: int) -> ThreadPoolExecutor:
+        """The matcher's pool of ``workers`` threads, kept between calls (a fresh one in a
+        forked child, whose copy of the pool has no threads)."""
+        pool = self._executor
+        if pool is None or pool[1] != os.getpid() or pool[2] < workers:
+            if pool is not None and pool[1] == os.getpid():
+                pool[0].shutdown(wait=False)
+            self._executor = (ThreadPoolExecutor(max_workers=workers,
+                                                 thread_name_prefix="roadpubsub-lane"),
+                              os.getpid(), workers)
+        assert self._executor is not None
+        return self._executor[0]
+
     @staticmethod
-    def _new_result(total: int) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+    def _new_result(total: int) -> _Result:
         return (np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64),
                 np.empty(total), np.empty(total))
 
     @staticmethod
     def _assemble(part: tuple[OutputArrays, int], starts: IntArray, message_ids: IntArray,
                   slot_ids: IntArray, delta_ids: IntArray,
-                  result: tuple[IntArray, IntArray, FloatArray, FloatArray],
-                  clock: LaneClock) -> None:
+                  result: _Result, clock: LaneClock) -> None:
         out, n_out = part
         with clock:
             assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)

@@ -162,3 +162,49 @@ def test_threads_order_results_by_ids_not_by_input_or_slot(andorra, arch) -> Non
             np.testing.assert_array_equal(got_part.subscription_id,
                                           want.subscription_id[keep])
             np.testing.assert_array_equal(got_part.distance, want.distance[keep])
+
+
+def _small_index(andorra):
+    wl = generate_workload(andorra, n_subscriptions=2000, n_messages=60, seed=21)
+    index = EnhancedIndex(SpatialIndex.build(andorra, capacity=80), wl.subscriptions,
+                          wl.weights, dmax_m=3000.0)
+    return index, wl.messages
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_a_failing_lane_raises_its_error_and_no_lane_hangs(andorra, failing) -> None:
+    """The calling thread is lane 0 and the others wait at a barrier: an error in any lane
+    (before the barrier) reaches the caller as itself, and the next call works."""
+    index, msgs = _small_index(andorra)
+    matcher = IndexMatcher(index, threads=3, chunk=4)
+    want, _ = matcher.match(msgs)
+    run_lane = matcher._run_lane
+
+    def broken(k, *args):
+        if k == failing:
+            raise RuntimeError(f"lane {k} broke")
+        return run_lane(k, *args)
+
+    matcher._run_lane = broken
+    with pytest.raises(RuntimeError, match=f"lane {failing} broke"):
+        matcher.match(msgs)
+    del matcher._run_lane
+    assert_same(matcher.match(msgs)[0], want)
+
+
+def test_a_forked_child_matches_with_threads_of_its_own(andorra) -> None:
+    """A forked child (the service's snapshot writer forks) inherits the matcher but not
+    its pool's threads; it starts its own."""
+    import multiprocessing
+
+    index, msgs = _small_index(andorra)
+    matcher = IndexMatcher(index, threads=2)
+    want, _ = matcher.match(msgs)  # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    found = ctx.Queue()
+    child = ctx.Process(target=lambda: found.put(len(matcher.match(msgs)[0])))
+    child.start()
+    got = found.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert got == len(want) > 0
