@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pruning.indexed import IndexMatcher
 
 __all__ = ["SECTIONS", "Section", "Suite", "dense_workload", "ratio", "run_throughput",
-           "threads_figures", "threads_line"]
+           "threads_figures", "threads_line", "warm_lanes"]
 
 PathLike = str | os.PathLike[str]
 _MIB = 1024 * 1024
@@ -108,6 +108,13 @@ def ratio(results: dict[str, MethodResult], a: str, b: str) -> float | None:
     if a in results and b in results:
         return round(results[a].messages_per_second / results[b].messages_per_second, 3)
     return None
+
+
+def warm_lanes(matcher: IndexMatcher, messages: Messages) -> None:
+    """Match enough of ``messages`` that every thread of ``matcher`` takes part, so that
+    each thread's scratch arrays exist before any timing (one message uses one thread;
+    a thread's first batch also pays the first touch of its arrays)."""
+    matcher.match(messages.take(np.arange(min(len(messages), 16 * matcher.threads + 1))))
 
 
 def threads_figures(results: dict[str, MethodResult], many: str = "eia",
@@ -196,7 +203,7 @@ def _ratio_point_section(suite: Suite) -> dict[str, Any]:
                                                            1)}
         matcher = IndexMatcher(index, hilbert_order=config.hilbert_order,
                                threads=config.threads)
-        matcher.match(suite.messages.take([0]))
+        warm_lanes(matcher, suite.messages)
         methods.append(index_method(cls.kind, matcher, suite.messages))
     results, last = time_in_turns(methods, config.repeats)
     n = len(suite.messages)
@@ -333,9 +340,10 @@ def run_throughput(
             suite.indexes[cls.kind] = index
             matchers[cls.kind] = IndexMatcher(index, hilbert_order=config.hilbert_order,
                                               threads=config.threads)
-            matchers[cls.kind].match(msgs.take([0]))
+            warm_lanes(matchers[cls.kind], msgs)
         matchers["eia_1thread"] = IndexMatcher(indexes["eia"],
                                                hilbert_order=config.hilbert_order, threads=1)
+        warm_lanes(matchers["eia_1thread"], msgs)
         if brute_ids.size:
             t0 = time.perf_counter()
             brute = BruteMatcher(network, subs, weights, dmax_m=dmax)
@@ -473,6 +481,8 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
         matchers[cls.kind] = IndexMatcher(index, threads=config.threads)
         if cls is EnhancedIndex:
             matchers["eia_1thread"] = IndexMatcher(index, threads=1)
+    for matcher in matchers.values():
+        warm_lanes(matcher, wl.messages)
     n_brute = max(1, k // 10)
     brute = BruteMatcher(spatial.network, wl.subscriptions, weights, dmax_m=dmax)
     sample = wl.messages.take(np.arange(n_brute))
