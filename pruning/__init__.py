@@ -12,7 +12,6 @@ from pruning import (
     boolean,
     brute,
     deliveries,
-    hints,
     indexed,
     kernel_args,
     kinds_reference,
@@ -29,7 +28,6 @@ from pruning.algorithm2 import *  # noqa: F403
 from pruning.boolean import *  # noqa: F403
 from pruning.brute import *  # noqa: F403
 from pruning.deliveries import *  # noqa: F403
-from pruning.hints import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
@@ -43,7 +41,6 @@ from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               hints, lanes, indexed, matchers, topk_events, kinds_reference, boolean,
-               topk_buffers, topk)
+               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

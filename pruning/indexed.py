@@ -37,7 +37,6 @@ from pruning.algorithm1 import (
 )
 from pruning.algorithm2 import score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
-from pruning.hints import prefetch
 from pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
@@ -72,9 +71,6 @@ STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled")
 _DELIVERIES = len(COUNTER_NAMES)
 _SETTLED = _DELIVERIES + 1
 _CANDIDATES = CANDIDATES
-#: How many candidates ahead the verification-limit loop asks for its slot data (their
-#: keyword lists half as far): 4-16 measured alike at 10M subscriptions.
-_AHEAD = 8
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -218,14 +214,6 @@ def _match_batch(  # pragma: no cover - compiled
         # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
         # A candidate whose limit is below 0 cannot be delivered at any distance.
         for j in range(n_cand):
-            if j + _AHEAD < n_main:  # memory hints only (pruning.hints)
-                ahead = cand[j + _AHEAD]
-                for arr in (s_alpha, s_tau, s_chain_offset, cand_dnub):
-                    prefetch(arr, ahead)
-                prefetch(s_kw_ptr, ahead)
-                prefetch(s_chain, ahead)
-                if j + _AHEAD // 2 < n_main:
-                    prefetch(s_kw_terms, s_kw_ptr[cand[j + _AHEAD // 2]])
             if j < n_main:
                 r = int(cand[j])
                 tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
