@@ -15,6 +15,7 @@ from pruning import (
     indexed,
     kernel_args,
     kinds_reference,
+    lanes,
     live_kinds,
     live_topk,
     matchers,
@@ -32,6 +33,7 @@ from pruning.deliveries import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
+from pruning.lanes import *  # noqa: F403
 from pruning.live_kinds import *  # noqa: F403
 from pruning.live_topk import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
@@ -43,7 +45,7 @@ from pruning.topk_events import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk,
+               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk,
                live_kinds, live_topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -48,6 +51,13 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
+from pruning.lanes import (
+    CallTiming,
+    LaneClock,
+    assemble_kernel,
+    delivery_starts,
+    guided_runs,
+)
 from pruning.similarity import tsim_kernel
 from roadnet._prefetch import prefetch
 from roadnet.distance import NodeSearch, dead_ends
@@ -68,6 +78,11 @@ _CANDIDATES = CANDIDATES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+#: The result's columns: message id, subscription id, distance (m), score.
+_Result = tuple[IntArray, IntArray, FloatArray, FloatArray]
+#: A lane keeps its output buffers for the next call (no page faults on reuse) unless
+#: it filled more rows than this (about 33 bytes each) in the last one.
+_KEPT_OUT_ROWS = 1 << 22
 
 
 @dataclass(frozen=True, eq=False)
@@ -296,6 +311,7 @@ class _Lane:
     capacity: tuple[int, int, int] | None = None
     stamp: int = 0
     out_capacity: int = 1 << 16
+    out: OutputArrays | None = None
 
 
 class IndexMatcher:
@@ -315,9 +331,13 @@ class IndexMatcher:
     bucket_width_m
         Bucket width of the verification search, metres (> 0; the result is the same).
     threads
-        Threads matching one batch (>= 1; default: every core this process may use). Each
-        thread takes a contiguous run of the Hilbert-ordered batch with scratch arrays of
-        its own; the compiled loop holds no GIL. The result is the same for any count.
+        Threads matching one batch (>= 1; default: every core this process may use). The
+        threads take runs of the Hilbert-ordered batch from one queue (long runs first,
+        short ones last: :func:`~pruning.lanes.guided_runs`), each with scratch arrays of
+        its own, then copy their deliveries into the result in parallel
+        (:func:`~pruning.lanes.assemble_kernel`); the compiled loops hold no GIL. The
+        result is the same, in the same order, for any count. :attr:`last_timing` says
+        where the last call's time went.
     """
 
     def __init__(
@@ -348,6 +368,9 @@ class IndexMatcher:
             msg = f"threads must be >= 1, got {threads!r}"
             raise InputError(msg)
         self._lanes: list[_Lane] = []
+        self._executor: tuple[ThreadPoolExecutor, int, int] | None = None
+        #: Where the last :meth:`match` call's time went (threads, serial part).
+        self.last_timing: CallTiming | None = None
         self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
@@ -423,8 +446,6 @@ class IndexMatcher:
             A delivery names a subscription that is not in the index's slots, or its
             distance differs from the one the floor's search finds.
         """
-        import time
-
         from pruning.algorithm2 import verify_known
 
         index = self.index
@@ -477,6 +498,7 @@ class IndexMatcher:
             Messages whose points are off the index's network or whose keyword ids the
             index's weights do not hold (checked before any compiled code runs).
         """
+        t_call = time.perf_counter()
         index = self.index
         sp = index.spatial
         index.check_points(messages.points, labels=messages.ids, what="messages")
@@ -528,51 +550,136 @@ class IndexMatcher:
         shared = (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
                   delta, net_arrays, index.weights.weights, index.dmax_m, index.tolerance,
                   stats)
-        # Threads pull runs of consecutive positions of the Hilbert order from one counter:
-        # each run keeps its locality, and small runs (about 8 per thread) keep the threads
-        # busy to the end. Stats rows are per message, so threads never share one.
+        # Lanes (threads) pull runs of consecutive positions of the Hilbert order from one
+        # queue: long runs first (each keeps its locality), short ones last so that the
+        # lanes end together whatever the messages cost (lanes.guided_runs). Stats rows are
+        # per message, so lanes never share one. The deliveries are then put together in
+        # parallel too: each lane copies its own blocks to their places in the result.
         n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
+        slot_ids, delta_ids = s.ids, d.ids
+        clocks = [LaneClock() for _ in range(n_lanes)]
         if n_lanes == 1:
-            parts = [self._run_lane(0, [(0, n)], longest, shared, progress)]
+            t_par = time.perf_counter()
+            outs = [self._run_lane(0, [(0, n)], longest, shared, progress, clocks[0])]
+            par = time.perf_counter() - t_par
+            starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
+            result = self._new_result(total)
+            t_par = time.perf_counter()
+            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result,
+                           clocks[0])
+            par += time.perf_counter() - t_par
         else:
-            size = max(16, min(self.chunk, math.ceil(n / (8 * n_lanes))))
-            runs = [(a, min(a + size, n)) for a in range(0, n, size)]
-            queue = iter(runs)  # next() on one iterator is atomic under the GIL
-            for k in range(n_lanes):
-                self._lane(k)
-            with ThreadPoolExecutor(max_workers=n_lanes) as pool:
-                futures = [pool.submit(self._run_lane, k, queue, longest, shared, None)
-                           for k in range(n_lanes)]
-                parts = [f.result() for f in futures]
+            outs, result, par = self._run_lanes(n_lanes, messages.ids, longest, shared,
+                                                clocks)
             if progress is not None:
                 progress(n)
-        out_msg = np.concatenate([p[0] for p in parts])
-        out_src = np.concatenate([p[1] for p in parts])
-        out_row = np.concatenate([p[2] for p in parts])
-        out_dist = np.concatenate([p[3] for p in parts])
-        out_score = np.concatenate([p[4] for p in parts])
-        sub_ids = np.empty(out_msg.size, dtype=np.int64)
-        main = out_src == 0
-        sub_ids[main] = s.ids[out_row[main]]
-        sub_ids[~main] = d.ids[out_row[~main]]
-        found = Deliveries(messages.ids[out_msg], sub_ids, out_dist.astype(np.float64),
-                           out_score.astype(np.float64))
-        return Deliveries.concat([found]), MatchStats(messages.ids.copy(), stats)
+        for k, (_, rows) in enumerate(outs):
+            if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
+                self._lanes[k].out = None
+        wall = time.perf_counter() - t_call
+        self.last_timing = CallTiming(wall, wall - par, clocks)
+        return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
+
+    def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: tuple,
+                   clocks: list[LaneClock]
+                   ) -> tuple[list[tuple[OutputArrays, int]], _Result, float]:
+        """Match and assemble a batch on ``n_lanes`` threads: the calling thread is lane 0,
+        the matcher's own pool runs the others. Each lane matches runs of the batch until
+        none is left, then waits for the others at a barrier, whose last comer lays the
+        result out (:func:`~pruning.lanes.delivery_starts`); then each lane copies its own
+        deliveries there. No thread is started and the caller is not woken between the
+        two steps. Returns the lanes' outputs, the result's columns and the wall time of
+        the parallel part."""
+        n = message_ids.size
+        runs = iter(guided_runs(n, n_lanes, largest=self.chunk, smallest=min(8, self.chunk)))
+        stats = shared[-1]
+        s_ids, d_ids = self.index.subs.ids, self.index.delta.ids
+        for k in range(n_lanes):
+            self._lane(k)
+        layout: dict[str, Any] = {}
+
+        def lay_out() -> None:
+            starts, total = delivery_starts(message_ids, stats[:, _DELIVERIES])
+            layout["starts"], layout["result"] = starts, self._new_result(total)
+
+        barrier = threading.Barrier(n_lanes, action=lay_out)
+
+        def lane(k: int) -> tuple[OutputArrays, int]:
+            try:
+                part = self._run_lane(k, runs, longest, shared, None, clocks[k])
+                barrier.wait()
+                self._assemble(part, layout["starts"], message_ids, s_ids, d_ids,
+                               layout["result"], clocks[k])
+            except BaseException:
+                barrier.abort()  # the other lanes stop waiting
+                raise
+            return part
+
+        t_par = time.perf_counter()
+        futures = [self._pool(n_lanes - 1).submit(lane, k) for k in range(1, n_lanes)]
+        outs: list[tuple[OutputArrays, int]] = []
+        errors: list[BaseException] = []
+        for k in range(n_lanes):
+            try:
+                outs.append(lane(0) if k == 0 else futures[k - 1].result())
+            except BaseException as exc:  # re-raised below, the cause first
+                errors.append(exc)
+        par = time.perf_counter() - t_par
+        if errors:
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)),
+                       errors[0])
+        return outs, layout["result"], par
+
+    def _pool(self, workers: int) -> ThreadPoolExecutor:
+        """The matcher's pool of ``workers`` threads, kept between calls (a fresh one in a
+        forked child, whose copy of the pool has no threads)."""
+        pool = self._executor
+        if pool is None or pool[1] != os.getpid() or pool[2] < workers:
+            if pool is not None and pool[1] == os.getpid():
+                pool[0].shutdown(wait=False)
+            self._executor = (ThreadPoolExecutor(max_workers=workers,
+                                                 thread_name_prefix="roadpubsub-lane"),
+                              os.getpid(), workers)
+        assert self._executor is not None
+        return self._executor[0]
+
+    @staticmethod
+    def _new_result(total: int) -> _Result:
+        return (np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64),
+                np.empty(total), np.empty(total))
+
+    @staticmethod
+    def _assemble(part: tuple[OutputArrays, int], starts: IntArray, message_ids: IntArray,
+                  slot_ids: IntArray, delta_ids: IntArray,
+                  result: _Result, clock: LaneClock) -> None:
+        out, n_out = part
+        with clock:
+            assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
 
     def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
-                  progress: Callable[[int], None] | None
-                  ) -> tuple[npt.NDArray[np.generic], ...]:
+                  progress: Callable[[int], None] | None, clock: LaneClock
+                  ) -> tuple[OutputArrays, int]:
         """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
-        one by one from ``runs``, which other lanes may share); the lane's output rows."""
+        one by one from ``runs``, which other lanes may share); the lane's output buffers
+        and how many rows it wrote, one block per message."""
+        with clock:
+            return self._run_lane_runs(k, runs, longest, shared, progress)
+
+    def _run_lane_runs(self, k: int, runs: Iterable[tuple[int, int]], longest: int,
+                       shared: tuple, progress: Callable[[int], None] | None
+                       ) -> tuple[OutputArrays, int]:
         lane = self._lane(k)
         scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
         ws = lane.search.workspace()
-        out = self._new_out(lane.out_capacity)
+        if lane.out is None or lane.out.msg.size != lane.out_capacity:
+            lane.out = self._new_out(lane.out_capacity)
+        out = lane.out
         n_out = 0
         for start, stop in runs:
             n_out, out = self._run_span(lane, start, stop, scratch, ws, out, n_out, shared,
                                         progress)
-        return tuple(a[:n_out] for a in out)
+        lane.out = out
+        return out, n_out
 
     def _run_span(self, lane: _Lane, start: int, stop: int, scratch: ScratchArrays,
                   ws: tuple, out: OutputArrays, n_out: int, shared: tuple,

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pruning.brute import BruteMatcher
     from pruning.deliveries import Deliveries
     from pruning.indexed import IndexMatcher, MatchStats
+    from pruning.lanes import CallTiming
 
 __all__ = [
     "Matched",
@@ -30,6 +31,7 @@ __all__ = [
     "deliveries_agree",
     "index_method",
     "time_in_turns",
+    "timing_summary",
 ]
 
 #: A progress callback: called with the number of messages just matched.
@@ -163,6 +165,8 @@ class TimedMethod:
     messages: int
     run: Callable[[Progress | None], Matched]
     threads: int | None = None
+    #: Where each run's time went (index matchers: ``IndexMatcher.last_timing``).
+    timings: list[CallTiming] = field(default_factory=list)
 
 
 def index_method(name: str, matcher: IndexMatcher, messages: Messages) -> TimedMethod:
@@ -170,10 +174,13 @@ def index_method(name: str, matcher: IndexMatcher, messages: Messages) -> TimedM
 
     def run(progress: Progress | None) -> Matched:
         deliveries, stats = matcher.match(messages, progress=progress)
+        if matcher.last_timing is not None:
+            method.timings.append(matcher.last_timing)
         totals = stats.totals()
         return Matched(deliveries, int(totals["candidates"]), totals, stats)
 
-    return TimedMethod(name, len(messages), run, threads=matcher.threads)
+    method = TimedMethod(name, len(messages), run, threads=matcher.threads)
+    return method
 
 
 def brute_method(brute: BruteMatcher, messages: Messages, *, chunk: int = 8) -> TimedMethod:
@@ -216,4 +223,20 @@ def time_in_turns(methods: Sequence[TimedMethod], repeats: int, *,
                                     candidates=last[m.name].candidates,
                                     counters=last[m.name].counters, threads=m.threads)
                for m in methods}
+    for m in methods:
+        if m.timings:
+            results[m.name].extra["timing"] = timing_summary(m.timings)
     return results, last
+
+
+def timing_summary(timings: Sequence[CallTiming]) -> dict[str, Any]:
+    """Medians over runs of where a matcher's call time went (ms): the whole call, its
+    serial part, and each thread's busy wall and CPU time (``CallTiming.to_dict``)."""
+    docs = [t.to_dict() for t in timings]
+    lanes = min(len(d["lane_busy_ms"]) for d in docs)
+    return {"wall_ms": statistics.median(d["wall_ms"] for d in docs),
+            "serial_ms": statistics.median(d["serial_ms"] for d in docs),
+            "lane_busy_ms": [statistics.median(d["lane_busy_ms"][k] for d in docs)
+                             for k in range(lanes)],
+            "lane_cpu_ms": [statistics.median(d["lane_cpu_ms"][k] for d in docs)
+                            for k in range(lanes)]}

@@ -37,6 +37,7 @@ from roadpubsub.records import (
     deliveries_agree,
     index_method,
     time_in_turns,
+    timing_summary,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
     from index.terms import TermWeights
     from pruning.indexed import IndexMatcher
 
-__all__ = ["SECTIONS", "Section", "Suite", "dense_workload", "ratio", "run_throughput"]
+__all__ = ["SECTIONS", "Section", "Suite", "dense_workload", "ratio", "run_throughput",
+           "threads_figures", "threads_line", "warm_lanes"]
 
 PathLike = str | os.PathLike[str]
 _MIB = 1024 * 1024
@@ -108,6 +110,64 @@ def ratio(results: dict[str, MethodResult], a: str, b: str) -> float | None:
     return None
 
 
+def warm_lanes(matcher: IndexMatcher, messages: Messages) -> None:
+    """Match enough of ``messages`` that every thread of ``matcher`` takes part, so that
+    each thread's scratch arrays exist before any timing (one message uses one thread;
+    a thread's first batch also pays the first touch of its arrays)."""
+    matcher.match(messages.take(np.arange(min(len(messages), 16 * matcher.threads + 1))))
+
+
+def threads_figures(results: dict[str, MethodResult], many: str = "eia",
+                    one: str = "eia_1thread") -> dict[str, Any] | None:
+    """How the threads of ``many`` did against one thread (``one``), from the runs'
+    timings (medians): the speed-up; the serial part of a one-thread call and the
+    speed-up it allows (Amdahl); the CPU time the threads took together over one
+    thread's (above 1: they slow each other down, sharing caches and memory); the share
+    of the parallel part the threads were busy (below 1: one waited for the other).
+    None unless both ran with timings."""
+    if many not in results or one not in results:
+        return None
+    t_many, t_one = results[many].extra.get("timing"), results[one].extra.get("timing")
+    if not t_many or not t_one or t_one["wall_ms"] <= 0:
+        return None
+    n = len(t_many["lane_busy_ms"])
+    serial = t_one["serial_ms"] / t_one["wall_ms"]
+    parallel = t_many["wall_ms"] - t_many["serial_ms"]
+    cpu_one = sum(t_one["lane_cpu_ms"])
+    busy_many = sum(t_many["lane_busy_ms"])
+    slowest = max(t_many["lane_cpu_ms"]) + t_many["serial_ms"]
+    return {"threads": n, "speedup": ratio(results, many, one),
+            "serial_share_1thread": round(serial, 4),
+            "amdahl_bound": round(1.0 / (serial + (1.0 - serial) / n), 3),
+            "serial_ms": t_many["serial_ms"],
+            "lanes_cpu_over_1thread": (round(sum(t_many["lane_cpu_ms"]) / cpu_one, 3)
+                                       if cpu_one > 0 else None),
+            "lanes_busy_share": (round(busy_many / (n * parallel), 3)
+                                 if parallel > 0 else None),
+            "lanes_on_cpu_share": (round(sum(t_many["lane_cpu_ms"]) / busy_many, 3)
+                                   if busy_many > 0 else None),
+            "speedup_from_cpu_times": (round((cpu_one + t_one["serial_ms"]) / slowest, 3)
+                                       if slowest > 0 else None)}
+
+
+def threads_line(figures: dict[str, Any] | None, label: str = "EIA") -> str:
+    """One line of :func:`threads_figures` for the progress and summary output."""
+    if figures is None:
+        return f"{label} threads: -"
+    def pct(v: float | None) -> str:
+        return f"{100 * v:.0f}%" if v is not None else "-"
+
+    cpu = figures["lanes_cpu_over_1thread"]
+    by_cpu = figures["speedup_from_cpu_times"]
+    return (f"{label} {figures['threads']} threads / 1 thread {figures['speedup']:.2f}x, "
+            + (f"{by_cpu:.2f}x" if by_cpu is not None else "-") + " from CPU times "
+            f"(serial {100 * figures['serial_share_1thread']:.1f}% of a one-thread call: "
+            f"bound {figures['amdahl_bound']:.2f}x; threads' CPU "
+            + (f"{cpu:.2f}x" if cpu is not None else "-") + " one thread's; busy "
+            + pct(figures["lanes_busy_share"]) + " of the parallel part, on a core "
+            + pct(figures["lanes_on_cpu_share"]) + " of that)")
+
+
 def _throughputs(results: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v['messages_per_second']:,.1f} msg/s" for k, v in results.items())
 
@@ -143,7 +203,7 @@ def _ratio_point_section(suite: Suite) -> dict[str, Any]:
                                                            1)}
         matcher = IndexMatcher(index, hilbert_order=config.hilbert_order,
                                threads=config.threads)
-        matcher.match(suite.messages.take([0]))
+        warm_lanes(matcher, suite.messages)
         methods.append(index_method(cls.kind, matcher, suite.messages))
     results, last = time_in_turns(methods, config.repeats)
     n = len(suite.messages)
@@ -280,9 +340,10 @@ def run_throughput(
             suite.indexes[cls.kind] = index
             matchers[cls.kind] = IndexMatcher(index, hilbert_order=config.hilbert_order,
                                               threads=config.threads)
-            matchers[cls.kind].match(msgs.take([0]))
+            warm_lanes(matchers[cls.kind], msgs)
         matchers["eia_1thread"] = IndexMatcher(indexes["eia"],
                                                hilbert_order=config.hilbert_order, threads=1)
+        warm_lanes(matchers["eia_1thread"], msgs)
         if brute_ids.size:
             t0 = time.perf_counter()
             brute = BruteMatcher(network, subs, weights, dmax_m=dmax)
@@ -304,6 +365,7 @@ def run_throughput(
                                      [last[k].deliveries for k in matchers],
                                      message_ids=brute_ids)
         info["note"] = _throughputs({k: r.to_dict() for k, r in results.items()})
+        info["note"] += "; " + threads_line(threads_figures(results))
         if agree is not None:
             info["note"] += "; " + ("EIA, BIA and brute agree" if agree else "MISMATCH")
     del last
@@ -375,6 +437,7 @@ def run_throughput(
                    "eia_over_brute": ratio(results, "eia", "brute"),
                    "bia_over_brute": ratio(results, "bia", "brute"),
                    "eia_threads_over_1thread": ratio(results, "eia", "eia_1thread")},
+        "threads": threads_figures(results),
         "agree": agree,
         **sections,
         "memory": {"max_rss_mib": max_rss_mib(), "max_rss_mib_after_phase": rss},
@@ -418,6 +481,8 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
         matchers[cls.kind] = IndexMatcher(index, threads=config.threads)
         if cls is EnhancedIndex:
             matchers["eia_1thread"] = IndexMatcher(index, threads=1)
+    for matcher in matchers.values():
+        warm_lanes(matcher, wl.messages)
     n_brute = max(1, k // 10)
     brute = BruteMatcher(spatial.network, wl.subscriptions, weights, dmax_m=dmax)
     sample = wl.messages.take(np.arange(n_brute))
@@ -440,6 +505,9 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
         seconds, floor_settled = matchers["eia_1thread"].verification_floor(
             wl.messages, rounds["eia"].deliveries)
         floor.append(seconds)
+    for method in methods:
+        if method.timings:
+            results[method.name].extra["timing"] = timing_summary(method.timings)
     results["floor"] = MethodResult("floor", k, floor)
     eia = rounds["eia"]
     totals = eia.counters
@@ -462,5 +530,6 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
                    "eia_over_brute": ratio(results, "eia", "brute"),
                    "eia_1thread_over_floor": round(results["eia_1thread"].seconds
                                                    / results["floor"].seconds, 3)},
+        "threads": threads_figures(results),
         "agree": bool(agree),
     }

@@ -277,6 +277,12 @@ def _throughput_table(doc: dict[str, Any]) -> str:
     if ratios["eia_over_brute"] is not None:
         text += f", EIA/brute {ratios['eia_over_brute']:.1f}x"
     lines.append(text + "; agree: " + {True: "yes", False: "NO", None: "-"}[doc["agree"]])
+    from roadpubsub.bench.throughput import threads_line
+
+    lines.append("  " + threads_line(doc.get("threads")))
+    dense = doc.get("dense")
+    if dense:
+        lines.append("  " + threads_line(dense.get("threads"), "dense EIA"))
     lines.append(f"  wrote {doc['files'].get('json', '-')}; total time "
                  f"{doc['seconds']['total']:.1f} s")
     return "\n".join(lines)

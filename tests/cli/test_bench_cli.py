@@ -120,6 +120,14 @@ def test_throughput_suite(needs_helsinki: None, tmp_path: Path,
     assert doc["ratios"]["eia_over_bia"] > 0 and doc["ratios"]["eia_over_brute"] > 0
     assert doc["memory"]["max_rss_mib"] > 0 and doc["machine"]["cpu_model"]
     assert doc["config"]["hilbert_order"] is True
+    # Where the threads' time went: one busy and one CPU time per thread, the serial part.
+    threads = doc["threads"]
+    timing = doc["methods"]["eia"]["timing"]
+    assert threads["threads"] == len(timing["lane_busy_ms"]) == len(timing["lane_cpu_ms"])
+    assert 0 <= timing["serial_ms"] <= timing["wall_ms"]
+    assert 0 <= threads["serial_share_1thread"] < 1
+    assert 1 <= threads["amdahl_bound"] <= threads["threads"]
+    assert len(doc["methods"]["eia_1thread"]["timing"]["lane_cpu_ms"]) == 1
 
 
 def test_throughput_suite_in_input_order(needs_helsinki: None, tmp_path: Path,
