@@ -21,7 +21,8 @@ def test_fork_while_another_thread_compiles(tmp_path: Path,
     # the moment of the fork, another thread holds numba's compiler lock (as the
     # compaction thread does while it compiles or loads its kernels). A child forked
     # with the lock held elsewhere waits for it forever.
-    def write_snapshot(state_dir: Path, seq: int, index: Any, expiry: Any) -> None:
+    def write_snapshot(state_dir: Path, seq: int, index: Any, expiry: Any,
+                       kinds: Any = None) -> None:
         @numba.njit(cache=False)
         def fresh(a: Any) -> Any:  # never compiled in the parent
             return a.sum() + seq
