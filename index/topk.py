@@ -31,7 +31,7 @@ __all__ = ["DEFAULT_BUFFER_EXTRA", "TopkIndex", "buffer_capacity"]
 IntArray = npt.NDArray[np.int64]
 
 #: Default number of buffer entries kept beyond k (see :func:`buffer_capacity`).
-DEFAULT_BUFFER_EXTRA = 7
+DEFAULT_BUFFER_EXTRA = 4
 
 
 def buffer_capacity(k: IntArray, window: int, extra: int = DEFAULT_BUFFER_EXTRA
