@@ -105,6 +105,7 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
 def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
                    window: int, n_steady: int, dmax_m: float = 5000.0, seed: int = 0,
                    reference: bool = True, reference_steady: int | None = None,
+                   reference_fill: int | None = None,
                    buffer_extra: int | None = None) -> dict[str, Any]:
     """Top-k: index vs reference rates over the fill and the steady state, events equal.
 
@@ -113,6 +114,12 @@ def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, 
     steady ratio compares per-message times over those, and the events are compared on
     what both processed. CPU seconds of this process are given beside the wall clock
     (on a shared machine the wall clock counts the other processes' turns too).
+
+    With ``reference_fill`` = N the reference times only the first N fill messages, and
+    its steady state is handed over from the index's top-k lists after the fill (the
+    reference's own state: sorted (score, arrival) keys and distances per subscription,
+    and the window); its steady events are then compared with the index's, which checks
+    the hand-over too.
     """
     n = window + n_steady
     t0 = time.perf_counter()
@@ -138,6 +145,7 @@ def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, 
     t1, c1 = time.perf_counter(), time.process_time()
     ev_fill = index.push(fill)
     t2, c2 = time.perf_counter(), time.process_time()
+    index_at_fill = _top_state(index, subs) if reference_fill is not None else None
     ev_steady = index.push(steady)
     t3, c3 = time.perf_counter(), time.process_time()
     stats = index.stats
@@ -153,21 +161,37 @@ def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, 
         n_ref = n_steady if reference_steady is None else min(reference_steady, n_steady)
         ref = TopkBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m, window=window)
         t4, c4 = time.perf_counter(), time.process_time()
-        rf = ref.push(fill)
-        t5, c5 = time.perf_counter(), time.process_time()
+        if reference_fill is None:
+            rf = ref.push(fill)
+            same_fill = rf.rows() == ev_fill.rows()
+            n_fill_ref = window
+        else:  # a sample of the fill timed; the steady state handed over from the index
+            n_fill_ref = min(reference_fill, window)
+            rf = ref.push(fill.take(np.arange(n_fill_ref)))
+            head_f = ev_fill.seq < n_fill_ref
+            same_fill = rf.rows() == TopkEvents(*(getattr(ev_fill, f)[head_f] for f in (
+                "seq", "phase", "event", "message_id", "subscription_id", "rank", "score",
+                "distance"))).rows()
+        t5_fill, c5_fill = time.perf_counter(), time.process_time()
         out["load_after_reference_fill"] = _load()
+        if reference_fill is not None:
+            ref = TopkBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m, window=window)
+            _hand_over(index_at_fill, ref, fill)
+        t5, c5x = time.perf_counter(), time.process_time()
         rs = ref.push(steady.take(np.arange(n_ref)))
         t6, c6 = time.perf_counter(), time.process_time()
+        c5 = c5x
         head = ev_steady.seq < window + n_ref
         same_steady = rs.rows() == TopkEvents(*(getattr(ev_steady, f)[head] for f in (
             "seq", "phase", "event", "message_id", "subscription_id", "rank", "score",
             "distance"))).rows()
         out.update(reference_steady_messages=n_ref,
-                   reference_fill_msg_per_s=round(window / (t5 - t4), 2),
+                   reference_fill_messages=n_fill_ref,
+                   reference_fill_msg_per_s=round(n_fill_ref / (t5_fill - t4), 2),
                    reference_steady_msg_per_s=round(n_ref / (t6 - t5), 3),
-                   reference_fill_cpu_msg_per_s=round(window / (c5 - c4), 2),
+                   reference_fill_cpu_msg_per_s=round(n_fill_ref / (c5_fill - c4), 2),
                    reference_steady_cpu_msg_per_s=round(n_ref / (c6 - c5), 3),
-                   identical=rf.rows() == ev_fill.rows() and same_steady,
+                   identical=same_fill and same_steady,
                    load_after_reference=_load())
         for what in ("fill", "steady"):
             for clock in ("", "cpu_"):
@@ -175,6 +199,34 @@ def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, 
                     out[f"index_{what}_{clock}msg_per_s"]
                     / out[f"reference_{what}_{clock}msg_per_s"], 1)
     return out
+
+
+def _top_state(index: TopkIndexMatcher, subs: TopkSubscriptions
+               ) -> dict[int, list[tuple[float, int, float]]]:
+    """Each subscription id's top-k (score, arrival number, distance) from the index."""
+    st, ptr, k = index.state, index.index.buf_ptr, index.subs.k
+    out = {}
+    for r, sid in enumerate(index.subs.ids.tolist()):
+        base = int(ptr[r])
+        out[sid] = [(float(st.b_score[base + j]), int(st.b_seq[base + j]),
+                     float(st.b_dist[base + j])) for j in range(min(int(k[r]), int(st.size[r])))]
+    return out
+
+
+def _hand_over(top: dict[int, list[tuple[float, int, float]]] | None,
+               ref: TopkBruteMatcher, fill: Any) -> None:
+    """Put the reference in the state the fill leaves (see :func:`topk_benchmark`)."""
+    assert top is not None
+    for r, sid in enumerate(ref.subs.ids.tolist()):
+        entries = top.get(sid, [])
+        ref._top[r] = sorted((sc, seq) for sc, seq, _ in entries)
+        ref._dist[r] = {seq: d for _, seq, d in entries}
+        for _, seq, _ in entries:
+            ref._holders.setdefault(seq, set()).add(r)
+    for i in range(len(fill)):
+        ref._ring[i] = (int(fill.ids[i]), int(fill.points.edge[i]),
+                        float(fill.points.offset[i]), fill.keywords(i))
+    ref.seq = len(fill)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topk-reference-steady", type=int, default=None, metavar="N",
                    help="the reference gets the whole fill but only the first N steady "
                         "messages (default: all)")
+    p.add_argument("--topk-reference-fill", type=int, default=None, metavar="N",
+                   help="time the reference on the first N fill messages only and hand it "
+                        "the index's state after the fill for the steady part")
     p.add_argument("--buffer-extra", type=int, default=None,
                    help="top-k buffer entries kept beyond k (default: the matcher's)")
     p.add_argument("--no-topk-reference", action="store_true",
@@ -220,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                                         dmax_m=args.dmax,
                                         reference=not args.no_topk_reference,
                                         reference_steady=args.topk_reference_steady,
+                                        reference_fill=args.topk_reference_fill,
                                         buffer_extra=args.buffer_extra)
         report["load_after_topk"] = _load()
     text = json.dumps(report, indent=2)
