@@ -31,25 +31,26 @@ __all__ = ["DEFAULT_BUFFER_EXTRA", "TopkIndex", "buffer_capacity"]
 IntArray = npt.NDArray[np.int64]
 
 #: Default number of buffer entries kept beyond k (see :func:`buffer_capacity`).
-DEFAULT_BUFFER_EXTRA = 7
+DEFAULT_BUFFER_EXTRA = 4
 
 
 def buffer_capacity(k: IntArray, window: int, extra: int = DEFAULT_BUFFER_EXTRA
                     ) -> tuple[IntArray, IntArray]:
     """(C, slots) per subscription: C = min(k, W) + ``extra`` entries are kept beyond which
     the lowest scores are dropped (:func:`pruning.topk_buffers.offer`), in
-    max(C, 2 min(k, W)) + 2 slots.
+    max(C_max, 2 min(k, W)) + 2 slots, C_max = min(k, W) + max(extra, 3 min(k, W)).
 
     A k-skyband holds at most k messages of one score (of equal scores the newer
     dominates), so dropping the lowest score group while more than k stay never needs more
     than max(C, 2k - 1) + 1 entries, plus the one being inserted. A top-k never holds more
     than W messages, hence min(k, W). A larger C means fewer re-evaluations of the window
     when top-k members expire, a smaller one a higher threshold theta: fewer offers and
-    shorter verification searches.
+    shorter verification searches. C grows by k at each re-evaluation of the subscription
+    (:func:`pruning.topk_buffers.expire`), up to C_max: the slots allow for it.
     """
     kk = np.minimum(np.asarray(k, dtype=np.int64), int(window))
     cap = kk + int(extra)
-    return cap, np.maximum(cap, 2 * kk) + 2
+    return cap, np.maximum(kk + np.maximum(int(extra), 3 * kk), 2 * kk) + 2
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,12 +9,15 @@ reach every row of those cells at most once:
 1. keyword path: the rows sharing a keyword with m, found through the (keyword, cell)
    postings of the index, are marked seen and checked with their exact TSIM;
 2. text-free path: every other row has TSIM = 0 exactly (no shared weight is summed), so
-   SIM <= UB0(ci, m) = max over alpha in {alpha_min(ci), alpha_max(ci)} of
-   alpha * (1 - dNmin(ci, m) / Dmax). The cell's rows are kept ordered by a snapshot of
-   their thresholds, re-sorted every ``resort_every`` messages; a snapshot only ever lies
-   below the current threshold (thresholds rise between sorts, and a cell where one fell
-   is scanned whole until the next sort), so the scan stops at the first snapshot above
-   UB0, and a row whose threshold is above UB0 is skipped;
+   SIM <= UB0(s, m) = alpha(s) * spro, spro = 1 - dNmin(ci, m) / Dmax; a row whose
+   threshold is above UB0 + SIM_SLACK is skipped. The cell's rows are kept ordered by a
+   snapshot of their key theta / alpha (-inf for alpha < 2^-20), re-sorted every
+   ``resort_every`` messages; a snapshot only ever lies below the current key
+   (thresholds rise between sorts, and a cell where one fell is scanned whole until the
+   next sort), so the scan stops at the first snapshot above the cut
+   spro (1 + 2^-20) + 2^-20. Past it, theta / alpha > spro + 2^-21 (one rounding of the
+   quotient), so theta > alpha spro + alpha 2^-21 >= alpha spro + 2^-41 (alpha >= 2^-20):
+   far above UB0 + SIM_SLACK's rounding (below);
 3. a checked row is dropped when its TSIM leaves no distance at which SIM >= theta(s)
    (DNUB, Eq. 13, with theta(s) for tau_e and the exact TSIM for TUB), or when its own
    distance lower bound exceeds that DNUB (kappa dE in m's cell, else the larger of
@@ -92,8 +95,11 @@ __all__ = ["SIM_SLACK", "TopkCellArrays", "TopkIndexMatcher"]
 F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-#: Added to a cell's score upper bound before comparing it with thresholds (see above).
+#: Added to a text-free score upper bound before comparing it with thresholds (see above).
 SIM_SLACK = 2.0**-48
+#: Relative and absolute margin of the text-free path's cut, and the smallest alpha keyed
+#: by theta / alpha (see the module docstring).
+KEY_MARGIN = 2.0**-20
 
 
 class TopkCellArrays(NamedTuple):
@@ -186,9 +192,9 @@ def _arrive(  # pragma: no cover - compiled
                 n_cand = _consider(s, tsim, theta, same, eta, dcm, mx, my, m_din, sub, cb,
                                    sc, cand_tsim, dmax, n_cand)
     # Text-free path: every other row has TSIM = 0 exactly (no shared weight is summed;
-    # its keyword weights are positive), so SIM <= alpha (1 - dNmin / Dmax), at most
-    # UB0 = max over the cell's alpha range of that; rows are scanned in the order of
-    # their threshold snapshot up to UB0 (see the module docstring).
+    # its keyword weights are positive), so SIM <= alpha (1 - dNmin / Dmax) =: UB0; rows
+    # are scanned in the order of their key snapshot theta / alpha up to the cut
+    # (see the module docstring).
     n_cells = cells.cell_ptr.size - 1
     for c in range(n_cells):
         if cells.cell_ptr[c + 1] == cells.cell_ptr[c]:
@@ -199,18 +205,17 @@ def _arrive(  # pragma: no cover - compiled
         st.stats[1] += 1
         low = max(lb - cb.slack_abs - cb.slack_rel * abs(lb), 0.0)
         spro = 1.0 - low / dmax
-        a0, a1 = cells.min_alpha[c], cells.max_alpha[c]
-        ub = max(a0 * spro, a1 * spro) + SIM_SLACK
+        cut = spro * (1.0 + KEY_MARGIN) + KEY_MARGIN
         dirty = st.cell_dirty[c]
         same = c == mc
         eta = cb.eta_t[mc, c]
         dcm = cb.D_t[mc, c]
         for p in range(cells.cell_ptr[c], cells.cell_ptr[c + 1]):
-            if not dirty and st.order_theta[p] > ub:
+            if not dirty and st.order_theta[p] > cut:
                 break
             s = st.cell_order[p]
             theta = st.theta[s]
-            if theta > ub or cells.seen[s] == stamp:
+            if theta > sub.alpha[s] * spro + SIM_SLACK or cells.seen[s] == stamp:
                 continue
             st.stats[2] += 1
             n_cand = _consider(s, 0.0, theta, same, eta, dcm, mx, my, m_din, sub, cb, sc,
@@ -287,20 +292,32 @@ def _push(  # pragma: no cover - compiled
     return i, n_ev
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _order_key(theta: float, alpha: float) -> float:  # pragma: no cover - compiled
+    """theta / alpha, the text-free path's key; -inf (always scanned) when alpha < 2^-20
+    and theta < inf."""
+    if alpha >= KEY_MARGIN:
+        return theta / alpha
+    return np.inf if theta == np.inf else -np.inf
+
+
 @numba.njit(cache=True, nogil=True)
-def _resort(cell_ptr: I64, st: TopkState) -> None:  # pragma: no cover - compiled
-    """Order each cell's rows by their current threshold; clear the dirty flags."""
+def _resort(cell_ptr: I64, alpha: F, st: TopkState) -> None:  # pragma: no cover - compiled
+    """Order each cell's rows by their current key theta / alpha; clear the dirty flags."""
     for c in range(cell_ptr.size - 1):
         a, b = cell_ptr[c], cell_ptr[c + 1]
         if b - a > 1:
             rows = st.cell_order[a:b].copy()
-            th = st.theta[rows]
-            order = np.argsort(th, kind="mergesort")
+            key = np.empty(b - a)
+            for q in range(b - a):
+                key[q] = _order_key(st.theta[rows[q]], alpha[rows[q]])
+            order = np.argsort(key, kind="mergesort")
             for q in range(b - a):
                 st.cell_order[a + q] = rows[order[q]]
-                st.order_theta[a + q] = th[order[q]]
+                st.order_theta[a + q] = key[order[q]]
         elif b - a == 1:
-            st.order_theta[a] = st.theta[st.cell_order[a]]
+            r = st.cell_order[a]
+            st.order_theta[a] = _order_key(st.theta[r], alpha[r])
         st.cell_dirty[c] = False
 
 
@@ -363,7 +380,7 @@ class TopkIndexMatcher:
 
     # ------------------------------------------------------------------ set-up
     def _install(self, subs: TopkSubscriptions, expires: F,
-                 carry: tuple[TopkState, I64, I64] | None) -> I64:
+                 carry: tuple[TopkState, TopkSubArrays, I64] | None) -> I64:
         """Index ``subs`` and make a fresh state; ``carry`` = (old state, old buffer
         pointers, source row of each new row or -1): rows with a source keep its buffer,
         threshold and expiry bucket; the others start empty.
@@ -400,10 +417,12 @@ class TopkIndexMatcher:
             cell_order=ix.cell_row.copy(), order_theta=np.full(n, -np.inf),
             cell_dirty=np.zeros(n_cells, bool), counter=self._counter, stats=self._stats)
         if carry is not None:
-            old, old_ptr, src = carry
+            old, old_sub, src = carry
+            old_ptr = old_sub.buf_ptr
             kept = np.flatnonzero(src >= 0)
             srows = src[kept]
             st.theta[kept] = old.theta[srows]
+            ix.buf_cap[kept] = old_sub.cap[srows]
             st.size[kept] = old.size[srows]
             # Slots: each kept row's whole old segment (their number depends on k, W and
             # buffer_extra only).
@@ -413,7 +432,7 @@ class TopkIndexMatcher:
             for name in ("b_seq", "b_score", "b_dist", "b_dom"):
                 getattr(st, name)[to] = getattr(old, name)[frm]
             relink_all(st, self._sub, w)
-        _resort(ix.cell_ptr, st)
+        _resort(ix.cell_ptr, subs.alpha, st)
         self.state = st
         self._rs = ReevalScratch(np.empty(w, np.int64), np.empty(w), np.empty(w),
                                  np.zeros(w + 1, np.int64),
@@ -500,13 +519,12 @@ class TopkIndexMatcher:
         expires = np.concatenate([self._expires[live],
                                   _expiry_column(expires_at, len(subs))])
         src = np.concatenate([live, np.full(len(subs), -1, np.int64)])
-        old = self.state, self.index.buf_ptr
-        new = self._install(both, expires, (old[0], old[1], src))
+        new = self._install(both, expires, (self.state, self._sub, src))
         self._ensure_events(int(np.minimum(subs.k, self.window).sum()) + 8)
         n_ev = join(self.state, self._sub, self._win, self._fw, self._rs,
                     self.weights.weights, self.dmax_m, new, self.arrivals - 1, 2, self._ev,
                     0)
-        _resort(self.index.cell_ptr, self.state)
+        _resort(self.index.cell_ptr, self.subs.alpha, self.state)
         self._since_sort = 0
         return TopkEvents.concat([self._events(n_ev)])
 
@@ -531,7 +549,7 @@ class TopkIndexMatcher:
         if (~self._live).sum() > max(1024, int(self._live.sum())):  # compact
             live = np.flatnonzero(self._live)
             self._install(self.subs.take(live), self._expires[live],
-                          (self.state, self.index.buf_ptr, live))
+                          (self.state, self._sub, live))
         return events
 
     def results(self, ids: npt.ArrayLike) -> list[list[tuple[int, float, float]]]:
@@ -611,7 +629,7 @@ class TopkIndexMatcher:
         start = 0
         while start < n_msg:
             if self._since_sort >= self.resort_every:
-                _resort(self.index.cell_ptr, self.state)
+                _resort(self.index.cell_ptr, self.subs.alpha, self.state)
                 self._since_sort = 0
             stop = min(n_msg, start + self.resort_every - self._since_sort)
             nxt, n_ev = _push(start, stop, messages.ids, msg, self._cb, self._cells,

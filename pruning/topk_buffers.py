@@ -289,6 +289,9 @@ def expire(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: ForwardArra
             n_ev = _emit(ev, n_ev, t, 0, EVENT_INSERT, win.mid[st.b_seq[e] % window], s, k,
                          st.b_score[e], st.b_dist[e])
         elif st.theta[s] > -np.inf:
+            # The buffer ran dry: keep k more entries from now on (up to its slots), so
+            # a subscription whose top-k turns over fast is re-evaluated less often.
+            sub.cap[s] = min(sub.cap[s] + k, sub.buf_ptr[s + 1] - base - 2)
             reevaluate(st, sub, win, fw, sc, weights, dmax, s, t, t - window + 1)
             for j in range(n, min(k, st.size[s])):
                 e = base + j
