@@ -100,10 +100,15 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
             # A kill at a random moment while batches are matched and committed ...
             proc = _start(_command(tmp_path, index_file), log)
             t0 = time.monotonic()
-            while _sink_files(tmp_path) == 0 and proc.poll() is None:
+            # The moment is drawn from the stream's own progress (after its first or
+            # second committed file, plus a little), not from the clock alone: on a quiet
+            # machine a batch takes a fraction of a second, and a sleep of up to 1.5 s
+            # let the stream finish before the kill.
+            target = rng.randint(1, 2)
+            while _sink_files(tmp_path) < target and proc.poll() is None:
                 assert time.monotonic() - t0 < 300, log.read_text()[-3000:]
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 1.5))
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.2))
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             # ... then one between the sink file's rename and Spark's commit of the batch.
