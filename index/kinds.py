@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from index.model import InvalidSubscriptionError, Subscriptions, _duplicates, _ids, _take_csr
+from index.model import (
+    InvalidSubscriptionError,
+    KeywordRows,
+    Subscriptions,
+    _check_rows,
+    _ids,
+    _keyword_and_id_problems,
+)
 from roadnet.locations import EdgePoints
 
 __all__ = ["KIND_BOOLEAN", "KIND_THRESHOLD", "KIND_TOPK", "SUBSCRIPTION_KIND_NAMES",
@@ -36,22 +43,8 @@ KIND_TOPK = "topk"
 SUBSCRIPTION_KIND_NAMES = (KIND_THRESHOLD, KIND_BOOLEAN, KIND_TOPK)
 
 
-def _check_common(ids: IntArray, n_points: int, kw_ptr: IntArray, columns: tuple[int, ...],
-                  problems: list[str]) -> None:
-    n = ids.size
-    if not (n_points == n and kw_ptr.size == n + 1 and all(c == n for c in columns)):
-        msg = "subscription columns must all have one row per subscription"
-        raise InvalidSubscriptionError(msg)
-    empty = np.diff(kw_ptr) == 0
-    if empty.any():
-        problems.append(f"empty keyword list: ids {_ids(ids, empty)}")
-    dup = _duplicates(ids)
-    if dup.any():
-        problems.append(f"duplicate ids: {_ids(ids, dup)}")
-
-
 @dataclass(frozen=True, eq=False)
-class BooleanSubscriptions:
+class BooleanSubscriptions(KeywordRows):
     """Boolean range subscriptions as arrays.
 
     Attributes
@@ -73,12 +66,9 @@ class BooleanSubscriptions:
     kw_ptr: IntArray
     kw_terms: npt.NDArray[np.int32]
 
-    def __len__(self) -> int:
-        return int(self.ids.size)
-
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        _check_common(self.ids, len(self.points), self.kw_ptr, (self.radius.size,), problems)
+        _check_rows(self.ids.size, (len(self.points), self.radius.size), self.kw_ptr)
+        problems = _keyword_and_id_problems(self.ids, self.kw_ptr)
         bad = ~(np.isfinite(self.radius) & (self.radius >= 0))
         if bad.any():
             problems.append(f"radius not a number of metres >= 0: ids {_ids(self.ids, bad)}")
@@ -86,19 +76,9 @@ class BooleanSubscriptions:
             msg = "invalid boolean subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
 
-    def keywords(self, i: int) -> npt.NDArray[np.int32]:
-        """Term ids of row i."""
-        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
-
-    def take(self, rows: npt.ArrayLike) -> BooleanSubscriptions:
-        """A new batch with the given rows, in that order."""
-        r = np.asarray(rows, dtype=np.int64)
-        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
-        return BooleanSubscriptions(self.ids[r], self.points[r], self.radius[r], ptr, terms)
-
 
 @dataclass(frozen=True, eq=False)
-class TopkSubscriptions:
+class TopkSubscriptions(KeywordRows):
     """Top-k sliding-window subscriptions as arrays.
 
     Attributes
@@ -122,13 +102,10 @@ class TopkSubscriptions:
     kw_ptr: IntArray
     kw_terms: npt.NDArray[np.int32]
 
-    def __len__(self) -> int:
-        return int(self.ids.size)
-
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        _check_common(self.ids, len(self.points), self.kw_ptr,
-                      (self.alpha.size, self.k.size), problems)
+        _check_rows(self.ids.size, (len(self.points), self.alpha.size, self.k.size),
+                    self.kw_ptr)
+        problems = _keyword_and_id_problems(self.ids, self.kw_ptr)
         bad_alpha = ~((self.alpha >= 0) & (self.alpha <= 1))
         if bad_alpha.any():
             problems.append(f"alpha outside [0, 1]: ids {_ids(self.ids, bad_alpha)}")
@@ -138,17 +115,6 @@ class TopkSubscriptions:
         if problems:
             msg = "invalid top-k subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
-
-    def keywords(self, i: int) -> npt.NDArray[np.int32]:
-        """Term ids of row i."""
-        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
-
-    def take(self, rows: npt.ArrayLike) -> TopkSubscriptions:
-        """A new batch with the given rows, in that order."""
-        r = np.asarray(rows, dtype=np.int64)
-        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
-        return TopkSubscriptions(self.ids[r], self.points[r], self.alpha[r], self.k[r],
-                                 ptr, terms)
 
 
 def empty_subscriptions() -> Subscriptions:

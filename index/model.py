@@ -9,7 +9,8 @@ set (duplicates removed, ascending ids).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -18,8 +19,8 @@ from index.terms import TermWeights
 from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
-__all__ = ["InvalidMessageError", "InvalidSubscriptionError", "Messages", "Subscriptions",
-           "keyword_csr"]
+__all__ = ["InvalidMessageError", "InvalidSubscriptionError", "KeywordRows", "Messages",
+           "Subscriptions", "keyword_csr"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -51,8 +52,56 @@ def keyword_csr(rows: Iterable[Sequence[str]], weights: TermWeights, *, add: boo
     return np.asarray(ptr, dtype=np.int64), terms
 
 
+class KeywordRows:
+    """What every columnar batch shares: one row per id and a keyword CSR (``kw_ptr``,
+    ``kw_terms``); every other field is a column sliced alike by :meth:`take`.
+
+    A base of the frozen dataclasses :class:`Subscriptions`, :class:`Messages`,
+    :class:`~index.kinds.BooleanSubscriptions` and :class:`~index.kinds.TopkSubscriptions`.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    ids: IntArray
+    kw_ptr: IntArray
+    kw_terms: npt.NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def keywords(self, i: int) -> npt.NDArray[np.int32]:
+        """Term ids of row i (for messages, terms unknown to the vocabulary were dropped)."""
+        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
+
+    def take(self, rows: npt.ArrayLike) -> Self:
+        """A new batch with the given rows, in that order (checked again on the way)."""
+        r = np.asarray(rows, dtype=np.int64)
+        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
+        columns = {f.name: getattr(self, f.name)[r] for f in fields(self)
+                   if f.name not in ("kw_ptr", "kw_terms")}
+        return replace(self, **columns, kw_ptr=ptr, kw_terms=terms)
+
+
+def _check_rows(n: int, columns: tuple[int, ...], kw_ptr: IntArray) -> None:
+    """Raise unless every column has ``n`` rows and the CSR ``n + 1`` pointers."""
+    if not (all(c == n for c in columns) and kw_ptr.size == n + 1):
+        msg = "subscription columns must all have one row per subscription"
+        raise InvalidSubscriptionError(msg)
+
+
+def _keyword_and_id_problems(ids: IntArray, kw_ptr: IntArray) -> list[str]:
+    """The rules every subscription kind shares: a non-empty keyword list, a unique id."""
+    problems = []
+    empty = np.diff(kw_ptr) == 0
+    if empty.any():
+        problems.append(f"empty keyword list: ids {_ids(ids, empty)}")
+    dup = _duplicates(ids)
+    if dup.any():
+        problems.append(f"duplicate ids: {_ids(ids, dup)}")
+    return problems
+
+
 @dataclass(frozen=True, eq=False)
-class Subscriptions:
+class Subscriptions(KeywordRows):
     """A batch of subscriptions, one row each, as arrays.
 
     Attributes
@@ -76,15 +125,9 @@ class Subscriptions:
     kw_ptr: IntArray
     kw_terms: npt.NDArray[np.int32]
 
-    def __len__(self) -> int:
-        return int(self.ids.size)
-
     def __post_init__(self) -> None:
-        n = self.ids.size
-        if not (len(self.points) == self.alpha.size == self.tau.size == n
-                and self.kw_ptr.size == n + 1):
-            msg = "subscription columns must all have one row per subscription"
-            raise InvalidSubscriptionError(msg)
+        _check_rows(self.ids.size, (len(self.points), self.alpha.size, self.tau.size),
+                   self.kw_ptr)
         problems = []
         bad_alpha = ~((self.alpha >= 0) & (self.alpha <= 1))
         if bad_alpha.any():
@@ -92,12 +135,7 @@ class Subscriptions:
         bad_tau = ~((self.tau > 0) & (self.tau <= 1))
         if bad_tau.any():
             problems.append(f"tau outside (0, 1]: ids {_ids(self.ids, bad_tau)}")
-        empty = np.diff(self.kw_ptr) == 0
-        if empty.any():
-            problems.append(f"empty keyword list: ids {_ids(self.ids, empty)}")
-        dup = _duplicates(self.ids)
-        if dup.any():
-            problems.append(f"duplicate ids: {_ids(self.ids, dup)}")
+        problems += _keyword_and_id_problems(self.ids, self.kw_ptr)
         if problems:
             msg = "invalid subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
@@ -113,16 +151,6 @@ class Subscriptions:
                             ("kw_ptr", kw_ptr), ("kw_terms", kw_terms)):
             object.__setattr__(obj, name, value)
         return obj
-
-    def keywords(self, i: int) -> npt.NDArray[np.int32]:
-        """Term ids of row i."""
-        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
-
-    def take(self, rows: npt.ArrayLike) -> Subscriptions:
-        """A new batch with the given rows, in that order."""
-        r = np.asarray(rows, dtype=np.int64)
-        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
-        return Subscriptions(self.ids[r], self.points[r], self.alpha[r], self.tau[r], ptr, terms)
 
     @classmethod
     def from_rows(
@@ -143,16 +171,13 @@ class Subscriptions:
 
 
 @dataclass(frozen=True, eq=False)
-class Messages:
+class Messages(KeywordRows):
     """A batch of messages as arrays (see :class:`Subscriptions` for the keyword CSR)."""
 
     ids: IntArray
     points: EdgePoints
     kw_ptr: IntArray
     kw_terms: npt.NDArray[np.int32]
-
-    def __len__(self) -> int:
-        return int(self.ids.size)
 
     def __post_init__(self) -> None:
         if not (len(self.points) == self.ids.size and self.kw_ptr.size == self.ids.size + 1):
@@ -162,16 +187,6 @@ class Messages:
         if dup.any():
             msg = f"invalid messages: duplicate ids: {_ids(self.ids, dup)}"
             raise InvalidMessageError(msg)
-
-    def keywords(self, i: int) -> npt.NDArray[np.int32]:
-        """Term ids of row i (terms unknown to the vocabulary were dropped)."""
-        return self.kw_terms[self.kw_ptr[i]:self.kw_ptr[i + 1]]
-
-    def take(self, rows: npt.ArrayLike) -> Messages:
-        """A new batch with the given rows, in that order."""
-        r = np.asarray(rows, dtype=np.int64)
-        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
-        return Messages(self.ids[r], self.points[r], ptr, terms)
 
     @classmethod
     def from_rows(cls, *, ids: npt.ArrayLike, points: EdgePoints,
