@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.kinds import BooleanSubscriptions
+from index.postings import group_by_term_cell
 from index.spatial import PointFacts, SpatialIndex
 from index.terms import TermWeights
 from roadnet.errors import InputError
@@ -128,25 +129,17 @@ class BooleanIndex:
         n = len(subs)
         key_term = rarest_keywords(subs.kw_ptr, subs.kw_terms, n_terms) if n else \
             np.empty(0, np.int32)
-        cell = facts.cell.astype(np.int64)
         # Within a group, largest radius first: the matcher leaves a group at the first
         # subscription whose radius is below the cell's distance bound.
-        order = np.lexsort((np.arange(n), -subs.radius, cell, key_term))
-        t_sorted, c_sorted = key_term[order].astype(np.int64), cell[order]
-        new_group = np.ones(n, dtype=bool)
-        new_group[1:] = (t_sorted[1:] != t_sorted[:-1]) | (c_sorted[1:] != c_sorted[:-1])
-        starts = np.flatnonzero(new_group)
-        grp_start = np.append(starts, n).astype(np.int64)
-        grp_cell = c_sorted[starts].astype(np.int32)
+        groups = group_by_term_cell(key_term, facts.cell, n_terms, within=(-subs.radius,))
+        order = groups.order
         radius = subs.radius[order]
-        grp_radius = (np.maximum.reduceat(radius, starts) if n else np.empty(0))
-        term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(t_sorted[starts], minlength=n_terms), out=term_ptr[1:])
+        grp_radius = (np.maximum.reduceat(radius, groups.start[:-1]) if n else np.empty(0))
         kw_ptr, kw_terms = _other_keywords(subs.kw_ptr, subs.kw_terms, order, key_term,
                                            n_terms)
         return cls(spatial=spatial, subs=subs, weights=weights, dmax_m=dmax, facts=facts,
-                   term_ptr=term_ptr, grp_cell=grp_cell, grp_radius=grp_radius,
-                   grp_start=grp_start, post_row=order.astype(np.int64),
+                   term_ptr=groups.term_ptr, grp_cell=groups.cell, grp_radius=grp_radius,
+                   grp_start=groups.start, post_row=order,
                    post_id=subs.ids[order].astype(np.int64), post_radius=radius,
                    post_x=facts.x[order], post_y=facts.y[order],
                    post_din_out=facts.din_out[order], post_chain=facts.chain[order],

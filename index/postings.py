@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PostingLayout", "build_posting_layout", "edge_groups_by_value"]
+__all__ = ["PostingLayout", "TermCellGroups", "build_posting_layout", "edge_groups_by_value",
+           "group_by_term_cell"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -72,6 +73,56 @@ class PostingLayout:
                     ) -> PostingLayout:
         """Inverse of :meth:`to_arrays` (keys may carry a prefix)."""
         return cls(**{k: np.asarray(arrays[prefix + k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, eq=False)
+class TermCellGroups:
+    """Entries grouped by (term, cell), the layout of the boolean and top-k indexes.
+
+    Attributes
+    ----------
+    order
+        Entry positions sorted by term, then cell, then the caller's keys.
+    start
+        Group g holds ``order[start[g]:start[g + 1]]`` (ends with a sentinel).
+    cell
+        Cell of each group.
+    term_ptr
+        Groups of term t: ``term_ptr[t]:term_ptr[t + 1]``.
+    """
+
+    order: IntArray
+    start: IntArray
+    cell: npt.NDArray[np.int32]
+    term_ptr: IntArray
+
+
+def group_by_term_cell(term: npt.ArrayLike, cell: npt.ArrayLike, n_terms: int, *,
+                       within: tuple[npt.ArrayLike, ...] = ()) -> TermCellGroups:
+    """Group entries by (term, cell); ``within`` orders a group's entries (least
+    significant key first, as :func:`numpy.lexsort`; ties keep entry order).
+
+    Terms must lie in [0, n_terms).
+
+    Examples
+    --------
+    >>> g = group_by_term_cell([1, 0, 1, 1], [5, 2, 5, 3], 2)
+    >>> g.order.tolist(), g.start.tolist(), g.cell.tolist(), g.term_ptr.tolist()
+    ([1, 3, 0, 2], [0, 1, 2, 4], [2, 3, 5], [0, 1, 3])
+    """
+    t = np.asarray(term, dtype=np.int64)
+    c = np.asarray(cell, dtype=np.int64)
+    n = t.size
+    keys = [np.arange(n), *(np.asarray(k) for k in within), c, t]
+    order = np.lexsort(keys).astype(np.int64)
+    t_sorted, c_sorted = t[order], c[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = (t_sorted[1:] != t_sorted[:-1]) | (c_sorted[1:] != c_sorted[:-1])
+    starts = np.flatnonzero(new_group)
+    term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t_sorted[starts], minlength=n_terms), out=term_ptr[1:])
+    return TermCellGroups(order=order, start=np.append(starts, n).astype(np.int64),
+                          cell=c_sorted[starts].astype(np.int32), term_ptr=term_ptr)
 
 
 def build_posting_layout(

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.kinds import TopkSubscriptions
+from index.postings import group_by_term_cell
 from index.spatial import PointFacts, SpatialIndex
 from index.terms import TermWeights
 from roadnet.errors import InputError
@@ -127,14 +128,8 @@ class TopkIndex:
         np.minimum.at(amin, cell, subs.alpha)
         np.maximum.at(amax, cell, subs.alpha)
         row_of_kw = np.repeat(np.arange(len(subs)), np.diff(subs.kw_ptr))
-        key = subs.kw_terms.astype(np.int64) * n_cells + cell[row_of_kw]
-        order = np.lexsort((row_of_kw, key))
-        pair, count = np.unique(key[order], return_counts=True)
-        pair_row = row_of_kw[order].astype(np.int64)
-        pair_ptr = np.zeros(pair.size + 1, dtype=np.int64)
-        np.cumsum(count, out=pair_ptr[1:])
-        term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(pair // n_cells, minlength=n_terms), out=term_ptr[1:])
+        pairs = group_by_term_cell(subs.kw_terms, cell[row_of_kw], n_terms,
+                                   within=(row_of_kw,))
         if int(buffer_extra) != buffer_extra or buffer_extra < 0:
             msg = f"buffer_extra must be a whole number >= 0, got {buffer_extra!r}"
             raise InputError(msg)
@@ -143,6 +138,7 @@ class TopkIndex:
         np.cumsum(slots, out=buf_ptr[1:])
         return cls(spatial=spatial, subs=subs, weights=weights, dmax_m=dmax,
                    window=int(window), facts=facts, cell_ptr=cell_ptr, cell_row=cell_row,
-                   cell_min_alpha=amin, cell_max_alpha=amax, term_ptr=term_ptr,
-                   term_cell=(pair % n_cells).astype(np.int32), pair_ptr=pair_ptr,
-                   pair_row=pair_row, buf_ptr=buf_ptr, buf_cap=buf_cap)
+                   cell_min_alpha=amin, cell_max_alpha=amax, term_ptr=pairs.term_ptr,
+                   term_cell=pairs.cell, pair_ptr=pairs.start,
+                   pair_row=row_of_kw[pairs.order].astype(np.int64), buf_ptr=buf_ptr,
+                   buf_cap=buf_cap)
