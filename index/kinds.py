@@ -76,6 +76,12 @@ class BooleanSubscriptions(KeywordRows):
             msg = "invalid boolean subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
 
+    @classmethod
+    def empty(cls) -> BooleanSubscriptions:
+        """A batch with no rows."""
+        return cls(np.empty(0, np.int64), _no_points(), np.empty(0), np.zeros(1, np.int64),
+                   np.empty(0, np.int32))
+
 
 @dataclass(frozen=True, eq=False)
 class TopkSubscriptions(KeywordRows):
@@ -116,11 +122,21 @@ class TopkSubscriptions(KeywordRows):
             msg = "invalid top-k subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
 
+    @classmethod
+    def empty(cls) -> TopkSubscriptions:
+        """A batch with no rows."""
+        return cls(np.empty(0, np.int64), _no_points(), np.empty(0), np.empty(0, np.int64),
+                   np.zeros(1, np.int64), np.empty(0, np.int32))
+
 
 def empty_subscriptions() -> Subscriptions:
     """A threshold batch with no rows."""
-    return Subscriptions(np.empty(0, np.int64), EdgePoints(np.empty(0, np.int32), np.empty(0)),
-                         np.empty(0), np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
+    return Subscriptions(np.empty(0, np.int64), _no_points(), np.empty(0), np.empty(0),
+                         np.zeros(1, np.int64), np.empty(0, np.int32))
+
+
+def _no_points() -> EdgePoints:
+    return EdgePoints(np.empty(0, np.int32), np.empty(0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,10 +164,4 @@ class SubscriptionSet:
     @classmethod
     def only_threshold(cls, subs: Subscriptions) -> SubscriptionSet:
         """A set holding only ``subs`` (threshold subscriptions)."""
-        none = EdgePoints(np.empty(0, np.int32), np.empty(0))
-        return cls(subs,
-                   BooleanSubscriptions(np.empty(0, np.int64), none, np.empty(0),
-                                        np.zeros(1, np.int64), np.empty(0, np.int32)),
-                   TopkSubscriptions(np.empty(0, np.int64), none, np.empty(0),
-                                     np.empty(0, np.int64), np.zeros(1, np.int64),
-                                     np.empty(0, np.int32)))
+        return cls(subs, BooleanSubscriptions.empty(), TopkSubscriptions.empty())

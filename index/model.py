@@ -20,7 +20,7 @@ from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
 __all__ = ["InvalidMessageError", "InvalidSubscriptionError", "KeywordRows", "Messages",
-           "Subscriptions", "keyword_csr"]
+           "Subscriptions", "concat_csr", "keyword_csr"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -52,6 +52,19 @@ def keyword_csr(rows: Iterable[Sequence[str]], weights: TermWeights, *, add: boo
     return np.asarray(ptr, dtype=np.int64), terms
 
 
+def concat_csr(parts: Sequence[tuple[IntArray, npt.NDArray[np.int32]]]
+               ) -> tuple[IntArray, npt.NDArray[np.int32]]:
+    """One keyword CSR of several, rows in order (each part's pointers start at 0)."""
+    ptrs = [np.zeros(1, np.int64)]
+    base = 0
+    for ptr, _ in parts:
+        ptrs.append(ptr[1:] + base)
+        base += int(ptr[-1])
+    terms = [t for _, t in parts]
+    return (np.concatenate(ptrs).astype(np.int64),
+            np.concatenate(terms).astype(np.int32) if terms else np.empty(0, np.int32))
+
+
 class KeywordRows:
     """What every columnar batch shares: one row per id and a keyword CSR (``kw_ptr``,
     ``kw_terms``); every other field is a column sliced alike by :meth:`take`.
@@ -79,6 +92,21 @@ class KeywordRows:
         columns = {f.name: getattr(self, f.name)[r] for f in fields(self)
                    if f.name not in ("kw_ptr", "kw_terms")}
         return replace(self, **columns, kw_ptr=ptr, kw_terms=terms)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Self]) -> Self:
+        """The rows of each part, in order (at least one part; ids stay unique)."""
+        if len(parts) == 1:
+            return parts[0]
+        ptr, terms = concat_csr([(p.kw_ptr, p.kw_terms) for p in parts])
+        columns: dict[str, Any] = {}
+        for f in fields(parts[0]):
+            if f.name in ("kw_ptr", "kw_terms"):
+                continue
+            values = [getattr(p, f.name) for p in parts]
+            columns[f.name] = (EdgePoints.concat(values) if isinstance(values[0], EdgePoints)
+                               else np.concatenate(values))
+        return replace(parts[0], **columns, kw_ptr=ptr, kw_terms=terms)
 
 
 def _check_rows(n: int, columns: tuple[int, ...], kw_ptr: IntArray) -> None:

@@ -245,13 +245,7 @@ class TopkBruteMatcher:
         self._top = [self._top[r] for r in keep.tolist()] + [[] for _ in range(n)]
         self._dist = [self._dist[r] for r in keep.tolist()] + [{} for _ in range(n)]
         a = self.subs.take(keep)
-        self.subs = TopkSubscriptions(
-            np.concatenate([a.ids, subs.ids]),
-            EdgePoints(np.concatenate([a.points.edge, subs.points.edge]),
-                       np.concatenate([a.points.offset, subs.points.offset])),
-            np.concatenate([a.alpha, subs.alpha]), np.concatenate([a.k, subs.k]),
-            np.concatenate([a.kw_ptr[:-1], subs.kw_ptr + a.kw_ptr[-1]]),
-            np.concatenate([a.kw_terms, subs.kw_terms]).astype(np.int32))
+        self.subs = TopkSubscriptions.concat([a, subs])
         self._live = np.ones(len(self.subs), dtype=bool)
         self._expires = np.concatenate([self._expires[keep], e])
         self._lookup = _edge_lookup(self.network, self.subs.points, self.weights, self.dmax_m)

@@ -13,13 +13,14 @@ subscription is matched by exactly one of the two, and both are exact.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages
+from index.model import Messages, concat_csr
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.boolean import BooleanIndexMatcher
@@ -33,62 +34,22 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-def concat_csr(parts: list[tuple[IntArray, npt.NDArray[np.int32]]]
-               ) -> tuple[IntArray, npt.NDArray[np.int32]]:
-    """One keyword CSR of several, rows in order."""
-    ptrs = [np.zeros(1, np.int64)]
-    base = 0
-    for ptr, _ in parts:
-        ptrs.append(ptr[1:] + base)
-        base += int(ptr[-1])
-    terms = [t for _, t in parts]
-    return (np.concatenate(ptrs).astype(np.int64),
-            np.concatenate(terms).astype(np.int32) if terms else np.empty(0, np.int32))
-
-
-def _points(parts: list[EdgePoints]) -> EdgePoints:
-    return EdgePoints(np.concatenate([p.edge for p in parts]).astype(np.int32),
-                      np.concatenate([p.offset for p in parts]).astype(np.float64))
-
-
-def _no_points() -> EdgePoints:
-    return EdgePoints(np.empty(0, np.int32), np.empty(0))
-
-
 def empty_boolean() -> BooleanSubscriptions:
-    return BooleanSubscriptions(np.empty(0, np.int64), _no_points(), np.empty(0),
-                                np.zeros(1, np.int64), np.empty(0, np.int32))
+    return BooleanSubscriptions.empty()
 
 
 def empty_topk() -> TopkSubscriptions:
-    return TopkSubscriptions(np.empty(0, np.int64), _no_points(), np.empty(0),
-                             np.empty(0, np.int64), np.zeros(1, np.int64),
-                             np.empty(0, np.int32))
+    return TopkSubscriptions.empty()
 
 
 def _concat_boolean(parts: list[BooleanSubscriptions]) -> BooleanSubscriptions:
     parts = [p for p in parts if len(p)]
-    if not parts:
-        return empty_boolean()
-    if len(parts) == 1:
-        return parts[0]
-    ptr, terms = concat_csr([(p.kw_ptr, p.kw_terms) for p in parts])
-    return BooleanSubscriptions(np.concatenate([p.ids for p in parts]),
-                                _points([p.points for p in parts]),
-                                np.concatenate([p.radius for p in parts]), ptr, terms)
+    return BooleanSubscriptions.concat(parts) if parts else BooleanSubscriptions.empty()
 
 
 def _concat_topk(parts: list[TopkSubscriptions]) -> TopkSubscriptions:
     parts = [p for p in parts if len(p)]
-    if not parts:
-        return empty_topk()
-    if len(parts) == 1:
-        return parts[0]
-    ptr, terms = concat_csr([(p.kw_ptr, p.kw_terms) for p in parts])
-    return TopkSubscriptions(np.concatenate([p.ids for p in parts]),
-                             _points([p.points for p in parts]),
-                             np.concatenate([p.alpha for p in parts]),
-                             np.concatenate([p.k for p in parts]), ptr, terms)
+    return TopkSubscriptions.concat(parts) if parts else TopkSubscriptions.empty()
 
 
 def _rows_of(ids: IntArray, wanted: IntArray) -> IntArray:
@@ -206,8 +167,7 @@ class LiveBoolean:
             return
         rows = self.rows_of(q)
         self.remove(q)
-        self.add(BooleanSubscriptions(rows.ids, points, rows.radius, rows.kw_ptr,
-                                      rows.kw_terms))
+        self.add(replace(rows, points=points))
 
     def _matcher(self, subs: BooleanSubscriptions) -> BooleanIndexMatcher:
         return BooleanIndexMatcher(self.spatial.network, subs, self.weights,

@@ -32,18 +32,18 @@ brought by a later subscription is found in the window's messages too. Arrival n
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from index.kinds import TopkSubscriptions
-from index.model import Messages, keyword_csr
+from index.model import Messages, concat_csr, keyword_csr
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.kinds_reference import check_window
-from pruning.live_kinds import _concat_topk, _rows_of, concat_csr
+from pruning.live_kinds import _concat_topk, _rows_of
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_buffers import relink
 from pruning.topk_events import EVENT_EVICT, TopkEvents
@@ -246,8 +246,7 @@ class LiveTopk:
             return
         rows = self.rows_of(q)
         self.remove(q)
-        self.add(TopkSubscriptions(rows.ids, points, rows.alpha, rows.k, rows.kw_ptr,
-                                   rows.kw_terms))
+        self.add(replace(rows, points=points))
 
     # ------------------------------------------------------------------ the stream
     def _ring_messages(self) -> Messages:

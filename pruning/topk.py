@@ -86,7 +86,6 @@ from pruning.topk_events import TopkEvents
 from roadnet.distance import NodeSearch
 from roadnet.errors import InputError
 from roadnet.lengths import check_dmax
-from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
@@ -515,7 +514,7 @@ class TopkIndexMatcher:
             msg = f"top-k subscriptions already live: ids {clash[:10].tolist()}"
             raise InputError(msg)
         live = np.flatnonzero(self._live)
-        both = _concat_topk(self.subs.take(live), subs)
+        both = TopkSubscriptions.concat([self.subs.take(live), subs])
         expires = np.concatenate([self._expires[live],
                                   _expiry_column(expires_at, len(subs))])
         src = np.concatenate([live, np.full(len(subs), -1, np.int64)])
@@ -669,14 +668,3 @@ def _expiry_column(expires_at: npt.ArrayLike | None, n: int) -> F:
         msg = f"expires_at must hold one number per subscription ({n}), got shape {e.shape}"
         raise InputError(msg)
     return e.copy()
-
-
-def _concat_topk(a: TopkSubscriptions, b: TopkSubscriptions) -> TopkSubscriptions:
-    """Rows of a then rows of b."""
-    return TopkSubscriptions(
-        np.concatenate([a.ids, b.ids]),
-        EdgePoints(np.concatenate([a.points.edge, b.points.edge]),
-                   np.concatenate([a.points.offset, b.points.offset])),
-        np.concatenate([a.alpha, b.alpha]), np.concatenate([a.k, b.k]),
-        np.concatenate([a.kw_ptr[:-1], b.kw_ptr + a.kw_ptr[-1]]),
-        np.concatenate([a.kw_terms, b.kw_terms]).astype(np.int32))

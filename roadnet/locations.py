@@ -6,6 +6,7 @@ or from (u, v, offset) with node ids of the source file. All functions are vecto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numba
@@ -61,6 +62,12 @@ class EdgePoints:
         """Build from array-likes (copies, with the canonical dtypes)."""
         return cls(np.atleast_1d(np.array(edge, dtype=np.int32)),
                    np.atleast_1d(np.array(offset, dtype=np.float64)))
+
+    @classmethod
+    def concat(cls, parts: Sequence[EdgePoints]) -> EdgePoints:
+        """The points of each part, in order."""
+        return cls(np.concatenate([p.edge for p in parts]).astype(np.int32),
+                   np.concatenate([p.offset for p in parts]).astype(np.float64))
 
 
 def _pieces(network: RoadNetwork, piece_m: float) -> tuple[FloatArray, IntArray, float]:
