@@ -22,6 +22,9 @@ functions the single-process path calls, so their outputs are the local ones.
     The same for files mixing subscription kinds: boolean range subscriptions routed and
     matched beside the threshold ones, top-k subscriptions partitioned by cell over the
     whole ordered message stream.
+:mod:`spark_jobs.arrow_batches`
+    The tasks' Arrow rows as the index's batches (every kind, messages) and their
+    deliveries and top-k events as rows again.
 :mod:`spark_jobs.cell_frames`
     Subscriptions and messages read by the executors as DataFrames, each row validated,
     located and given its cell in the tasks (the driver reads nothing big).
@@ -47,6 +50,7 @@ Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
 """
 
 __all__ = [
+    "arrow_batches",
     "batch_kinds",
     "batch_match",
     "bench_spark",

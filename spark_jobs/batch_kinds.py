@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import SubscriptionSet, TopkSubscriptions
+from index.kinds import SubscriptionSet
 from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
@@ -66,17 +66,22 @@ from pruning.routing import partition_cells
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_events import TopkEvents
 from roadnet.cells import Cells
-from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 from spark_jobs import storage
+from spark_jobs.arrow_batches import (
+    EVENT_ORDER,
+    deliveries_from_arrow,
+    events_from_arrow,
+    events_table,
+    ordered_messages_from_arrow,
+    topk_from_arrow,
+)
 from spark_jobs.batch_match import (
     DELIVERY_SCHEMA,
     MatchPlan,
     _job_settings,
-    _keyword_csr,
     _kind_counts,
-    _np,
     _part_cells,
     _session_conf,
     deliveries_frame,
@@ -116,12 +121,11 @@ TOPK_EVENT_SCHEMA = ("seq long, event string, message_id long, subscription_id l
 # canonical order is (seq, phase, subscription_id), and a subscription's events of one
 # (seq, phase) keep their task order (evict before insert).
 _TASK_SCHEMA = "seq long, phase int, ord long, " + TOPK_EVENT_SCHEMA[len("seq long, "):]
-_ORDER = ("seq", "phase", "subscription_id", "ord")
+_ORDER = EVENT_ORDER
 _TOPK_COLUMNS = ("id", "edge", "offset", "alpha", "k", "keywords")
 _BOUND_COLUMNS = ("cell_i", "cell_j", "D", "D_far")
 _MESSAGE_COLUMNS = ("id", "edge", "offset", "keywords", "o_file", "o_block", "o_row")
 _PART_TOPK, _PART_BOUND = 0, 1
-_EVENT_NAMES = np.array(["evict", "insert"], dtype=object)
 
 
 def topk_out_name(out: str | os.PathLike[str]) -> str:
@@ -132,44 +136,6 @@ def topk_out_name(out: str | os.PathLike[str]) -> str:
     stem, dot, suffix = name.rpartition(".")
     new = f"{stem}-topk.{suffix}" if dot and stem else f"{name}-topk"
     return f"{head}{sep}{new}"
-
-
-# ---------------------------------------------------------------------------- arrow -> model
-def topk_from_arrow(table: pa.Table) -> TopkSubscriptions:
-    """Top-k subscriptions of frame rows (``id``, ``edge``, ``offset``, ``alpha``, ``k``,
-    ``keywords``), sorted by id."""
-    order = np.argsort(_np(table, "id", np.int64), kind="stable")
-    table = table.take(pa.array(order))
-    ptr, terms = _keyword_csr(table.column("keywords"))
-    return TopkSubscriptions(
-        _np(table, "id", np.int64),
-        EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
-        _np(table, "alpha", np.float64), _np(table, "k", np.int64), ptr, terms)
-
-
-def ordered_messages_from_arrow(table: pa.Table) -> Messages:
-    """Messages of ordered frame rows, in stream (file) order."""
-    order = np.lexsort((_np(table, "o_row", np.int64), _np(table, "o_block", np.int64),
-                        _np(table, "o_file", np.int64)))
-    table = table.take(pa.array(order))
-    ptr, terms = _keyword_csr(table.column("keywords"))
-    return Messages(_np(table, "id", np.int64),
-                    EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
-                    ptr, terms)
-
-
-def _events_table(events: TopkEvents) -> pa.Table:
-    return pa.table({
-        "seq": pa.array(events.seq, pa.int64()),
-        "phase": pa.array(events.phase.astype(np.int32)),
-        "ord": pa.array(np.arange(len(events), dtype=np.int64)),
-        "event": pa.array(_EVENT_NAMES[events.event].astype(str).tolist()
-                          if len(events) else [], pa.string()),
-        "message_id": pa.array(events.message_id, pa.int64()),
-        "subscription_id": pa.array(events.subscription_id, pa.int64()),
-        "rank": pa.array(events.rank, pa.int64()),
-        "score": pa.array(events.score, pa.float64()),
-        "distance": pa.array(events.distance, pa.float64())})
 
 
 # ---------------------------------------------------------------------------- top-k tasks
@@ -185,7 +151,7 @@ def _topk_task(bc: Broadcast[dict[str, Any]], timer: Any = None
         part = left.column("part")
         subs_t = left.filter(pc.equal(part, _PART_TOPK))
         if subs_t.num_rows == 0 or msgs_t.num_rows == 0:
-            return _events_table(TopkEvents.empty())
+            return events_table(TopkEvents.empty())
         network, cells = cached_payload(bc, "cells", network_and_cells)
         weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
         spatial = slice_spatial(network, cells, left.filter(pc.equal(part, _PART_BOUND)),
@@ -201,7 +167,7 @@ def _topk_task(bc: Broadcast[dict[str, Any]], timer: Any = None
             timer.add([("topk:bounds slice", k, t1 - t0, subs_t.num_rows, 0),
                        ("topk:TopkIndexMatcher", k, time.perf_counter() - t1,
                         msgs_t.num_rows, len(events))])
-        return _events_table(events)
+        return events_table(events)
 
     return run
 
@@ -327,20 +293,7 @@ def match_set_frames(
 
 
 def _collected(d: pa.Table, e: pa.Table | None) -> tuple[Deliveries, TopkEvents]:
-    order = np.lexsort((_np(d, "subscription_id", np.int64), _np(d, "message_id", np.int64)))
-    d = d.take(pa.array(order))
-    deliveries = Deliveries(_np(d, "message_id", np.int64), _np(d, "subscription_id", np.int64),
-                            _np(d, "distance", np.float64), _np(d, "score", np.float64))
-    if e is None or e.num_rows == 0:
-        return deliveries, TopkEvents.empty()
-    cols = [_np(e, c, np.int64) for c in reversed(_ORDER)]
-    e = e.take(pa.array(np.lexsort(cols)))
-    names = np.asarray(e.column("event").to_pylist(), dtype=object)
-    return deliveries, TopkEvents(
-        _np(e, "seq", np.int64), _np(e, "phase", np.int8),
-        (names == "insert").astype(np.int8), _np(e, "message_id", np.int64),
-        _np(e, "subscription_id", np.int64), _np(e, "rank", np.int64),
-        _np(e, "score", np.float64), _np(e, "distance", np.float64))
+    return deliveries_from_arrow(d), events_from_arrow(e)
 
 
 def batch_match_kinds(

@@ -77,7 +77,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from index.eia import EnhancedIndex
-from index.kinds import BooleanSubscriptions
 from index.model import Messages, Subscriptions
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
@@ -92,6 +91,13 @@ from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 from spark_jobs import storage
+from spark_jobs.arrow_batches import (
+    boolean_from_arrow,
+    deliveries_from_arrow,
+    deliveries_table,
+    messages_from_arrow,
+    subscriptions_from_arrow,
+)
 from spark_jobs.bound_frames import bounds_frame, keyed_bounds, read_bounds_frame, slice_spatial
 from spark_jobs.cell_frames import (
     KIND_CODES,
@@ -151,63 +157,6 @@ _BOOLEAN_COLUMNS = ("id", "edge", "offset", "radius", "keywords")
 _BOUND_COLUMNS = ("cell_i", "cell_j", "D", "D_far")
 # The ``part`` of a row of a match task's left side.
 _PART_THRESHOLD, _PART_BOUND, _PART_BOOLEAN = 0, 1, 2
-
-
-# ---------------------------------------------------------------------------- arrow -> model
-def _keyword_csr(col: pa.ChunkedArray | pa.Array
-                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    lengths = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False),
-                         dtype=np.int64)
-    ptr = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    terms = np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.int32)
-    return ptr, terms
-
-
-def _np(table: pa.Table, name: str, dtype: type) -> npt.NDArray[Any]:
-    return np.asarray(table.column(name).to_numpy(), dtype=dtype)
-
-
-def subscriptions_from_arrow(table: pa.Table) -> Subscriptions:
-    """Subscriptions of frame rows (:data:`spark_jobs.cell_frames.SUBSCRIPTION_SCHEMA`
-    columns), sorted by id."""
-    order = np.argsort(_np(table, "id", np.int64), kind="stable")
-    table = table.take(pa.array(order))
-    ptr, terms = _keyword_csr(table.column("keywords"))
-    return Subscriptions(_np(table, "id", np.int64),
-                         EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
-                         _np(table, "alpha", np.float64), _np(table, "tau", np.float64),
-                         ptr, terms)
-
-
-def boolean_from_arrow(table: pa.Table) -> BooleanSubscriptions:
-    """Boolean subscriptions of frame rows (``id``, ``edge``, ``offset``, ``radius``,
-    ``keywords``), sorted by id."""
-    order = np.argsort(_np(table, "id", np.int64), kind="stable")
-    table = table.take(pa.array(order))
-    ptr, terms = _keyword_csr(table.column("keywords"))
-    return BooleanSubscriptions(
-        _np(table, "id", np.int64),
-        EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
-        _np(table, "radius", np.float64), ptr, terms)
-
-
-def messages_from_arrow(table: pa.Table) -> Messages:
-    """Messages of frame rows, sorted by id."""
-    order = np.argsort(_np(table, "id", np.int64), kind="stable")
-    table = table.take(pa.array(order))
-    ptr, terms = _keyword_csr(table.column("keywords"))
-    return Messages(_np(table, "id", np.int64),
-                    EdgePoints(_np(table, "edge", np.int32), _np(table, "offset", np.float64)),
-                    ptr, terms)
-
-
-def _deliveries_table(d: Deliveries) -> pa.Table:
-    return pa.table({"message_id": pa.array(d.message_id, pa.int64()),
-                     "subscription_id": pa.array(d.subscription_id, pa.int64()),
-                     "distance": pa.array(d.distance, pa.float64()),
-                     "score": pa.array(d.score, pa.float64())})
 
 
 # ---------------------------------------------------------------------------- plan
@@ -306,7 +255,8 @@ def _route_task(bc: Broadcast[dict[str, Any]], timer: Any = None
         t1 = time.perf_counter()
         router = CellRouter(spatial=spatial, cell_part=payload["cell_part"],
                             cell_dn_limit=payload["cell_dn_limit"])
-        points = EdgePoints(_np(msgs_t, "edge", np.int32), _np(msgs_t, "offset", np.float64))
+        points = EdgePoints(np.asarray(msgs_t.column("edge").to_numpy(), dtype=np.int32),
+                            np.asarray(msgs_t.column("offset").to_numpy(), dtype=np.float64))
         rows, parts = router.route(points)
         routed = msgs_t.select(["id", "edge", "offset", "keywords"]).take(pa.array(rows))
         if timer is not None:
@@ -338,7 +288,7 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
         subs_t = left.filter(pc.equal(part, _PART_THRESHOLD))
         bool_t = left.filter(pc.equal(part, _PART_BOOLEAN))
         if subs_t.num_rows + bool_t.num_rows == 0 or msgs_t.num_rows == 0:
-            return _deliveries_table(Deliveries.empty())
+            return deliveries_table(Deliveries.empty())
         network, cells = cached_payload(bc, "cells", network_and_cells)
         weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
         bounds_t = left.filter(pc.equal(part, _PART_BOUND))
@@ -368,7 +318,7 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
             if bool_t.num_rows:
                 rows.append(("match:boolean", k, t4 - t3, bool_t.num_rows, 0))
             timer.add(rows)
-        return _deliveries_table(deliveries)
+        return deliveries_table(deliveries)
 
     return run
 
@@ -492,12 +442,7 @@ def match_frames(
             with stage(spark, what):
                 table = frame.toArrow()
             phases["route and match (collected)"] = time.perf_counter() - t0
-            order = np.lexsort((_np(table, "subscription_id", np.int64),
-                                _np(table, "message_id", np.int64)))
-            table = table.take(pa.array(order))
-            return Deliveries(_np(table, "message_id", np.int64),
-                              _np(table, "subscription_id", np.int64),
-                              _np(table, "distance", np.float64), _np(table, "score", np.float64))
+            return deliveries_from_arrow(table)
         t0 = time.perf_counter()
         with storage.atomic_output_dir(out, spark=spark) as tmp, stage(spark, f"{what} -> {out}"):
             frame.sortWithinPartitions("message_id", "subscription_id") \
