@@ -43,9 +43,12 @@ of the matching call (index build excluded, kernels warmed up). Memory is in MiB
 key says otherwise. The machine is described by :func:`machine_info`.
 """
 
+import importlib
+from types import ModuleType
+from typing import Any
+
 from roadpubsub.bench import config as _config
 from roadpubsub.bench import figures as _figures
-from roadpubsub.bench import live as _live
 from roadpubsub.bench import machine as _machine
 from roadpubsub.bench import measure as _measure
 from roadpubsub.bench import plots as _plots
@@ -53,14 +56,33 @@ from roadpubsub.bench import throughput as _throughput
 from roadpubsub.bench import workloads as _workloads
 from roadpubsub.bench.config import *  # noqa: F403
 from roadpubsub.bench.figures import *  # noqa: F403
-from roadpubsub.bench.live import *  # noqa: F403
 from roadpubsub.bench.machine import *  # noqa: F403
 from roadpubsub.bench.measure import *  # noqa: F403
 from roadpubsub.bench.plots import *  # noqa: F403
 from roadpubsub.bench.throughput import *  # noqa: F403
 from roadpubsub.bench.workloads import *  # noqa: F403
 
-#: The modules whose ``__all__`` make the package's API.
-API_MODULES = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput,
-               _live)
-__all__ = sorted({name for module in API_MODULES for name in module.__all__})
+_EAGER = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput)
+#: API modules imported on first use of one of their names: ``live`` also runs as
+#: ``python -m roadpubsub.bench.live``, which must not find it imported by this package.
+_LAZY = ("live",)
+
+
+def _api_modules() -> tuple[ModuleType, ...]:
+    return _EAGER + tuple(importlib.import_module(f"{__name__}.{m}") for m in _LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """``API_MODULES`` (the modules whose ``__all__`` make the package's API),
+    ``__all__``, and the names of the lazy modules."""
+    if name == "API_MODULES":
+        return _api_modules()
+    if name == "__all__":
+        return sorted({n for module in _api_modules() for n in module.__all__})
+    if not name.startswith("__"):
+        for m in _LAZY:
+            module = importlib.import_module(f"{__name__}.{m}")
+            if name in module.__all__:
+                return getattr(module, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
