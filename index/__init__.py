@@ -19,9 +19,12 @@ from index import (
     kinds_io,
     limits,
     model,
+    pois,
     postings,
+    rows,
     spatial,
     store,
+    tables,
     terms,
     text,
     topk,
@@ -40,9 +43,12 @@ from index.kinds import *  # noqa: F403
 from index.kinds_io import *  # noqa: F403
 from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
+from index.pois import *  # noqa: F403
 from index.postings import *  # noqa: F403
+from index.rows import *  # noqa: F403
 from index.spatial import *  # noqa: F403
 from index.store import *  # noqa: F403
+from index.tables import *  # noqa: F403
 from index.terms import *  # noqa: F403
 from index.text import *  # noqa: F403
 from index.topk import *  # noqa: F403
@@ -50,7 +56,8 @@ from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
-               validate, delta, base, bia, eia, events, store, workload, boolean, topk)
+API_MODULES = (terms, text, model, geofiles, tables, rows, io, kinds, kinds_io, limits, postings,
+               spatial, validate, delta, base, bia, eia, events, store, pois, workload, boolean,
+               topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

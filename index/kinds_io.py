@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from index import io as _io
+from index import rows as _rows
+from index import tables as _tables
 from index.kinds import (
     KIND_BOOLEAN,
     KIND_THRESHOLD,
@@ -59,8 +61,8 @@ def _kind_codes(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
     n = table.num_rows
     if "kind" not in table.column_names:
         return np.zeros(n, dtype=np.int8)
-    col = _io._column(table, "kind")
-    if not _io._is_string(col.type):
+    col = _rows._column(table, "kind")
+    if not _rows._is_string(col.type):
         msg = f"kind is {col.type}, expected string"
         raise InvalidSubscriptionError(msg)
     if pa.types.is_dictionary(col.type):
@@ -72,7 +74,7 @@ def _kind_codes(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
     bad = codes < 0
     if bad.any():
         problems.append(f"kind not one of {', '.join(SUBSCRIPTION_KIND_NAMES)}: ids "
-                        f"{_io._names(labels, bad)}")
+                        f"{_rows._names(labels, bad)}")
     return codes
 
 
@@ -84,11 +86,11 @@ def _optional_floats(table: pa.Table, path: Path) -> dict[str, npt.NDArray[np.fl
         if name not in table.column_names:
             out[name] = np.full(table.num_rows, np.nan)
             continue
-        arr = _io._column(table, name)
-        if not _io._is_numeric(arr.type):
+        arr = _rows._column(table, name)
+        if not _rows._is_numeric(arr.type):
             wrong.append(f"{name} is {arr.type}, expected a number")
             continue
-        out[name] = _io._float_values(arr)
+        out[name] = _rows._float_values(arr)
     if wrong:
         msg = f"invalid subscriptions in {path}: wrong column types: {'; '.join(wrong)}"
         raise InvalidSubscriptionError(msg)
@@ -134,7 +136,7 @@ def _field_problems(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.floa
     """Every bad combination of kind and fields, with the ids."""
     for mask, _fields, what in kind_field_checks(kind, f, dmax_m):
         if mask.any():
-            problems.append(f"{what}: ids {_io._names(labels, mask)}")
+            problems.append(f"{what}: ids {_rows._names(labels, mask)}")
 
 
 def refuse_other_kinds(table: pa.Table, path: Path) -> None:
@@ -146,28 +148,28 @@ def refuse_other_kinds(table: pa.Table, path: Path) -> None:
     if not ({"kind", "radius", "k"} & set(table.column_names)):
         return
     problems: list[str] = []
-    ids, null = _io._int_values(_io._column(table, "id")) if "id" in table.column_names \
+    ids, null = _rows._int_values(_rows._column(table, "id")) if "id" in table.column_names \
         else (np.arange(table.num_rows), np.zeros(table.num_rows, bool))
-    labels = _io._row_labels(ids, null)
+    labels = _rows._row_labels(ids, null)
     kind = _kind_codes(table, labels, problems)
     other = kind > 0
     if other.any():
         problems.append("boolean or top-k subscriptions (read the file with "
                         "index.read_subscription_set, or match it with 'roadpubsub "
-                        f"match'): ids {_io._names(labels, other)}")
+                        f"match'): ids {_rows._names(labels, other)}")
     f = _optional_floats(table, path)
     for name in ("radius", "k"):
         bad = (kind == 0) & ~np.isnan(f[name])
         if bad.any():
             problems.append(f"{name} on a threshold subscription: ids "
-                            f"{_io._names(labels, bad)}")
+                            f"{_rows._names(labels, bad)}")
     if problems:
         msg = f"invalid subscriptions in {path}: " + "; ".join(problems)
         raise InvalidSubscriptionError(msg)
 
 
 def read_subscription_set(
-    path: _io.PathLike,
+    path: _tables.PathLike,
     network: RoadNetwork,
     weights: TermWeights,
     *,
@@ -215,20 +217,20 @@ def read_subscription_set(
     dmax = check_dmax(dmax_m)
     p = Path(path)
     error = InvalidSubscriptionError
-    table = _io.read_table(p, error=error)
-    has_uv, has_ll = _io._check_columns(table, p, error, kind="subscriptions", extra=())
+    table = _tables.read_table(p, error=error)
+    has_uv, has_ll = _rows._check_columns(table, p, error, kind="subscriptions", extra=())
     problems: list[str] = []
-    ids, labels = _io._ids(table, problems)
+    ids, labels = _rows._ids(table, problems)
     kind = _kind_codes(table, labels, problems)
     f = _optional_floats(table, p)
     _field_problems(kind, f, labels, dmax, problems)
-    lengths, values = _io._keyword_rows(table, labels, problems)
-    points = _io._read_locations(table, network, labels, problems, has_uv=has_uv,
+    lengths, values = _rows._keyword_rows(table, labels, problems)
+    points = _rows._read_locations(table, network, labels, problems, has_uv=has_uv,
                                  has_ll=has_ll, max_snap_m=max_snap_m)
     if problems:
         msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
         raise error(msg)
-    ptr, terms = _io.keyword_term_csr(lengths, values, weights, add=True)
+    ptr, terms = _rows.keyword_term_csr(lengths, values, weights, add=True)
     rows = [np.flatnonzero(kind == code) for code in range(len(SUBSCRIPTION_KIND_NAMES))]
     thr, boo, top = rows
 
@@ -276,9 +278,9 @@ def subscription_set_table(subs: SubscriptionSet, *, network: RoadNetwork,
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def write_subscription_set(subs: SubscriptionSet, path: _io.PathLike, *,
+def write_subscription_set(subs: SubscriptionSet, path: _tables.PathLike, *,
                            network: RoadNetwork, weights: TermWeights,
                            lonlat: bool = True) -> Path:
     """Write every kind to one file atomically (Parquet, or JSON Lines for ``.jsonl``)."""
-    return _io._write_table(subscription_set_table(subs, network=network, weights=weights,
+    return _tables._write_table(subscription_set_table(subs, network=network, weights=weights,
                                                    lonlat=lonlat), path)

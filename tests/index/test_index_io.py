@@ -247,7 +247,7 @@ def test_failed_write_leaves_nothing(tmp_path: Path, tiny: RoadNetwork,
         msg = "disk full"
         raise OSError(msg)
 
-    monkeypatch.setattr(iio, "_write_table_to", broken)
+    monkeypatch.setattr("index.tables._write_table_to", broken)
     with pytest.raises(OSError, match="disk full"):
         write_weights(weights(), tmp_path / "w.parquet")
     assert list(tmp_path.iterdir()) == []
