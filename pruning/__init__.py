@@ -24,6 +24,7 @@ from pruning import (
     topk,
     topk_buffers,
     topk_events,
+    topk_kernels,
 )
 from pruning.algorithm1 import *  # noqa: F403
 from pruning.algorithm2 import *  # noqa: F403
@@ -42,10 +43,11 @@ from pruning.similarity import *  # noqa: F403
 from pruning.topk import *  # noqa: F403
 from pruning.topk_buffers import *  # noqa: F403
 from pruning.topk_events import *  # noqa: F403
+from pruning.topk_kernels import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers, topk,
-               live_kinds, live_topk)
+               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers,
+               topk_kernels, topk, live_kinds, live_topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})
