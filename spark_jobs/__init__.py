@@ -18,6 +18,9 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.batch_match`
     Deliveries of many messages against many subscriptions: subscriptions partitioned by
     cell, one EIA index per task, messages routed by cell-level pruning (Lemma 2).
+:mod:`spark_jobs.match_plan`
+    The batch match's plan (cells to partitions, on the driver) and its routing and
+    matching tasks.
 :mod:`spark_jobs.batch_kinds`
     The same for files mixing subscription kinds: boolean range subscriptions routed and
     matched beside the threshold ones, top-k subscriptions partitioned by cell over the
@@ -25,15 +28,17 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`spark_jobs.arrow_batches`
     The tasks' Arrow rows as the index's batches (every kind, messages) and their
     deliveries and top-k events as rows again.
-:mod:`spark_jobs.cell_frames`
+:mod:`spark_jobs.read_frames`
     Subscriptions and messages read by the executors as DataFrames, each row validated,
-    located and given its cell in the tasks (the driver reads nothing big).
+    located and given its cell in the tasks (the driver reads nothing big); the frames'
+    schemas, frames of in-memory batches and per-cell figures: :mod:`spark_jobs.cell_frames`.
 :mod:`spark_jobs.bound_frames`
     The bound table as a DataFrame, shuffled to the partitions that need its rows.
 :mod:`spark_jobs.stream`
     Structured Streaming matching: message files matched as they land against a
     subscription set that change files update between micro-batches, exactly once
     (:mod:`spark_jobs.stream_changes`: the change files, their log, their application;
+    :mod:`spark_jobs.stream_files`: the sink, rejected files and kill points;
     :mod:`spark_jobs.stream_tasks`: the executors' index and tasks;
     :mod:`spark_jobs.bench_stream`: its benchmark against ``roadpubsub match``).
 :mod:`spark_jobs.overlay`
@@ -61,12 +66,15 @@ __all__ = [
     "dijkstra_engine",
     "graphframes_engine",
     "idf",
+    "match_plan",
     "overlay",
     "payload",
     "precompute_bounds",
+    "read_frames",
     "session",
     "storage",
     "stream",
     "stream_changes",
+    "stream_files",
     "stream_tasks",
 ]

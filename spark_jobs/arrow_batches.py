@@ -112,7 +112,7 @@ def ordered_messages_from_arrow(table: pa.Table) -> Messages:
 
 
 def deliveries_table(d: Deliveries) -> pa.Table:
-    """A task's deliveries as rows of :data:`spark_jobs.batch_match.DELIVERY_SCHEMA`."""
+    """A task's deliveries as rows of :data:`spark_jobs.match_plan.DELIVERY_SCHEMA`."""
     return pa.table({"message_id": pa.array(d.message_id, pa.int64()),
                      "subscription_id": pa.array(d.subscription_id, pa.int64()),
                      "distance": pa.array(d.distance, pa.float64()),

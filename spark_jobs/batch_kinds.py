@@ -9,7 +9,7 @@ message_id, subscription_id, rank, score, distance, in the order of
 
 Threshold and boolean: stateless per message, routed alike
 ------------------------------------------------------------
-Both kinds share the plan of :mod:`spark_jobs.batch_match`: cells split into partitions
+Both kinds share the plan of :mod:`spark_jobs.match_plan`: cells split into partitions
 by their load (threshold plus boolean subscriptions), each message routed by Lemma 2
 (:class:`pruning.routing.CellRouter`) to the partitions holding a cell it may reach. The
 distance limit of a cell is the larger of its threshold DNlimit (Eq. 7) and its boolean
@@ -77,16 +77,6 @@ from spark_jobs.arrow_batches import (
     ordered_messages_from_arrow,
     topk_from_arrow,
 )
-from spark_jobs.batch_match import (
-    DELIVERY_SCHEMA,
-    MatchPlan,
-    _job_settings,
-    _kind_counts,
-    _part_cells,
-    _session_conf,
-    deliveries_frame,
-    plan_match,
-)
 from spark_jobs.bound_frames import bounds_frame, keyed_bounds, slice_spatial
 from spark_jobs.cell_frames import (
     KIND_CODES,
@@ -96,6 +86,16 @@ from spark_jobs.cell_frames import (
     subscription_set_frame,
     weights_from_payload,
     weights_payload,
+)
+from spark_jobs.match_plan import (
+    DELIVERY_SCHEMA,
+    MatchPlan,
+    _job_settings,
+    _kind_counts,
+    _part_cells,
+    _session_conf,
+    deliveries_frame,
+    plan_match,
 )
 from spark_jobs.payload import cells_payload, network_and_cells, network_payload
 from spark_jobs.session import broadcast_payload, cached_payload, stage

@@ -25,7 +25,8 @@ from index.workload import Workload, generate_workload
 from roadnet.cells import Cells
 from roadnet.network import RoadNetwork
 from spark_jobs.batch_match import messages_from_arrow, subscriptions_from_arrow
-from spark_jobs.cell_frames import cell_stats, read_messages_frame, read_subscriptions_frame
+from spark_jobs.cell_frames import cell_stats
+from spark_jobs.read_frames import read_messages_frame, read_subscriptions_frame
 
 DMAX_M = 2000.0
 
