@@ -28,6 +28,7 @@ from roadnet import (  # noqa: E402
     locations,
     network,
     osm,
+    osm_files,
     settings,
 )
 from roadnet.cell_bounds import *  # noqa: E402, F403
@@ -41,10 +42,11 @@ from roadnet.lengths import *  # noqa: E402, F403
 from roadnet.locations import *  # noqa: E402, F403
 from roadnet.network import *  # noqa: E402, F403
 from roadnet.osm import *  # noqa: E402, F403
+from roadnet.osm_files import *  # noqa: E402, F403
 from roadnet.settings import *  # noqa: E402, F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (errors, settings, lengths, files, network, locations, distance, chains, cells,
-               cell_bounds, osm, io)
+               cell_bounds, osm, osm_files, io)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

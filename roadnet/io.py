@@ -100,9 +100,9 @@ def load_network(path: str | os.PathLike[str] | Any, *, directed: bool = False
     if suffix in readers:
         network = readers[suffix](p)
     else:
-        from roadnet import osm  # osmnx is heavy: import it only for OSM inputs
+        from roadnet import osm_files  # osmnx is heavy: import it only for OSM inputs
 
-        network = osm.read_osm_file(p)
+        network = osm_files.read_osm_file(p)
     return network.with_direction(directed=directed)
 
 

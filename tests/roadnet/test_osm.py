@@ -14,7 +14,8 @@ import shapely
 from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
 from roadnet.io import load_network
 from roadnet.network import RoadNetwork
-from roadnet.osm import DRIVE_EXCLUDE, from_osmnx_graph, is_drivable, is_oneway, read_osm_file
+from roadnet.osm import DRIVE_EXCLUDE, from_osmnx_graph, is_drivable, is_oneway
+from roadnet.osm_files import read_osm_file
 
 osmium = pytest.importorskip("osmium")
 ox = pytest.importorskip("osmnx")
