@@ -20,6 +20,7 @@ from roadnet import (  # noqa: E402
     cell_bounds,
     cells,
     chains,
+    dijkstra_kernels,
     distance,
     errors,
     files,
@@ -34,6 +35,7 @@ from roadnet import (  # noqa: E402
 from roadnet.cell_bounds import *  # noqa: E402, F403
 from roadnet.cells import *  # noqa: E402, F403
 from roadnet.chains import *  # noqa: E402, F403
+from roadnet.dijkstra_kernels import *  # noqa: E402, F403
 from roadnet.distance import *  # noqa: E402, F403
 from roadnet.errors import *  # noqa: E402, F403
 from roadnet.files import *  # noqa: E402, F403
@@ -46,7 +48,7 @@ from roadnet.osm_files import *  # noqa: E402, F403
 from roadnet.settings import *  # noqa: E402, F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (errors, settings, lengths, files, network, locations, distance, chains, cells,
-               cell_bounds, osm, osm_files, io)
+API_MODULES = (errors, settings, lengths, files, network, locations, dijkstra_kernels,
+               distance, chains, cells, cell_bounds, osm, osm_files, io)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-from roadnet.distance import (
+from roadnet.dijkstra_kernels import (
     _mark_targets,
     bucket_dijkstra_kernel,
-    dead_ends,
     dijkstra_kernel,
     reset_kernel,
 )
+from roadnet.distance import dead_ends
 from roadnet.network import Adjacency
 
 INF = float("inf")

@@ -10,17 +10,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from roadnet.distance import (
-    NodeSearch,
+from roadnet.dijkstra_kernels import (
     _heap_pop,
     _heap_push,
     bucket_dijkstra_kernel,
-    dead_ends,
     dijkstra_kernel,
+    reset_kernel,
+)
+from roadnet.distance import (
+    NodeSearch,
+    dead_ends,
     distances_from_point,
     distances_to_point,
     network_distance,
-    reset_kernel,
 )
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
