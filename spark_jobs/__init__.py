@@ -47,7 +47,9 @@ functions the single-process path calls, so their outputs are the local ones.
     Session creation (Java 17+ check), progress lines, broadcasts.
 :mod:`spark_jobs.storage`
     Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
-    ``s3a://``): output checks, atomic output directories, whole files on the driver.
+    ``s3a://``): output checks, atomic output directories, whole files on the driver
+    (what a path or URL names, and the filesystem questions asked of it:
+    :mod:`spark_jobs.storage_paths`).
 :mod:`spark_jobs.bench_spark`
     Spark vs single-process timings on Rome (batch-match: phases, per-task figures).
 
@@ -73,6 +75,7 @@ __all__ = [
     "read_frames",
     "session",
     "storage",
+    "storage_paths",
     "stream",
     "stream_changes",
     "stream_files",

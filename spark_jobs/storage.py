@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -51,10 +50,23 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-from roadnet.errors import RoadPubSubError
 from roadnet.files import OutputIsInputError, check_output_path
+from spark_jobs.storage_paths import (
+    PathLike,
+    StorageError,
+    _call,
+    _hadoop,
+    _java_message,
+    _jpath,
+    _qualified,
+    exists,
+    is_dir,
+    is_url,
+    list_names,
+    local_path,
+    spark_uri,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -76,145 +88,6 @@ __all__ = [
     "write_text",
     "write_via_local",
 ]
-
-PathLike = str | os.PathLike[str]
-
-# A scheme of two or more letters: "C:" (a Windows drive) is not a URL.
-_URL = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]+):")
-
-
-class StorageError(RoadPubSubError, OSError):
-    """A storage URL could not be read or written (the message names it and the cause)."""
-
-
-# ---------------------------------------------------------------------------- naming
-def is_url(path: PathLike) -> bool:
-    """Whether ``path`` is a URL (``scheme:...``) rather than a local path."""
-    return bool(_URL.match(os.fspath(path)))
-
-
-def local_path(path: PathLike) -> Path | None:
-    """The local file a path or ``file:`` URL names; None for any other URL.
-
-    ``file:///a b/x``, ``file:/a b/x`` and ``file://localhost/a b/x`` all name ``/a b/x``;
-    percent escapes are decoded (``file:///a%20b`` is ``/a b``), as a browser would.
-    """
-    text = os.fspath(path)
-    found = _URL.match(text)
-    if found is None:
-        return Path(text)
-    if found.group(1).lower() != "file":
-        return None
-    rest = text[found.end():]
-    if rest.startswith("//"):
-        host, _, tail = rest[2:].partition("/")
-        if host not in ("", "localhost"):
-            return None
-        rest = "/" + tail
-    return Path(unquote(rest))
-
-
-def spark_uri(path: PathLike) -> str:
-    """What Spark's readers and writers are given for ``path``.
-
-    A URL is passed as given; a local path (relative ones resolved against the current
-    folder) becomes ``file:/absolute/path``, unescaped, which Hadoop parses with spaces
-    and all.
-    """
-    text = os.fspath(path)
-    if is_url(text):
-        return text
-    return "file:" + str(Path(text).absolute())
-
-
-def _display(path: PathLike) -> str:
-    return os.fspath(path)
-
-
-# ---------------------------------------------------------------------------- Hadoop
-def _session(spark: SparkSession | None, path: PathLike) -> SparkSession:
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-    if spark is None:
-        msg = f"{_display(path)}: a storage URL needs a running Spark session"
-        raise StorageError(msg)
-    return spark
-
-
-def _jpath(spark: SparkSession | None, *parts: Any) -> Any:
-    """A new ``org.apache.hadoop.fs.Path(*parts)`` in the driver's JVM."""
-    jvm: Any = _session(spark, str(parts[-1])).sparkContext._jvm  # the gateway to Hadoop
-    return jvm.org.apache.hadoop.fs.Path(*parts)
-
-
-def _hadoop(spark: SparkSession | None, path: PathLike) -> tuple[Any, Any]:
-    """(FileSystem, Path) of the JVM for a URL; needs the running session."""
-    spark = _session(spark, path)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    jpath = _jpath(spark, os.fspath(path))
-    try:
-        fs = jpath.getFileSystem(conf)
-    except Exception as exc:  # py4j wraps the Java exception
-        msg = f"{_display(path)}: no filesystem for this URL ({_java_message(exc)})"
-        raise StorageError(msg) from exc
-    return fs, jpath
-
-
-def _java_message(exc: BaseException) -> str:
-    """The first line of a Java exception's message, without the py4j preamble."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        with contextlib.suppress(Exception):
-            return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _call(path: PathLike, what: str, func: Callable[[], Any]) -> Any:
-    try:
-        return func()
-    except StorageError:
-        raise
-    except Exception as exc:
-        msg = f"{_display(path)}: cannot {what} ({_java_message(exc)})"
-        raise StorageError(msg) from exc
-
-
-def exists(spark: SparkSession | None, path: PathLike) -> bool:
-    """Whether a local path or URL exists."""
-    local = local_path(path)
-    if local is not None:
-        return local.exists()
-    fs, jpath = _hadoop(spark, path)
-    return bool(_call(path, "check it", lambda: fs.exists(jpath)))
-
-
-def is_dir(spark: SparkSession | None, path: PathLike) -> bool:
-    """Whether a local path or URL is an existing directory."""
-    local = local_path(path)
-    if local is not None:
-        return local.is_dir()
-    fs, jpath = _hadoop(spark, path)
-    return bool(_call(path, "check it", lambda: fs.exists(jpath)
-                      and fs.getFileStatus(jpath).isDirectory()))
-
-
-def list_names(spark: SparkSession | None, path: PathLike) -> list[str]:
-    """Names of the entries of a directory (local path or URL), sorted."""
-    local = local_path(path)
-    if local is not None:
-        return sorted(os.listdir(local))
-    fs, jpath = _hadoop(spark, path)
-    status = _call(path, "list it", lambda: fs.listStatus(jpath))
-    return sorted(str(st.getPath().getName()) for st in status)
-
-
-def _qualified(spark: SparkSession | None, path: PathLike) -> str:
-    """Fully qualified URI of a URL (scheme, authority, normalised path)."""
-    fs, jpath = _hadoop(spark, path)
-    return str(fs.makeQualified(jpath).toString()).rstrip("/")
-
 
 # ---------------------------------------------------------------------------- checks
 def check_output(
