@@ -73,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="most queued move or publish requests applied together as one "
                         "index update or matcher call and one log record (default 64; 1: "
                         "one by one)")
+    p.add_argument("--switch-interval", type=float, default=0.5, metavar="MS",
+                   help="the interpreter's thread switch interval, milliseconds (default "
+                        "0.5; Python's own is 5)")
     p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
                    help="also take events from an MQTT broker's topics and publish each "
                         "delivery on roadpubsub/deliveries/<subscription id>")
@@ -230,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
+    if not 0.01 <= args.switch_interval <= 100:
+        msg = f"--switch-interval must lie in [0.01, 100] ms, got {args.switch_interval:g}"
+        raise InputError(msg)
     if args.compact_delta is not None and args.compact_delta < 1:
         msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
         raise InputError(msg)
@@ -259,6 +265,11 @@ def run(args: argparse.Namespace) -> int:
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
               f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
+    # A request crosses three threads that share the GIL (event loop, apply, fsync): a
+    # thread that wants it waits until the holder's switch interval runs out, and at
+    # Python's 5 ms one request could wait that long twice; 0.5 ms cut the mixed load's
+    # latency (BENCHMARKS.md, single-event requests).
+    sys.setswitchinterval(args.switch_interval / 1000.0)
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=10)
