@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import struct
 import sys
 import time
 from pathlib import Path
@@ -76,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--switch-interval", type=float, default=0.5, metavar="MS",
                    help="the interpreter's thread switch interval, milliseconds (default "
                         "0.5; Python's own is 5)")
+    p.add_argument("--cpu-latency-qos", action="store_true",
+                   help="hold a Linux PM QoS request for no CPU wake-up latency while "
+                        "serving (/dev/cpu_dma_latency, needs root): idle cores poll "
+                        "instead of sleeping, so an fsync's completion is seen at once "
+                        "(on a VM that sleeps to its next 4 ms tick, the log's fsyncs "
+                        "took 4 ms instead of 0.1 ms); costs power and host CPU")
     p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
                    help="also take events from an MQTT broker's topics and publish each "
                         "delivery on roadpubsub/deliveries/<subscription id>")
@@ -270,7 +278,24 @@ def run(args: argparse.Namespace) -> int:
     # Python's 5 ms one request could wait that long twice; 0.5 ms cut the mixed load's
     # latency (BENCHMARKS.md, single-event requests).
     sys.setswitchinterval(args.switch_interval / 1000.0)
+    qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=10)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                    access_log=False, timeout_graceful_shutdown=10)
+    finally:
+        if qos is not None:
+            os.close(qos)  # the request ends with its descriptor
     return 0
+
+
+def _cpu_latency_qos() -> int:
+    """Open a PM QoS request for zero CPU wake-up latency; the descriptor holds it."""
+    path = "/dev/cpu_dma_latency"
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as exc:
+        msg = f"--cpu-latency-qos: cannot open {path} ({exc.strerror}; it needs root on Linux)"
+        raise InputError(msg) from exc
+    os.write(fd, struct.pack("i", 0))
+    return fd
