@@ -60,9 +60,11 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
     url = f"http://127.0.0.1:{port}"
     with (work / "serve.log").open("wb") as log:
         srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
+        # ``python -m`` puts the working directory first on sys.path: run another tree's
+        # server from inside that tree, or a checkout's own package shadows it
         srv = subprocess.Popen([sys.executable, "-m", "roadpubsub", "serve", "--state",
-                                str(state), "--port", str(port), *serve_args],
-                               env=srv_env, stderr=log)
+                                str(state.resolve()), "--port", str(port), *serve_args],
+                               env=srv_env, stderr=log, cwd=server_path)
     try:
         _wait_ready(url, srv)
         load0 = os.getloadavg()

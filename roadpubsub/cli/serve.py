@@ -75,9 +75,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="most queued move or publish requests applied together as one "
                         "index update or matcher call and one log record (default 64; 1: "
                         "one by one)")
-    p.add_argument("--switch-interval", type=float, default=0.5, metavar="MS",
+    p.add_argument("--switch-interval", type=float, default=5.0, metavar="MS",
                    help="the interpreter's thread switch interval, milliseconds (default "
-                        "0.5; Python's own is 5)")
+                        "5, Python's own; a request crosses the event loop, apply and fsync "
+                        "threads, and a thread waiting for the GIL waits up to this long)")
     p.add_argument("--cpu-latency-qos", action="store_true",
                    help="hold a Linux PM QoS request for no CPU wake-up latency while "
                         "serving (/dev/cpu_dma_latency, needs root): idle cores poll "
@@ -273,10 +274,10 @@ def run(args: argparse.Namespace) -> int:
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
               f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
-    # A request crosses three threads that share the GIL (event loop, apply, fsync): a
-    # thread that wants it waits until the holder's switch interval runs out, and at
-    # Python's 5 ms one request could wait that long twice; 0.5 ms cut the mixed load's
-    # latency (BENCHMARKS.md, single-event requests).
+    # A request crosses three threads that share the GIL (event loop, apply, fsync); a
+    # thread that wants it waits until the holder's switch interval runs out. 0.5 ms
+    # helped in one loaded pair of runs and tied (at 10% more CPU) in later ones
+    # (BENCHMARKS.md, single-event requests), so Python's 5 ms stays the default.
     sys.setswitchinterval(args.switch_interval / 1000.0)
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
