@@ -99,7 +99,11 @@ def lookup_kernel(slots: SlotSource, delta: DeltaBufferArrays, n: int, ids: I64,
     neither. ``n``: the delta's rows."""
     missing = 0
     n_slots = slots.sorted_ids.size
-    for i in range(ids.size):
+    # Many ids are searched in ascending order: each binary search then walks the path
+    # the previous one left in cache (10,000 random ids in 1M: several times faster).
+    order = np.argsort(ids) if ids.size >= 256 else np.arange(ids.size)
+    for j in range(ids.size):
+        i = order[j]
         s = _find(slots.sorted_ids, slots.id_order, n_slots, ids[i])
         if s >= 0 and not slots.active[s]:
             s = -1
