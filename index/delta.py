@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from index.model import InvalidSubscriptionError, Subscriptions
+from index.delta_kernels import (
+    DeltaBufferArrays,
+    MovedRows,
+    SlotSource,
+    lookup_kernel,
+    merge_ids_kernel,
+    relocate_kernel,
+)
+from index.model import InvalidSubscriptionError, Subscriptions, _take_csr
 from index.spatial import PointFacts
 from roadnet.errors import describe_rows
 from roadnet.locations import EdgePoints
@@ -58,9 +66,11 @@ class DeltaBuffer:
         self._rows: dict[str, npt.NDArray[Any]] = {}
         self._ptr = np.zeros(1, dtype=np.int64)
         self._terms = np.empty(0, dtype=np.int32)
-        # The rows in id order (kept in step with every change, see row_of).
-        self._by_id = np.empty(0, dtype=np.int64)
-        self._ids_sorted = np.empty(0, dtype=np.int64)  # = ids[_by_id]
+        # The rows in id order (kept in step with every change, see row_of), in buffers
+        # of the rows' capacity: an append merges into them in place.
+        self._order = np.empty(0, dtype=np.int64)
+        self._sorted = np.empty(0, dtype=np.int64)  # = ids[_order]
+        self._arrays: DeltaBufferArrays | None = None
         self.subs: Subscriptions
         self.facts: PointFacts
         self.dn_limit: FloatArray
@@ -86,8 +96,7 @@ class DeltaBuffer:
         kk = int(subs.kw_terms.size)
         self._terms[self._nk:self._nk + kk] = subs.kw_terms
         self._ptr[self._n + 1:self._n + k + 1] = subs.kw_ptr[1:] - subs.kw_ptr[0] + self._nk
-        self._by_id, self._ids_sorted = _merge_by_id(self._rows["ids"][:self._n + k],
-                                                     self._by_id, self._ids_sorted, self._n)
+        merge_ids_kernel(self.arrays(), self._n, self._n + k)
         self._n += k
         self._nk += kk
         self._refresh()
@@ -103,20 +112,38 @@ class DeltaBuffer:
         out = np.full(q.size, -1, dtype=np.int64)
         if self._n == 0 or q.size == 0:
             return out
-        order = self._by_id
-        sorted_ids = self._ids_sorted
+        order = self._order[:self._n]
+        sorted_ids = self._sorted[:self._n]
         pos = np.minimum(search_sorted(sorted_ids, q), order.size - 1)
         hit = sorted_ids[pos] == q
         out[hit] = order[pos[hit]]
         return out
 
-    def relocate(self, rows: IntArray, points: EdgePoints, facts: PointFacts) -> None:
-        """Give ``rows`` new points and their facts, in place (their DNlimit and wildcard
-        flag depend on alpha, tau and keywords only, so they stay)."""
-        self._rows["edge"][rows] = points.edge
-        self._rows["offset"][rows] = points.offset
-        for f in fields(PointFacts):
-            self._rows[f"facts.{f.name}"][rows] = getattr(facts, f.name)
+    def arrays(self) -> DeltaBufferArrays:
+        """The buffers at full capacity, for the compiled updates (valid until they grow)."""
+        if self._arrays is None:
+            r = self._rows
+            self._arrays = DeltaBufferArrays(
+                ids=r["ids"], edge=r["edge"], offset=r["offset"], alpha=r["alpha"],
+                tau=r["tau"], dn_limit=r["dn_limit"], wildcard=r["wildcard"],
+                x=r["facts.x"], y=r["facts.y"], cell=r["facts.cell"],
+                din_out=r["facts.din_out"], din_in=r["facts.din_in"], chain=r["facts.chain"],
+                chain_offset=r["facts.chain_offset"], ptr=self._ptr, terms=self._terms,
+                by_id=self._order, ids_sorted=self._sorted)
+        return self._arrays
+
+    def relocate_rows(self, slots: SlotSource, moved: MovedRows) -> int:
+        """Apply :func:`~index.delta_kernels.relocate_kernel` (growing the buffers first
+        when they are short); returns how many rows were appended."""
+        n_old = self._n
+        n, nk = relocate_kernel(self.arrays(), self._n, self._nk, slots, moved)
+        if n < 0:
+            self._reserve(-n, nk)
+            n, nk = relocate_kernel(self.arrays(), self._n, self._nk, slots, moved)
+        if n != n_old:
+            self._n, self._nk = n, nk
+            self._refresh()
+        return n - n_old
 
     def keep(self, rows: IntArray) -> None:
         """Keep only ``rows`` (delta row numbers, in that order)."""
@@ -133,10 +160,10 @@ class DeltaBuffer:
         self._ptr[:r.size + 1] = ptr
         new_row = np.full(self._n, -1, dtype=np.int64)
         new_row[r] = np.arange(r.size)
-        by_id = new_row[self._by_id]
+        by_id = new_row[self._order[:self._n]]
         kept = by_id >= 0
-        self._by_id = by_id[kept]  # a filter keeps the id order
-        self._ids_sorted = self._ids_sorted[kept]
+        self._order[:r.size] = by_id[kept]  # a filter keeps the id order
+        self._sorted[:r.size] = self._sorted[:self._n][kept]
         self._n = int(r.size)
         self._nk = int(terms.size)
         self._refresh()
@@ -156,10 +183,16 @@ class DeltaBuffer:
             ptr = np.zeros(cap + 1, dtype=np.int64)
             ptr[:self._n + 1] = self._ptr[:self._n + 1]
             self._ptr = ptr
+            for name in ("_order", "_sorted"):
+                grown_order = np.empty(cap, dtype=np.int64)
+                grown_order[:self._n] = getattr(self, name)[:self._n]
+                setattr(self, name, grown_order)
+            self._arrays = None
         if terms > self._terms.size:
             grown_terms = np.empty(max(1024, 2 * self._terms.size, terms), dtype=np.int32)
             grown_terms[:self._nk] = self._terms[:self._nk]
             self._terms = grown_terms
+            self._arrays = None
 
     def _refresh(self) -> None:
         n = self._n
@@ -191,17 +224,6 @@ def search_sorted(sorted_values: IntArray, q: IntArray) -> IntArray:
     return pos
 
 
-def _merge_by_id(ids: IntArray, by_id: IntArray, ids_sorted: IntArray, n_old: int
-                 ) -> tuple[IntArray, IntArray]:
-    """Rows ``0 .. ids.size - 1`` in id order and their ids, given both for the first
-    ``n_old`` rows."""
-    new = np.arange(n_old, ids.size, dtype=np.int64)
-    new = new[np.argsort(ids[new], kind="stable")]
-    new_ids = ids[new]
-    at = np.searchsorted(ids_sorted, new_ids)
-    return np.insert(by_id, at, new), np.insert(ids_sorted, at, new_ids)
-
-
 def _facts_dtype(name: str) -> type:
     # PointFacts: cell and chain are int32, the rest float64.
     return np.int32 if name in ("facts.cell", "facts.chain") else np.float64
@@ -215,9 +237,9 @@ def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> Non
     deactivated and appended to the delta with its keywords, alpha and tau, as ``move``
     does, but without re-checking rows the index holds. The live subscriptions are then
     the same as after ``move`` (only the delta's row order differs, which no matcher
-    output depends on). A single move at 1M subscriptions was mostly the fixed cost of
-    ``move``'s general path (three validated copies of the row, a merge, an unsubscribe
-    and a subscribe); the live service moves one vehicle per request.
+    output depends on). The lookups and the writes are compiled
+    (:mod:`index.delta_kernels`): the live service moves one vehicle per request, and a
+    move written with numpy was mostly the fixed cost of operations on one-element arrays.
 
     Raises
     ------
@@ -228,40 +250,63 @@ def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> Non
     if len(points) != q.size:
         msg = f"move: {q.size} ids but {len(points)} points"
         raise InvalidSubscriptionError(msg)
-    index.check_points(points, labels=q)
-    if q.size > 1 and np.unique(q).size != q.size:
-        index.move(q, points)  # the general path names the repeated ids
-        return
-    slot = index._slot_of(q)
-    drow = index._delta_row_of(q)
-    missing = (slot < 0) & (drow < 0)
-    if missing.any():
+    edge = np.ascontiguousarray(points.edge, dtype=np.int32)
+    offset = np.ascontiguousarray(points.offset, dtype=np.float64)
+    if q.size == 1:  # the check of index.check_points on scalars; it names a bad point
+        e, o = int(points.edge[0]), float(offset[0])
+        length = index.network.edge_length
+        if not (0 <= e < length.size and 0.0 <= o <= length[e]):
+            index.check_points(points, labels=q)
+    else:
+        index.check_points(points, labels=q)
+        if np.unique(q).size != q.size:
+            index.move(q, points)  # the general path names the repeated ids
+            return
+    buf = index._delta
+    slots = _slot_source(index)
+    slot = np.empty(q.size, dtype=np.int64)
+    drow = np.empty(q.size, dtype=np.int64)
+    if lookup_kernel(slots, buf.arrays(), len(buf), q, slot, drow):
+        missing = (slot < 0) & (drow < 0)
         names = describe_rows(q[missing][:10].tolist(), total=int(missing.sum()))
         msg = f"unknown subscription ids: {names}"
         raise InvalidSubscriptionError(msg)
     facts = index.spatial.facts(points)
-    in_delta = drow >= 0
-    if in_delta.any():
-        k = np.flatnonzero(in_delta)
-        index._delta.relocate(drow[k], points[k], _take_facts(facts, k))
-    if not in_delta.all():
-        k = np.flatnonzero(~in_delta)
+    from_slots = drow < 0
+    if from_slots.any():
+        k = np.flatnonzero(from_slots)
         s = slot[k]
-        rows = index.subs.take(s)
-        moved = _trusted(Subscriptions, ids=rows.ids, points=points[k], alpha=rows.alpha,
-                         tau=rows.tau, kw_ptr=rows.kw_ptr, kw_terms=rows.kw_terms)
+        ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
+        moved = _trusted(Subscriptions, ids=index.subs.ids[s], points=points[k],
+                         alpha=index.subs.alpha[s], tau=index.subs.tau[s], kw_ptr=ptr,
+                         kw_terms=terms)
         limit, wildcard = index._limits(moved)
-        index.active[s] = False
+    else:
+        limit, wildcard = _NO_LIMITS
+    c = np.ascontiguousarray
+    rows = MovedRows(edge, offset, c(facts.x, dtype=np.float64), c(facts.y, dtype=np.float64),
+                     c(facts.cell, dtype=np.int32), c(facts.din_out, dtype=np.float64),
+                     c(facts.din_in, dtype=np.float64), c(facts.chain, dtype=np.int32),
+                     c(facts.chain_offset, dtype=np.float64), slot, drow,
+                     c(limit, dtype=np.float64), c(wildcard, dtype=np.bool_))
+    if buf.relocate_rows(slots, rows):
         index._bump_version()
-        index._delta.append(moved, _take_facts(facts, k), limit, wildcard)
         index._publish_delta()
 
 
-def _take_facts(facts: PointFacts, rows: IntArray) -> PointFacts:
-    if rows.size == facts.x.size:
-        return facts
-    return _trusted(PointFacts, **{f.name: getattr(facts, f.name)[rows]
-                                   for f in fields(PointFacts)})
+_NO_LIMITS = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_))
+
+
+def _slot_source(index: SubscriptionIndex) -> SlotSource:
+    subs = index.subs
+    return SlotSource(np.ascontiguousarray(subs.ids, dtype=np.int64),
+                      np.ascontiguousarray(subs.alpha, dtype=np.float64),
+                      np.ascontiguousarray(subs.tau, dtype=np.float64),
+                      np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
+                      np.ascontiguousarray(subs.kw_terms, dtype=np.int32),
+                      index.active,  # written in place: must be the index's own array
+                      np.ascontiguousarray(index._sorted_ids, dtype=np.int64),
+                      np.ascontiguousarray(index._id_order, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------- background compaction

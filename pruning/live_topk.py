@@ -300,16 +300,21 @@ class LiveTopk:
             self._parts = self._parts[:1]
             self._parts.append(self._build(_concat_topk(newer)))
 
-    def push(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]]
-             ) -> TopkEvents:
+    def push(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]], *,
+             messages: Messages | None = None) -> TopkEvents:
         """Messages arrive in this order; the insertions and evictions they cause
-        (``seq``: arrival numbers since the stream began)."""
+        (``seq``: arrival numbers since the stream began).
+
+        ``messages`` may pass these rows as ``Messages.from_rows`` builds them with this
+        window's weights (the caller's matcher has them already: their keywords are looked
+        up once).
+        """
         n = int(ids.size)
         if n == 0:
             return TopkEvents.empty()
         self._ready()
-        msgs = Messages.from_rows(ids=ids, points=points, keywords=keywords,
-                                  weights=self.weights)
+        msgs = messages if messages is not None else Messages.from_rows(
+            ids=ids, points=points, keywords=keywords, weights=self.weights)
         parts = []
         for p in self._parts:
             found = p.matcher.push(_known_terms(msgs, p.n_terms))

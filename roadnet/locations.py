@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -257,6 +258,113 @@ def locate_uv(
     uu = np.atleast_1d(np.asarray(u, dtype=np.int64))
     vv = np.atleast_1d(np.asarray(v, dtype=np.int64))
     off = np.atleast_1d(np.asarray(offset, dtype=np.float64))
+    if uu.shape == vv.shape == off.shape:
+        found = _locate_uv_plain(network, uu, vv, off, near_xy, tolerance_m)
+        if found is not None:
+            return found
+    return _locate_uv_general(network, uu, vv, off, labels=labels, tolerance_m=tolerance_m,
+                              near_xy=near_xy)
+
+
+class _UvArrays(NamedTuple):
+    """What the compiled (u, v, offset) lookup reads of a network."""
+
+    node_sorted: IntArray  # original node ids, sorted
+    node_order: IntArray  # node index of each sorted id
+    edge_keys: IntArray  # u * n_nodes + v, sorted, shortest edge first among equal keys
+    key_edge: IntArray  # edge of each key
+    edge_length: FloatArray
+    edge_oneway: npt.NDArray[np.bool_]
+    has_parallel: npt.NDArray[np.bool_]
+    n_nodes: int
+    directed: bool
+
+
+def _uv_arrays(network: RoadNetwork) -> _UvArrays:
+    def build() -> _UvArrays:
+        order = network.memo("id_order", lambda: np.argsort(network.node_ids, kind="stable"))
+        node_sorted = network.memo("sorted_ids", lambda: network.node_ids[order])
+        keys, key_edge = _edge_keys(network)
+        return _UvArrays(np.ascontiguousarray(node_sorted, dtype=np.int64),
+                         np.ascontiguousarray(order, dtype=np.int64),
+                         np.ascontiguousarray(keys, dtype=np.int64),
+                         np.ascontiguousarray(key_edge, dtype=np.int64),
+                         np.ascontiguousarray(network.edge_length, dtype=np.float64),
+                         np.ascontiguousarray(network.edge_oneway, dtype=np.bool_),
+                         np.ascontiguousarray(_has_parallel(network), dtype=np.bool_),
+                         int(network.n_nodes), bool(network.directed))
+
+    return network.memo("locations.uv_arrays", build)
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_of(sorted_values: IntArray, values: IntArray, x: int) -> int:
+    # the value of the first entry whose key is x (keys sorted), -1 when none is
+    pos = np.searchsorted(sorted_values, x)
+    if pos < sorted_values.size and sorted_values[pos] == x:
+        return int(values[pos])
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _locate_uv_kernel(net: _UvArrays, u: IntArray, v: IntArray, off: FloatArray,
+                      known: npt.NDArray[np.bool_], tolerance_m: float, edge_out: IntArray,
+                      offset_out: FloatArray) -> bool:
+    """:func:`_locate_uv_general` for rows that are all valid and name no edge with a
+    parallel twin to choose from (the same operations, row by row); False, with the
+    outputs unfinished, at the first row that is not so."""
+    n = net.n_nodes
+    for i in range(u.size):
+        ui = _first_of(net.node_sorted, net.node_order, u[i])
+        vi = _first_of(net.node_sorted, net.node_order, v[i])
+        o = off[i]
+        if ui < 0 or vi < 0 or not np.isfinite(o):
+            return False
+        # _edge_lookup: the shortest edge either way, a one-way edge only forwards
+        fwd = _first_of(net.edge_keys, net.key_edge, ui * n + vi)
+        back = _first_of(net.edge_keys, net.key_edge, vi * n + ui)
+        if net.directed and back >= 0 and net.edge_oneway[back]:
+            back = -1
+        use_back = back >= 0 and (fwd < 0 or net.edge_length[back] < net.edge_length[fwd])
+        e = back if use_back else fwd
+        if e < 0:
+            return False
+        length = net.edge_length[e]
+        if net.has_parallel[e] and (known[i] or o > length + tolerance_m):
+            return False  # _choose_parallel would look at this row
+        if o < -tolerance_m or o > length + tolerance_m:
+            return False
+        o = min(max(o, 0.0), length)  # np.clip
+        edge_out[i] = e
+        offset_out[i] = length - o if use_back else o
+    return True
+
+
+def _locate_uv_plain(network: RoadNetwork, uu: IntArray, vv: IntArray, off: FloatArray,
+                     near_xy: npt.ArrayLike | None, tolerance_m: float) -> EdgePoints | None:
+    """:func:`locate_uv` compiled, when no row is invalid or has parallel edges to choose
+    from (a moving vehicle's single location is one row: the vectorised path was some
+    thirty numpy calls on one-element arrays); None otherwise."""
+    if near_xy is None:
+        known = np.zeros(uu.size, dtype=np.bool_)
+    else:
+        near = np.asarray(near_xy, dtype=np.float64)
+        if near.size != 2 * uu.size:
+            return None
+        known = np.asarray(np.isfinite(near.reshape(uu.size, 2)).all(axis=1), dtype=np.bool_)
+    edge = np.empty(uu.size, dtype=np.int64)
+    out = np.empty(uu.size, dtype=np.float64)
+    if not _locate_uv_kernel(_uv_arrays(network), np.ascontiguousarray(uu),
+                             np.ascontiguousarray(vv), np.ascontiguousarray(off), known,
+                             float(tolerance_m), edge, out):
+        return None
+    return EdgePoints.of(edge, out)
+
+
+def _locate_uv_general(network: RoadNetwork, uu: IntArray, vv: IntArray, off: FloatArray, *,
+                       labels: npt.ArrayLike | None, tolerance_m: float,
+                       near_xy: npt.ArrayLike | None) -> EdgePoints:
+    """:func:`locate_uv` for any rows, vectorised; names the rows it refuses."""
     names = np.arange(uu.size) if labels is None else np.asarray(labels)
     ui = network.node_index(uu)
     vi = network.node_index(vv)

@@ -60,9 +60,11 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
     url = f"http://127.0.0.1:{port}"
     with (work / "serve.log").open("wb") as log:
         srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
+        # ``python -m`` puts the working directory first on sys.path: run another tree's
+        # server from inside that tree, or a checkout's own package shadows it
         srv = subprocess.Popen([sys.executable, "-m", "roadpubsub", "serve", "--state",
-                                str(state), "--port", str(port), *serve_args],
-                               env=srv_env, stderr=log)
+                                str(state.resolve()), "--port", str(port), *serve_args],
+                               env=srv_env, stderr=log, cwd=server_path)
     try:
         _wait_ready(url, srv)
         load0 = os.getloadavg()
@@ -84,6 +86,7 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
         except subprocess.TimeoutExpired:
             srv.kill()
     requests = max(int(rep["requests"]), 1)
+    split = _cpu_split(rep.get("server_before", {}), rep.get("server_after", {}), requests)
     return {"load_before": [round(x, 2) for x in load0],
             "load_after": [round(x, 2) for x in load1],
             "server_cpu_s": round(c1 - c0, 2),
@@ -91,9 +94,35 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
             **{k: rep[k] for k in ("seconds", "requests", "events", "events_per_second",
                                    "errors", "latency_ms") if k in rep},
             "loadgen_cpu_s": rep.get("client_cpu_s"),
+            "loadgen_cpu_us_per_request": round(float(rep.get("client_cpu_s") or 0.0)
+                                                / requests * 1e6, 1),
+            **split,
             "server_after": {k: rep["server_after"].get(k) for k in (
                 "rss_bytes", "compactions", "snapshots", "groups", "grouped_requests",
                 "delta_rows")}}
+
+
+def _cpu_split(before: dict[str, Any], after: dict[str, Any], requests: int
+               ) -> dict[str, Any]:
+    """Where the server's CPU went, per request of the run: by thread (event loop, apply,
+    fsync), and the apply thread's by kind of request (servers that report them)."""
+    out: dict[str, Any] = {}
+    t0, t1 = before.get("thread_cpu_seconds"), after.get("thread_cpu_seconds")
+    if t0 is not None and t1 is not None:
+        out["thread_cpu_us_per_request"] = {
+            name: round((t1[name] - t0.get(name, 0.0)) / requests * 1e6, 1) for name in t1}
+    a0, a1 = before.get("apply_cpu_seconds"), after.get("apply_cpu_seconds")
+    n0, n1 = before.get("apply_requests", {}), after.get("apply_requests", {})
+    if a0 is not None and a1 is not None:
+        out["apply_cpu_us"] = {
+            kind: {"per_request": round((a1[kind] - a0.get(kind, 0.0)) / requests * 1e6, 1),
+                   "per_request_of_kind": round((a1[kind] - a0.get(kind, 0.0))
+                                                / max(n1.get(kind, 0) - n0.get(kind, 0), 1)
+                                                * 1e6, 1)}
+            for kind in a1}
+    if "fsyncs" in after and "fsyncs" in before:
+        out["fsyncs_per_request"] = round((after["fsyncs"] - before["fsyncs"]) / requests, 3)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import struct
 import sys
 import time
 from pathlib import Path
@@ -73,6 +75,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="most queued move or publish requests applied together as one "
                         "index update or matcher call and one log record (default 64; 1: "
                         "one by one)")
+    p.add_argument("--switch-interval", type=float, default=5.0, metavar="MS",
+                   help="the interpreter's thread switch interval, milliseconds (default "
+                        "5, Python's own; a request crosses the event loop, apply and fsync "
+                        "threads, and a thread waiting for the GIL waits up to this long)")
+    p.add_argument("--cpu-latency-qos", action="store_true",
+                   help="hold a Linux PM QoS request for no CPU wake-up latency while "
+                        "serving (/dev/cpu_dma_latency, needs root): idle cores poll "
+                        "instead of sleeping, so an fsync's completion is seen at once "
+                        "(on a VM that sleeps to its next 4 ms tick, the log's fsyncs "
+                        "took 4 ms instead of 0.1 ms); costs power and host CPU")
     p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
                    help="also take events from an MQTT broker's topics and publish each "
                         "delivery on roadpubsub/deliveries/<subscription id>")
@@ -230,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
+    if not 0.01 <= args.switch_interval <= 100:
+        msg = f"--switch-interval must lie in [0.01, 100] ms, got {args.switch_interval:g}"
+        raise InputError(msg)
     if args.compact_delta is not None and args.compact_delta < 1:
         msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
         raise InputError(msg)
@@ -259,7 +274,29 @@ def run(args: argparse.Namespace) -> int:
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
               f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
+    # A request crosses three threads that share the GIL (event loop, apply, fsync); a
+    # thread that wants it waits until the holder's switch interval runs out. 0.5 ms
+    # helped in one loaded pair of runs and tied (at 10% more CPU) in later ones
+    # (BENCHMARKS.md, single-event requests), so Python's 5 ms stays the default.
+    sys.setswitchinterval(args.switch_interval / 1000.0)
+    qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=10)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                    access_log=False, timeout_graceful_shutdown=10)
+    finally:
+        if qos is not None:
+            os.close(qos)  # the request ends with its descriptor
     return 0
+
+
+def _cpu_latency_qos() -> int:
+    """Open a PM QoS request for zero CPU wake-up latency; the descriptor holds it."""
+    path = "/dev/cpu_dma_latency"
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as exc:
+        msg = f"--cpu-latency-qos: cannot open {path} ({exc.strerror}; it needs root on Linux)"
+        raise InputError(msg) from exc
+    os.write(fd, struct.pack("i", 0))
+    return fd

@@ -54,7 +54,7 @@ from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
 from roadpubsub.service.hotpath import HotRoutes
-from roadpubsub.service.metrics import Metrics, rss_bytes
+from roadpubsub.service.metrics import Metrics, rss_bytes, thread_cpu
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
@@ -306,6 +306,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             "snapshots": state.snapshots.completed,
             "last_snapshot_seconds": round(state.snapshots.last_seconds, 3),
             "grouped_requests": applier.grouped_requests, "groups": applier.groups,
+            "apply_cpu_seconds": {k: round(v, 4) for k, v in applier.cpu_seconds.items()},
+            "apply_requests": dict(applier.requests), "thread_cpu_seconds": thread_cpu(),
+            "fsyncs": state.wal.fsyncs,
             "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
 
     async def metrics_text(request: Request) -> Response:

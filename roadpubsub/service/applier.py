@@ -42,6 +42,7 @@ class _Item:
     payload: Any
     future: Any  # a concurrent Future, or anything with set_result/set_exception/done
     path_id: int | None = None
+    label: str = ""
 
 
 class Applier:
@@ -63,6 +64,10 @@ class Applier:
         self.group_max = max(1, int(group_max))
         self.groups = 0
         self.grouped_requests = 0
+        # CPU time of this thread by kind of request (parse, apply, log): where the
+        # service's time goes, without a profiler
+        self.cpu_seconds: dict[str, float] = {}
+        self.requests: dict[str, int] = {}
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="apply", daemon=True)
         self._thread.start()
@@ -71,10 +76,12 @@ class Applier:
     # ``reply``: instead of a new Future, an object with the methods set_result,
     # set_exception and done that the apply thread calls (the HTTP layer's hand-off to its
     # event loop, without a Future's lock and condition per request).
-    def call(self, fn: Callable[[], Any], *, reply: Any = None) -> Future[Any]:
-        """Run ``fn`` on the apply thread, in order with the events."""
+    def call(self, fn: Callable[[], Any], *, reply: Any = None, kind: str = "call"
+             ) -> Future[Any]:
+        """Run ``fn`` on the apply thread, in order with the events (``kind`` names it in
+        :attr:`cpu_seconds`)."""
         fut: Future[Any] = Future() if reply is None else reply
-        self._queue.put(_Item("call", fn, fut))
+        self._queue.put(_Item("call", fn, fut, label=kind))
         return fut
 
     def move(self, body: Any, *, path_id: int | None = None, reply: Any = None
@@ -121,6 +128,8 @@ class Applier:
                 while j < len(items) and items[j].kind == items[i].kind:
                     j += 1
             run = items[i:j]
+            kind = run[0].label or run[0].kind
+            t0 = time.thread_time()
             try:
                 if run[0].kind == "move":
                     self._moves(run)
@@ -132,6 +141,8 @@ class Applier:
                 for it in run:
                     if not it.future.done():
                         it.future.set_exception(exc)
+            self.cpu_seconds[kind] = self.cpu_seconds.get(kind, 0.0) + time.thread_time() - t0
+            self.requests[kind] = self.requests.get(kind, 0) + len(run)
             i = j
 
     def _moves(self, run: list[_Item]) -> None:

@@ -145,10 +145,11 @@ class HotRoutes:
                 body = await _body(receive)
                 state, parser = self.state, self.applier.parser
                 self.applier.call(lambda: state.subscribe(parser.subscriptions(body)),
-                                  reply=reply)
+                                  reply=reply, kind=kind)
             else:
                 ids = np.array([parse_ids(sid_text or "")], dtype=np.int64)
-                self.applier.call(lambda: self.state.unsubscribe(ids), reply=reply)
+                self.applier.call(lambda: self.state.unsubscribe(ids), reply=reply,
+                                  kind=kind)
             done = await fut
         except (RequestError, InputError) as exc:
             status = exc.status if isinstance(exc, RequestError) else 422

@@ -501,8 +501,11 @@ class ServiceState:
                 if len(self.boolean):
                     parts.append(self.boolean.match(batch))
             first = self.topk.arrivals
+            # the same weights: the top-k window takes the matcher's keyword rows
+            same = self.topk.weights is self.index.weights
             ev = self.topk.push(batch.ids, points if whole else points[rows],
-                                keywords if whole else [keywords[i] for i in rows.tolist()])
+                                keywords if whole else [keywords[i] for i in rows.tolist()],
+                                messages=batch if same else None)
             if len(gone):  # withdrawn as the group's first message arrived
                 ev = TopkEvents.concat([gone, ev])
             if len(ev):

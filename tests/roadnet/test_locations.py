@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyproj import Transformer
 
 from roadnet.errors import InvalidLocationError
@@ -195,3 +197,54 @@ def test_edge_points_container() -> None:
     np.testing.assert_array_equal(pts[np.array([True, False, True])].edge, [1, 3])
     with pytest.raises(ValueError, match="one shape"):
         EdgePoints(np.zeros(2, dtype=np.int32), np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- compiled (u, v)
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), k=st.integers(1, 6),
+       name=st.sampled_from(["grid", "andorra", "west_oakland"]),
+       near=st.sampled_from(["none", "given", "partly"]))
+def test_locate_uv_compiled_equals_the_vectorised_path(
+        grid: RoadNetwork, real_networks: Callable[[str], RoadNetwork], seed: int, k: int,
+        name: str, near: str) -> None:
+    """The compiled rows of locate_uv give the vectorised path's points, and any row it
+    does not take (unknown nodes, no edge, offsets off the edge or NaN, a parallel edge to
+    choose) leaves the whole call to that path: same points, same error."""
+    from roadnet.locations import _locate_uv_general
+
+    net = grid if name == "grid" else real_networks(name)
+    rng = np.random.default_rng(seed)
+    e = rng.integers(0, net.n_edges, k)
+    length = net.edge_length[e]
+    u = net.node_ids[net.edge_u[e]].astype(np.int64)
+    v = net.node_ids[net.edge_v[e]].astype(np.int64)
+    swap = rng.random(k) < 0.4  # named from the other end
+    u, v = np.where(swap, v, u), np.where(swap, u, v)
+    off = rng.choice([0.0, 1.0, 0.5, rng.random()], k) * length
+    bad = rng.random(k) < 0.15
+    for i in np.flatnonzero(bad).tolist():
+        kind = rng.integers(0, 5)
+        if kind == 0:
+            u[i] = int(net.node_ids.max()) + 1
+        elif kind == 1:
+            off[i] = np.nan
+        elif kind == 2:
+            off[i] = length[i] + rng.choice([1e-7, 1e-3, 5.0])
+        elif kind == 3:
+            off[i] = -rng.choice([1e-7, 1e-3])
+        else:
+            v[i] = u[i]  # rarely an edge
+    xy = None
+    if near != "none":
+        xy = point_xy(net, EdgePoints.of(e, np.clip(off, 0, length)))
+        if near == "partly":
+            xy[rng.random(k) < 0.5] = np.nan
+    try:
+        want = _locate_uv_general(net, u, v, off, labels=None, tolerance_m=1e-6, near_xy=xy)
+    except InvalidLocationError as exc:
+        with pytest.raises(InvalidLocationError, match=re.escape(str(exc))):
+            locate_uv(net, u, v, off, near_xy=xy)
+        return
+    got = locate_uv(net, u, v, off, near_xy=xy)
+    np.testing.assert_array_equal(got.edge, want.edge)
+    np.testing.assert_array_equal(got.offset, want.offset)
