@@ -31,6 +31,7 @@ from index.model import InvalidMessageError, Messages
 from pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
+    MAX_STAMP,
     bia_candidates,
     eia_candidates,
     network_lower_bound,
@@ -225,7 +226,7 @@ def _match_batch(  # pragma: no cover - compiled
         # 4,624 candidates per message instead of 3,880 (BENCHMARKS.md).
         for j in range(n_cand):
             if j < n_main:
-                # Each candidate's rows are cache misses in six slot arrays: start loading
+                # Each candidate's rows are cache misses in five slot arrays: start loading
                 # those of candidates a few places ahead (BENCHMARKS.md: 2x on this loop).
                 if j + _AHEAD < n_main:
                     r_next = int(cand[j + _AHEAD])
@@ -234,7 +235,6 @@ def _match_batch(  # pragma: no cover - compiled
                     prefetch(s_tau, r_next)
                     prefetch(s_chain, r_next)
                     prefetch(s_chain_offset, r_next)
-                    prefetch(cand_dnub, r_next)
                 if j + _AHEAD // 2 < n_main:
                     prefetch(s_kw_terms, s_kw_ptr[int(cand[j + _AHEAD // 2])])
                 r = int(cand[j])
@@ -242,7 +242,7 @@ def _match_batch(  # pragma: no cover - compiled
                 alpha, tau = s_alpha[r], s_tau[r]
                 lim = dmax
                 if is_eia:
-                    lim = min(cand_dnub[r], distance_upper_bound_kernel(
+                    lim = min(cand_dnub[j], distance_upper_bound_kernel(
                         alpha, tau - tolerance, tsim, dmax))
                 lim = lim + slack_abs + slack_rel * abs(lim)
                 if lim < 0.0 or (is_eia and cand_lb[j] > lim):
@@ -691,6 +691,12 @@ class IndexMatcher:
         i = start
         while i < stop:
             end = min(i + self.chunk, stop)
+            if lane.stamp + (end - i) >= MAX_STAMP:
+                # Marks hold the stamp in their high bits (pruning.algorithm1.MARK_SHIFT):
+                # start the stamps again from clean marks before they could overflow.
+                for marks in (scratch.mark, scratch.term_mark, scratch.edge_stamp):
+                    marks.fill(0)
+                lane.stamp = 0
             nxt, n_out, lane.stamp = _match_batch(
                 is_eia, i, end, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
                 delta, net_arrays, ws, lane.buckets, scratch, queue, weights,

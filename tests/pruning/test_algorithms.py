@@ -292,7 +292,7 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                        slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))
     chosen = cand[:n].tolist()
     assert len(set(chosen)) == len(chosen)
-    return {int(s): float(dnub[s]) for s in chosen}
+    return {int(s): float(dnub[j]) for j, s in enumerate(chosen)}
 
 
 def python_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
