@@ -29,7 +29,13 @@ from index.delta import DeltaBuffer, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
-from index.spatial import PointFacts, SpatialIndex, astuple_facts
+from index.spatial import (
+    PACKED_FACTS,
+    PointFacts,
+    SpatialIndex,
+    astuple_facts,
+    pack_point_facts,
+)
 from index.terms import TermWeights
 from roadnet.errors import InputError, describe_rows
 from roadnet.lengths import check_dmax
@@ -154,21 +160,35 @@ class SubscriptionIndex:
         saved = saved or {}
         self._bump_version()
         self.subs = subscriptions
-        if all(f"facts.{k}" in saved for k in ("x", "y", "din_out", "din_in")):
+        if all(f"facts.{k}" in saved for k in PACKED_FACTS):
             local = self.spatial.graph.to_local(subscriptions.points)
-            self.facts: PointFacts = PointFacts(
+            facts = PointFacts(
                 x=saved["facts.x"], y=saved["facts.y"],
                 cell=self.spatial.cells.edge_cell[subscriptions.points.edge],
                 din_out=saved["facts.din_out"], din_in=saved["facts.din_in"],
                 chain=local.edge, chain_offset=local.offset)
         else:
-            self.facts = self.spatial.facts(self.subs.points)
+            facts = self.spatial.facts(self.subs.points)
+        self.facts: PointFacts
+        self.facts, self._slot_points = pack_point_facts(facts)
+        self._packed_facts = self.facts
         self.active = np.ones(len(self.subs), dtype=bool)
         self._id_order = saved["subs.id_order"] if "subs.id_order" in saved \
             else np.argsort(self.subs.ids, kind="stable")
         self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
+
+    @property
+    def slot_points(self) -> FloatArray:
+        """The slots' x, y, din_out and din_in (m) as one (n_slots, 4) record array, whose
+        columns ``facts.x``, ``facts.y``, ``facts.din_out`` and ``facts.din_in`` are views
+        (:func:`~index.spatial.pack_point_facts`): the rows Algorithm 1 reads per posting.
+        Facts set by other means than the slots' own setup are packed here first."""
+        if self._packed_facts is not self.facts:
+            self.facts, self._slot_points = pack_point_facts(self.facts)
+            self._packed_facts = self.facts
+        return self._slot_points
 
     def _build_structures(self) -> None:
         """Subclasses build ``self.layout`` and their cell/edge statistics here."""

@@ -171,7 +171,7 @@ def eia_candidates(  # pragma: no cover - compiled
                                                 layout.grp_value, layout.grp_start)
     eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
     post_slot, post_value = layout.post_slot, layout.post_value
-    slot_x, slot_y, slot_din_out, slot_active = slots.x, slots.y, slots.din_out, slots.active
+    slot_point, slot_active = slots.point, slots.active
     cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
     cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
     n_post = post_slot.size
@@ -233,19 +233,19 @@ def eia_candidates(  # pragma: no cover - compiled
                         break  # DNUB-descending: no later posting can pass
                     if p + _AHEAD < n_post:
                         s_next = post_slot[p + _AHEAD]
-                        prefetch(slot_x, s_next)
-                        prefetch(slot_y, s_next)
-                        prefetch(slot_din_out, s_next)
+                        # x, y and din_out share one 32-byte row of the slots' point
+                        # record (index.spatial.pack_point_facts): one line, not three.
+                        prefetch(slot_point, 4 * s_next)
                         prefetch(slot_active, s_next)
                         prefetch(mark, s_next)
                     counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
                     if not slot_active[s]:
                         continue
-                    dx = slot_x[s] - m_x
-                    dy = slot_y[s] - m_y
+                    dx = slot_point[s, 0] - m_x
+                    dy = slot_point[s, 1] - m_y
                     de = np.sqrt(dx * dx + dy * dy)
-                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_din_out[s],
+                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_point[s, 2],
                                              D_col[c], m_din_in)
                     if not _keep(lb, v, slack_abs, slack_rel):
                         counters[POSTINGS_PRUNED_LEMMA6] += 1

@@ -525,7 +525,7 @@ class IndexMatcher:
                      if isinstance(index, BasicIndex) else BiaCellArrays(none, none, none))
         s = index.subs
         f = index.facts
-        slots = SlotArrays(f.x, f.y, f.din_out, index.active, f.chain, f.chain_offset,
+        slots = SlotArrays(index.slot_points, index.active, f.chain, f.chain_offset,
                            s.alpha, s.tau, s.kw_ptr, s.kw_terms)
         d = index.delta
         df = index.delta_facts

@@ -17,6 +17,7 @@ __all__ = ["BiaCellArrays", "BoundArrays", "DeltaArrays", "EdgeArrays", "EiaCell
            "ScratchArrays", "SlotArrays"]
 
 F = npt.NDArray[np.float64]
+F2 = npt.NDArray[np.float64]  # 2-d, C order
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
@@ -84,11 +85,11 @@ class BiaCellArrays(NamedTuple):
 
 
 class SlotArrays(NamedTuple):
-    """The indexed subscriptions (slots): facts, active flags, alpha, tau, keyword CSR."""
+    """The indexed subscriptions (slots): point record (rows of x, y, din_out, din_in in
+    metres: :attr:`index.base.SubscriptionIndex.slot_points`), active flags, chain-graph
+    point, alpha, tau, keyword CSR."""
 
-    x: F
-    y: F
-    din_out: F
+    point: F2
     active: B
     chain: I32
     chain_offset: F

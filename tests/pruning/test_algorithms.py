@@ -278,7 +278,12 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                          np.ascontiguousarray(sp.bounds.eta_minus.T), cell_bbox)
     layout = LayoutArrays(term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value,
                           eg_start, post_slot, post_value)
-    slot_arrays = SlotArrays(slot_x, slot_y, slot_din_out, slot_active,
+    # The kernel reads the slots' point record; the reference below reads the facts'
+    # columns, which are views of it.
+    assert np.shares_memory(index.slot_points, slot_x)
+    np.testing.assert_array_equal(index.slot_points[:, :3],
+                                  np.column_stack([slot_x, slot_y, slot_din_out]))
+    slot_arrays = SlotArrays(index.slot_points, slot_active,
                              np.empty(0, dtype=np.int32), none_f, none_f, none_f, none_i,
                              np.empty(0, dtype=np.int32))
     cand = np.empty(n_slots + 1, dtype=np.int32)
