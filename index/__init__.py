@@ -20,6 +20,7 @@ from index import (
     limits,
     model,
     postings,
+    slot_record,
     spatial,
     store,
     terms,
@@ -41,6 +42,7 @@ from index.kinds_io import *  # noqa: F403
 from index.limits import *  # noqa: F403
 from index.model import *  # noqa: F403
 from index.postings import *  # noqa: F403
+from index.slot_record import *  # noqa: F403
 from index.spatial import *  # noqa: F403
 from index.store import *  # noqa: F403
 from index.terms import *  # noqa: F403
@@ -51,6 +53,6 @@ from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
-               validate, delta, base, bia, eia, events, store, workload, boolean, topk)
+               slot_record, validate, delta, base, bia, eia, events, store, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -23,7 +23,7 @@ from roadnet.locations import EdgePoints, point_xy
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["PACKED_FACTS", "PointFacts", "SpatialIndex", "astuple_facts", "pack_point_facts"]
+__all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,31 +45,6 @@ class PointFacts:
     din_in: FloatArray
     chain: npt.NDArray[np.int32]
     chain_offset: FloatArray
-
-
-#: The facts :func:`pack_point_facts` interleaves, in their record's column order.
-PACKED_FACTS = ("x", "y", "din_out", "din_in")
-
-
-def pack_point_facts(facts: PointFacts) -> tuple[PointFacts, FloatArray]:
-    """``facts`` with x, y, din_out and din_in as column views of one (n, 4) record array.
-
-    Algorithm 1 reads x, y and din_out of every posting's subscription, each a cache miss
-    in its own array at millions of slots; in one 32-byte row they come in one cache line
-    (:func:`pruning.algorithm1.eia_candidates`). The record replaces the four arrays (the
-    bytes held are the same), and a write to a fact through its view is a write to the
-    record. Returns the new facts and the record. Each source array is copied in and let
-    go in turn, so at most one more fact-sized array is held while packing (the caller
-    must hold no other reference to ``facts`` for that).
-    """
-    n = facts.x.size
-    record = np.empty((n, len(PACKED_FACTS)))
-    cols = {f.name: getattr(facts, f.name) for f in fields(facts)}
-    del facts
-    for k, name in enumerate(PACKED_FACTS):
-        record[:, k] = cols.pop(name)
-    views = {name: record[:, k] for k, name in enumerate(PACKED_FACTS)}
-    return PointFacts(**cols, **views), record
 
 
 def astuple_facts(facts: PointFacts) -> tuple[npt.NDArray[np.generic], ...]:

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
+from index.slot_record import RECORD_WIDTH
 from pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
@@ -171,7 +172,7 @@ def eia_candidates(  # pragma: no cover - compiled
                                                 layout.grp_value, layout.grp_start)
     eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
     post_slot, post_value = layout.post_slot, layout.post_value
-    slot_point, slot_active = slots.point, slots.active
+    slot_point, slot_active = slots.record, slots.active
     cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
     cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
     n_post = post_slot.size
@@ -233,9 +234,9 @@ def eia_candidates(  # pragma: no cover - compiled
                         break  # DNUB-descending: no later posting can pass
                     if p + _AHEAD < n_post:
                         s_next = post_slot[p + _AHEAD]
-                        # x, y and din_out share one 32-byte row of the slots' point
-                        # record (index.spatial.pack_point_facts): one line, not three.
-                        prefetch(slot_point, 4 * s_next)
+                        # x, y and din_out share one 64-byte row of the slot record
+                        # (index.slot_record): one line, not three.
+                        prefetch(slot_point, RECORD_WIDTH * s_next)
                         prefetch(slot_active, s_next)
                         prefetch(mark, s_next)
                     counters[POSTINGS_SCANNED] += 1

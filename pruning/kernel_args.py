@@ -18,6 +18,7 @@ __all__ = ["BiaCellArrays", "BoundArrays", "DeltaArrays", "EdgeArrays", "EiaCell
 
 F = npt.NDArray[np.float64]
 F2 = npt.NDArray[np.float64]  # 2-d, C order
+I32_2 = npt.NDArray[np.int32]  # 2-d, C order
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
@@ -85,16 +86,12 @@ class BiaCellArrays(NamedTuple):
 
 
 class SlotArrays(NamedTuple):
-    """The indexed subscriptions (slots): point record (rows of x, y, din_out, din_in in
-    metres: :attr:`index.base.SubscriptionIndex.slot_points`), active flags, chain-graph
-    point, alpha, tau, keyword CSR."""
+    """The indexed subscriptions (slots): their record (:mod:`index.slot_record`) as
+    float64 rows and as int32 rows (for the chain), active flags, keyword CSR."""
 
-    point: F2
+    record: F2
+    record_int: I32_2
     active: B
-    chain: I32
-    chain_offset: F
-    alpha: F
-    tau: F
     kw_ptr: I64
     kw_terms: I32
 

@@ -10,7 +10,8 @@ and it is only issued for an index inside the array.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from llvmlite import ir
 from numba import types
@@ -21,7 +22,7 @@ __all__ = ["prefetch"]
 
 
 @intrinsic
-def prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:  # pragma: no cover - compiled
+def _prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:  # pragma: no cover - compiled
     """Start loading element ``i`` of ``a`` in memory order (``a[i]`` for 1-d ``a``; row
     ``i // n_columns`` of a C-ordered 2-d ``a``) into the cache; nothing if i is outside
     the array. Returns at once and changes nothing.
@@ -56,3 +57,8 @@ def prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:  # pragma: no cover - c
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+#: Called as ``prefetch(a, i)`` from compiled code (the intrinsic's typing context is
+#: numba's to pass); typed for the callers' type checks.
+prefetch = cast(Callable[[Any, int], None], _prefetch)

@@ -280,11 +280,11 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                           eg_start, post_slot, post_value)
     # The kernel reads the slots' point record; the reference below reads the facts'
     # columns, which are views of it.
-    assert np.shares_memory(index.slot_points, slot_x)
-    np.testing.assert_array_equal(index.slot_points[:, :3],
+    record = index.slot_record
+    assert np.shares_memory(record, slot_x)
+    np.testing.assert_array_equal(record[:, :3],
                                   np.column_stack([slot_x, slot_y, slot_din_out]))
-    slot_arrays = SlotArrays(index.slot_points, slot_active,
-                             np.empty(0, dtype=np.int32), none_f, none_f, none_f, none_i,
+    slot_arrays = SlotArrays(record, record.view(np.int32), slot_active, none_i,
                              np.empty(0, dtype=np.int32))
     cand = np.empty(n_slots + 1, dtype=np.int32)
     dnub = np.full(n_slots + 1, np.nan)
