@@ -50,7 +50,7 @@ def test_the_record_follows_builds_updates_compaction_and_files(andorra, arch,
     _assert_record_matches(index)
     # Memory held counts the record's whole buffer (its padding too), not its views.
     record = index.slot_record
-    views = [getattr(index.facts, k) for k in FACT_COLUMNS + ("chain",)] + \
+    views = [getattr(index.facts, k) for k in (*FACT_COLUMNS, "chain")] + \
         [getattr(index.subs, k) for k in SUB_COLUMNS]
     assert sum(v.size * v.itemsize for v in views) < record.nbytes
     index.auto_compact = False
