@@ -22,6 +22,7 @@ from index import (
     pois,
     postings,
     rows,
+    slot_record,
     spatial,
     store,
     tables,
@@ -46,6 +47,7 @@ from index.model import *  # noqa: F403
 from index.pois import *  # noqa: F403
 from index.postings import *  # noqa: F403
 from index.rows import *  # noqa: F403
+from index.slot_record import *  # noqa: F403
 from index.spatial import *  # noqa: F403
 from index.store import *  # noqa: F403
 from index.tables import *  # noqa: F403
@@ -59,5 +61,7 @@ from index.workload import *  # noqa: F403
 API_MODULES = (terms, text, model, geofiles, tables, rows, io, kinds, kinds_io, limits, postings,
                spatial, validate, delta, base, bia, eia, events, store, pois, workload, boolean,
                topk)
+API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
+               slot_record, validate, delta, base, bia, eia, events, store, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

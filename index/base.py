@@ -29,6 +29,7 @@ from index.delta import DeltaBuffer, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
+from index.slot_record import pack_slot_record
 from index.spatial import PointFacts, SpatialIndex, astuple_facts
 from index.terms import TermWeights
 from roadnet.errors import InputError, describe_rows
@@ -156,19 +157,34 @@ class SubscriptionIndex:
         self.subs = subscriptions
         if all(f"facts.{k}" in saved for k in ("x", "y", "din_out", "din_in")):
             local = self.spatial.graph.to_local(subscriptions.points)
-            self.facts: PointFacts = PointFacts(
+            facts = PointFacts(
                 x=saved["facts.x"], y=saved["facts.y"],
                 cell=self.spatial.cells.edge_cell[subscriptions.points.edge],
                 din_out=saved["facts.din_out"], din_in=saved["facts.din_in"],
                 chain=local.edge, chain_offset=local.offset)
         else:
-            self.facts = self.spatial.facts(self.subs.points)
+            facts = self.spatial.facts(self.subs.points)
+        self.facts: PointFacts
+        self.subs, self.facts, self._slot_record = pack_slot_record(self.subs, facts)
+        self._packed = (self.subs, self.facts)
         self.active = np.ones(len(self.subs), dtype=bool)
         self._id_order = saved["subs.id_order"] if "subs.id_order" in saved \
             else np.argsort(self.subs.ids, kind="stable")
         self._sorted_ids = self.subs.ids[self._id_order]
         self.term_rank = self.weights.rank()
         self.layout: PostingLayout
+
+    @property
+    def slot_record(self) -> FloatArray:
+        """The slots' (n_slots, 8) record of what matching reads per candidate (position,
+        border distances, chain-graph point, alpha, tau; :mod:`index.slot_record`), of
+        which ``facts`` and ``subs.alpha``/``subs.tau`` are column views. Slots or facts
+        set by other means than the slots' own setup are packed here first."""
+        if self._packed[0] is not self.subs or self._packed[1] is not self.facts:
+            self.subs, self.facts, self._slot_record = pack_slot_record(self.subs,
+                                                                        self.facts)
+            self._packed = (self.subs, self.facts)
+        return self._slot_record
 
     def _build_structures(self) -> None:
         """Subclasses build ``self.layout`` and their cell/edge statistics here."""
@@ -436,7 +452,13 @@ class SubscriptionIndex:
             *astuple_facts(self.facts), self.active, self._id_order, self._sorted_ids,
             *(v for k, v in self.structure_arrays().items() if k.startswith("layout.")),
         ]
-        return sum(int(a.nbytes) for a in arrays) / max(len(self.subs), 1)
+        # The slot record's views count as the record's whole buffer (padding included).
+        record = self.slot_record
+        root = record
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        held = [a for a in arrays if not np.may_share_memory(a, record)]
+        return (sum(int(a.nbytes) for a in held) + int(root.nbytes)) / max(len(self.subs), 1)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
+from index.slot_record import RECORD_WIDTH
 from pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
@@ -33,8 +34,8 @@ from pruning.kernel_args import (
 )
 from roadnet._prefetch import prefetch
 
-__all__ = ["COUNTER_NAMES", "bia_candidates", "cell_lower_bounds", "eia_candidates",
-           "network_lower_bound"]
+__all__ = ["COUNTER_NAMES", "MARK_SHIFT", "MAX_STAMP", "bia_candidates", "cell_lower_bounds",
+           "eia_candidates", "mark_tag", "network_lower_bound"]
 
 #: Names of the per-message counters the kernels fill, by index.
 COUNTER_NAMES = (
@@ -64,6 +65,22 @@ CANDIDATES = 7
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+#: ``scratch.mark[s]`` holds ``stamp << MARK_SHIFT`` plus the slot's candidate position
+#: for the message of that stamp: one read tells whether s is taken and where its
+#: DNUB sits, so ``cand_dnub`` is indexed by position (read in order by the limits loop)
+#: rather than by slot (a cache miss per candidate). Positions are below 2**31 (``cand``
+#: is int32) and stamps below :data:`MAX_STAMP`, so a mark never overflows int64 and a
+#: mark of an earlier stamp is always below the current tag.
+MARK_SHIFT = 31
+#: Stamps must stay below this (the matcher resets its marks before reaching it).
+MAX_STAMP = 1 << 31
+
+
+@numba.njit(cache=True, inline="always")
+def mark_tag(stamp: int) -> int:  # pragma: no cover - compiled
+    """The smallest mark of a slot taken for the message of ``stamp``."""
+    return stamp << MARK_SHIFT
 
 
 @numba.njit(cache=True, inline="always")
@@ -135,12 +152,13 @@ def eia_candidates(  # pragma: no cover - compiled
     """EIA pruning for one message; returns the number of candidates in ``scratch.cand``.
 
     The message is given by its cell, position (m), din_in (m) and term slots (0 the
-    wildcard, t + 1 for term t). ``scratch.cand_dnub[s]`` receives the largest DNUB(s|t)
-    over the shared prefix keywords t that passed (Lemma 6), which bounds the verification
-    search. The edge groups of each IL(ci|t) must come DNUB-descending
+    wildcard, t + 1 for term t). ``scratch.cand_dnub[j]`` receives the largest DNUB(s|t)
+    of candidate j over the shared prefix keywords t that passed (Lemma 6), which bounds
+    the verification search. The edge groups of each IL(ci|t) must come DNUB-descending
     (``build_posting_layout(..., edges_by_value=True)``): the scan of a list stops at the
-    first one below dNmin(ci, m). ``scratch.mark`` equal to ``stamp`` marks a slot already
-    taken for this message. ``scratch.cand_lb[j]`` receives the lower bound on dN of
+    first one below dNmin(ci, m). ``scratch.mark[s]`` at least ``stamp << MARK_SHIFT``
+    marks a slot already taken for this message, and its low bits give its candidate
+    position (:func:`mark_tag`). ``scratch.cand_lb[j]`` receives the lower bound on dN of
     candidate j (``scratch.cand[j]``; the same for every posting of its slot), so that
     verification can drop a candidate whose exact distance limit lies below it.
     """
@@ -154,11 +172,12 @@ def eia_candidates(  # pragma: no cover - compiled
                                                 layout.grp_value, layout.grp_start)
     eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
     post_slot, post_value = layout.post_slot, layout.post_value
-    slot_x, slot_y, slot_din_out, slot_active = slots.x, slots.y, slots.din_out, slots.active
+    slot_point, slot_active = slots.record, slots.active
     cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
     cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
     n_post = post_slot.size
     n_cells = cell_bbox.shape[0]
+    tag = mark_tag(stamp)
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     # cell_state: 0 empty, 1 pruned by Lemma 2, 2 alive, 3 holds a keyword of m, 4 passed.
     for c in range(n_cells):
@@ -215,31 +234,32 @@ def eia_candidates(  # pragma: no cover - compiled
                         break  # DNUB-descending: no later posting can pass
                     if p + _AHEAD < n_post:
                         s_next = post_slot[p + _AHEAD]
-                        prefetch(slot_x, s_next)
-                        prefetch(slot_y, s_next)
-                        prefetch(slot_din_out, s_next)
+                        # x, y and din_out share one 64-byte row of the slot record
+                        # (index.slot_record): one line, not three.
+                        prefetch(slot_point, RECORD_WIDTH * s_next)
                         prefetch(slot_active, s_next)
                         prefetch(mark, s_next)
                     counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
                     if not slot_active[s]:
                         continue
-                    dx = slot_x[s] - m_x
-                    dy = slot_y[s] - m_y
+                    dx = slot_point[s, 0] - m_x
+                    dy = slot_point[s, 1] - m_y
                     de = np.sqrt(dx * dx + dy * dy)
-                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_din_out[s],
+                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_point[s, 2],
                                              D_col[c], m_din_in)
                     if not _keep(lb, v, slack_abs, slack_rel):
                         counters[POSTINGS_PRUNED_LEMMA6] += 1
                         continue
-                    if mark[s] != stamp:
-                        mark[s] = stamp
+                    taken = mark[s] - tag
+                    if taken < 0:  # a mark of an earlier message: s is new here
+                        mark[s] = tag + n
                         cand_out[n] = s
                         cand_lb[n] = lb
+                        cand_dnub[n] = v
                         n += 1
-                        cand_dnub[s] = v
-                    elif v > cand_dnub[s]:
-                        cand_dnub[s] = v
+                    elif v > cand_dnub[taken]:
+                        cand_dnub[taken] = v
     for c in range(n_cells):
         if cell_state[c] == 2:
             counters[CELLS_PRUNED_LEMMA4] += 1
@@ -279,6 +299,7 @@ def bia_candidates(  # pragma: no cover - compiled
     edge_tsum, edge_stamp, mark = scratch.edge_tsum, scratch.edge_stamp, scratch.mark
     cand_out = scratch.cand
     n_cells = cell_bbox.shape[0]
+    tag = mark_tag(stamp)
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
     for c in range(n_cells):
         cell_tsum[c] = 0.0
@@ -346,8 +367,8 @@ def bia_candidates(  # pragma: no cover - compiled
                 for p in range(eg_start[eg], eg_start[eg + 1]):
                     counters[POSTINGS_SCANNED] += 1
                     s = post_slot[p]
-                    if slot_active[s] and mark[s] != stamp:
-                        mark[s] = stamp
+                    if slot_active[s] and mark[s] < tag:
+                        mark[s] = tag + n
                         cand_out[n] = s
                         n += 1
     counters[CANDIDATES] += n

@@ -28,9 +28,11 @@ from index.bia import BasicIndex
 from index.eia import EnhancedIndex
 from index.limits import distance_upper_bound_kernel
 from index.model import InvalidMessageError, Messages
+from index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SUB_COLUMNS
 from pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
+    MAX_STAMP,
     bia_candidates,
     eia_candidates,
     network_lower_bound,
@@ -72,6 +74,10 @@ STAT_NAMES = (*COUNTER_NAMES, "deliveries", "vertices_settled", "candidates_veri
 _DELIVERIES = len(COUNTER_NAMES)
 _SETTLED = _DELIVERIES + 1
 _VERIFIED = _DELIVERIES + 2
+# Columns of the slot record (index.slot_record), constants for the kernel.
+ALPHA_COLUMN = len(FACT_COLUMNS) + SUB_COLUMNS.index("alpha")
+TAU_COLUMN = len(FACT_COLUMNS) + SUB_COLUMNS.index("tau")
+CHAIN_OFFSET_COLUMN = FACT_COLUMNS.index("chain_offset")
 #: How many candidates (or postings) ahead the kernels prefetch a row's data.
 _AHEAD = 16
 _CANDIDATES = CANDIDATES
@@ -160,8 +166,7 @@ def _match_batch(  # pragma: no cover - compiled
     m_chain, m_chain_offset, m_x, m_y = msg.chain, msg.chain_offset, msg.x, msg.y
     m_cell, m_din, m_kw_ptr, m_kw_terms = msg.cell, msg.din_in, msg.kw_ptr, msg.kw_terms
     kappa, D_t, eta_t = bounds.kappa, bounds.D_t, bounds.eta_t
-    s_chain, s_chain_offset, s_alpha, s_tau = (slots.chain, slots.chain_offset, slots.alpha,
-                                               slots.tau)
+    s_rec, s_rec_int = slots.record, slots.record_int
     s_kw_ptr, s_kw_terms = slots.kw_ptr, slots.kw_terms
     d_chain, d_chain_offset, d_alpha, d_tau = (delta.chain, delta.chain_offset, delta.alpha,
                                                delta.tau)
@@ -225,30 +230,27 @@ def _match_batch(  # pragma: no cover - compiled
         # 4,624 candidates per message instead of 3,880 (BENCHMARKS.md).
         for j in range(n_cand):
             if j < n_main:
-                # Each candidate's rows are cache misses in six slot arrays: start loading
-                # those of candidates a few places ahead (BENCHMARKS.md: 2x on this loop).
+                # Each candidate's row of the slot record (alpha, tau, chain point; read
+                # by Algorithm 1 for EIA, so often still cached) and its keyword pointer
+                # are cache misses: start loading those of candidates a few places ahead.
                 if j + _AHEAD < n_main:
                     r_next = int(cand[j + _AHEAD])
                     prefetch(s_kw_ptr, r_next)
-                    prefetch(s_alpha, r_next)
-                    prefetch(s_tau, r_next)
-                    prefetch(s_chain, r_next)
-                    prefetch(s_chain_offset, r_next)
-                    prefetch(cand_dnub, r_next)
+                    prefetch(s_rec, RECORD_WIDTH * r_next)
                 if j + _AHEAD // 2 < n_main:
                     prefetch(s_kw_terms, s_kw_ptr[int(cand[j + _AHEAD // 2])])
                 r = int(cand[j])
                 tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
-                alpha, tau = s_alpha[r], s_tau[r]
+                alpha, tau = s_rec[r, ALPHA_COLUMN], s_rec[r, TAU_COLUMN]
                 lim = dmax
                 if is_eia:
-                    lim = min(cand_dnub[r], distance_upper_bound_kernel(
+                    lim = min(cand_dnub[j], distance_upper_bound_kernel(
                         alpha, tau - tolerance, tsim, dmax))
                 lim = lim + slack_abs + slack_rel * abs(lim)
                 if lim < 0.0 or (is_eia and cand_lb[j] > lim):
                     continue
-                q_edge[q_n] = s_chain[r]
-                q_off[q_n] = s_chain_offset[r]
+                q_edge[q_n] = s_rec_int[r, CHAIN_INT32_COLUMN]
+                q_off[q_n] = s_rec[r, CHAIN_OFFSET_COLUMN]
                 q_src[q_n] = 0
             else:
                 r = int(d_rows[j - n_main])
@@ -523,10 +525,9 @@ class IndexMatcher:
         bia_cells = (BiaCellArrays(index.cell_min_alpha, index.cell_max_alpha,
                                    index.cell_min_tau_e)
                      if isinstance(index, BasicIndex) else BiaCellArrays(none, none, none))
+        record = index.slot_record  # first: it may repack subs and facts
         s = index.subs
-        f = index.facts
-        slots = SlotArrays(f.x, f.y, f.din_out, index.active, f.chain, f.chain_offset,
-                           s.alpha, s.tau, s.kw_ptr, s.kw_terms)
+        slots = SlotArrays(record, record.view(np.int32), index.active, s.kw_ptr, s.kw_terms)
         d = index.delta
         df = index.delta_facts
         delta = DeltaArrays(df.x, df.y, df.cell, df.din_out, index.delta_dn_limit,
@@ -691,6 +692,12 @@ class IndexMatcher:
         i = start
         while i < stop:
             end = min(i + self.chunk, stop)
+            if lane.stamp + (end - i) >= MAX_STAMP:
+                # Marks hold the stamp in their high bits (pruning.algorithm1.MARK_SHIFT):
+                # start the stamps again from clean marks before they could overflow.
+                for marks in (scratch.mark, scratch.term_mark, scratch.edge_stamp):
+                    marks.fill(0)
+                lane.stamp = 0
             nxt, n_out, lane.stamp = _match_batch(
                 is_eia, i, end, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
                 delta, net_arrays, ws, lane.buckets, scratch, queue, weights,

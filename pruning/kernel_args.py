@@ -17,6 +17,8 @@ __all__ = ["BiaCellArrays", "BoundArrays", "DeltaArrays", "EdgeArrays", "EiaCell
            "ScratchArrays", "SlotArrays"]
 
 F = npt.NDArray[np.float64]
+F2 = npt.NDArray[np.float64]  # 2-d, C order
+I32_2 = npt.NDArray[np.int32]  # 2-d, C order
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
@@ -84,16 +86,12 @@ class BiaCellArrays(NamedTuple):
 
 
 class SlotArrays(NamedTuple):
-    """The indexed subscriptions (slots): facts, active flags, alpha, tau, keyword CSR."""
+    """The indexed subscriptions (slots): their record (:mod:`index.slot_record`) as
+    float64 rows and as int32 rows (for the chain), active flags, keyword CSR."""
 
-    x: F
-    y: F
-    din_out: F
+    record: F2
+    record_int: I32_2
     active: B
-    chain: I32
-    chain_offset: F
-    alpha: F
-    tau: F
     kw_ptr: I64
     kw_terms: I32
 

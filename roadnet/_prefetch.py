@@ -10,9 +10,9 @@ and it is only issued for an index inside the array.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -22,31 +22,43 @@ __all__ = ["prefetch"]
 
 
 @intrinsic
-def _prefetch_unchecked(typingctx: Any, arr: Any, idx: Any) -> Any:  # pragma: no cover
-    """Emit llvm.prefetch (read, high locality, data) for the address of ``arr[idx]``."""
+def _prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:  # pragma: no cover - compiled
+    """Start loading element ``i`` of ``a`` in memory order (``a[i]`` for 1-d ``a``; row
+    ``i // n_columns`` of a C-ordered 2-d ``a``) into the cache; nothing if i is outside
+    the array. Returns at once and changes nothing.
+
+    An intrinsic, not a jitted function inlined by numba: numba's IR inlining binds the
+    array to a new variable, and each binding costs an atomic reference-count increment
+    and decrement (``NRT_incref``/``NRT_decref``), several per posting and candidate,
+    which two threads reading the same arrays make contend on one cache line
+    (BENCHMARKS.md, "hot slot records"). Here the check and the hint are emitted inline
+    with no reference taken.
+    """
     if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
         return None
     sig = types.void(arr, idx)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        aryty = signature.args[0]
+        aryty, idxty = signature.args
         ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = builder.gep(ary.data, [args[1]])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0),
-                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        i64 = ir.IntType(64)
+        i = context.cast(builder, args[1], idxty, types.int64)
+        size = ary.nitems
+        inside = builder.and_(builder.icmp_signed(">=", i, ir.Constant(i64, 0)),
+                              builder.icmp_signed("<", i, size))
+        with builder.if_then(inside, likely=True):
+            ptr = builder.gep(ary.data, [i])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0),
+                              ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def prefetch(a: Any, i: int) -> None:  # pragma: no cover - compiled
-    """Start loading element ``i`` of ``a`` in memory order (``a[i]`` for 1-d ``a``; row
-    ``i // n_columns`` of a C-ordered 2-d ``a``) into the cache; nothing if i is outside
-    the array. Returns at once and changes nothing."""
-    if 0 <= i < a.size:
-        _prefetch_unchecked(a, i)  # type: ignore[call-arg]
+#: Called as ``prefetch(a, i)`` from compiled code (the intrinsic's typing context is
+#: numba's to pass); typed for the callers' type checks.
+prefetch = cast(Callable[[Any, int], None], _prefetch)

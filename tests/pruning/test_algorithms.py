@@ -278,8 +278,13 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                          np.ascontiguousarray(sp.bounds.eta_minus.T), cell_bbox)
     layout = LayoutArrays(term_ptr, grp_cell, grp_value, grp_start, eg_edge, eg_value,
                           eg_start, post_slot, post_value)
-    slot_arrays = SlotArrays(slot_x, slot_y, slot_din_out, slot_active,
-                             np.empty(0, dtype=np.int32), none_f, none_f, none_f, none_i,
+    # The kernel reads the slots' point record; the reference below reads the facts'
+    # columns, which are views of it.
+    record = index.slot_record
+    assert np.shares_memory(record, slot_x)
+    np.testing.assert_array_equal(record[:, :3],
+                                  np.column_stack([slot_x, slot_y, slot_din_out]))
+    slot_arrays = SlotArrays(record, record.view(np.int32), slot_active, none_i,
                              np.empty(0, dtype=np.int32))
     cand = np.empty(n_slots + 1, dtype=np.int32)
     dnub = np.full(n_slots + 1, np.nan)
@@ -292,7 +297,7 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                        slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))
     chosen = cand[:n].tolist()
     assert len(set(chosen)) == len(chosen)
-    return {int(s): float(dnub[s]) for s in chosen}
+    return {int(s): float(dnub[j]) for j, s in enumerate(chosen)}
 
 
 def python_candidates(index: EnhancedIndex, messages: Messages, i: int, *,

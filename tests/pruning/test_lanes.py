@@ -208,3 +208,25 @@ def test_a_forked_child_matches_with_threads_of_its_own(andorra) -> None:
     child.join(timeout=60)
     assert child.exitcode == 0
     assert got == len(want) > 0
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_stamps_start_again_before_the_marks_overflow(andorra, arch) -> None:
+    """A slot's mark holds its message's stamp in its high bits and its candidate position
+    in its low bits (pruning.algorithm1.MARK_SHIFT): a lane whose stamps near the limit
+    clears its marks and starts again, with the same deliveries before and after."""
+    from pruning.algorithm1 import MAX_STAMP
+
+    wl = generate_workload(andorra, n_subscriptions=2000, n_messages=60, seed=21)
+    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
+                 dmax_m=3000.0)
+    matcher = IndexMatcher(index, threads=1, chunk=16)
+    want, _ = matcher.match(wl.messages)
+    lane = matcher._lanes[0]
+    # Past the limit within this batch: without the reset, tags would overflow int64
+    # (stamps beyond 2**32) and every slot would look taken.
+    lane.stamp = 2 * MAX_STAMP - 20
+    got, _ = matcher.match(wl.messages)
+    assert_same(got, want)
+    assert lane.stamp < 100  # started again
+    assert_same(matcher.match(wl.messages)[0], want)
