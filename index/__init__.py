@@ -59,9 +59,7 @@ from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, model, geofiles, tables, rows, io, kinds, kinds_io, limits, postings,
-               spatial, validate, delta, base, bia, eia, events, store, pois, workload, boolean,
-               topk)
-API_MODULES = (terms, text, model, geofiles, io, kinds, kinds_io, limits, postings, spatial,
-               slot_record, validate, delta, base, bia, eia, events, store, workload, boolean, topk)
+               spatial, slot_record, validate, delta, base, bia, eia, events, store, pois,
+               workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})
