@@ -299,9 +299,11 @@ _NO_LIMITS = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_))
 
 def _slot_source(index: SubscriptionIndex) -> SlotSource:
     subs = index.subs
+    # alpha and tau are strided columns of the slot record (index.slot_record): taken as
+    # they are, since a contiguous copy of every slot's value per move cost 4 ms at 1M.
     return SlotSource(np.ascontiguousarray(subs.ids, dtype=np.int64),
-                      np.ascontiguousarray(subs.alpha, dtype=np.float64),
-                      np.ascontiguousarray(subs.tau, dtype=np.float64),
+                      np.asarray(subs.alpha, dtype=np.float64),
+                      np.asarray(subs.tau, dtype=np.float64),
                       np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
                       np.ascontiguousarray(subs.kw_terms, dtype=np.int32),
                       index.active,  # written in place: must be the index's own array
