@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
@@ -53,7 +52,7 @@ from roadnet.errors import InputError, format_error
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
-from roadpubsub.service.hotpath import HotRoutes
+from roadpubsub.service.hotpath import HotRoutes, decode_body
 from roadpubsub.service.metrics import Metrics, rss_bytes, thread_cpu
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
@@ -199,16 +198,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return applied
 
     async def body_of(request: Request) -> Any:
-        raw = await request.body()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass  # integers beyond 64 bits or NaN: let the checks name the field
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            msg = f"the body is not valid JSON: {exc}"
-            raise RequestError(msg, status=400) from exc
+        return decode_body(await request.body())
 
     async def post_subscriptions(request: Request) -> Response:
         t0 = time.perf_counter()
