@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ports import free_port
 
 from index.io import messages_table, subscriptions_table
 from index.terms import TermWeights
@@ -20,12 +20,6 @@ from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
 DMAX_M = 3000.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -40,6 +34,20 @@ class Server:
         self.log = state_dir.parent / f"{state_dir.name}-server.log"
 
     def start(self, timeout: float = 120.0) -> Server:
+        """Start and wait for ``/health``; on a lost port race, retry on another port."""
+        for _ in range(3):
+            mark = self.log.stat().st_size if self.log.exists() else 0
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                tail = self.log.read_bytes()[mark:]
+                if b"address already in use" not in tail:
+                    raise
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> Server:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "roadpubsub", "serve", "--state", str(self.state_dir),

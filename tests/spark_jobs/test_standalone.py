@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyspark
 import pytest
+from ports import free_port
 
 from index.eia import EnhancedIndex
 from index.io import (
@@ -47,12 +47,6 @@ SPARK_HOME = Path(pyspark.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]
 DMAX_M = 2000.0
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -99,7 +93,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     if java_version()[1] is None or (java_version()[1] or 0) < 17:
         pytest.skip("Spark needs Java 17+")
     folder = tmp_path_factory.mktemp("standalone")
-    port = _free_port()
+    port = free_port()
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     master_log = folder / "master.log"
     worker_log = folder / "worker.log"
@@ -108,7 +102,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         with master_log.open("wb") as out:
             procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                 "--port", str(port), "--webui-port", str(_free_port())],
+                 "--port", str(port), "--webui-port", str(free_port())],
                 stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
         _wait_for(master_log, "I have been elected leader", procs[0], 180)
         url = f"spark://127.0.0.1:{port}"
@@ -116,7 +110,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
             procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host",
                  "127.0.0.1", "--cores", "2", "--memory", "3g", "--webui-port",
-                 str(_free_port()), "--work-dir", str(folder / "work")],
+                 str(free_port()), "--work-dir", str(folder / "work")],
                 stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
         _wait_for(worker_log, "Successfully registered with master", procs[1], 180)
         yield url, folder / "work"
