@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
-from index.slot_record import RECORD_WIDTH
+from index.slot_record import RECORD_WIDTH, aligned_rows
 from pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
@@ -34,8 +34,9 @@ from pruning.kernel_args import (
 )
 from roadnet._prefetch import prefetch
 
-__all__ = ["COUNTER_NAMES", "MARK_SHIFT", "MAX_STAMP", "bia_candidates", "cell_lower_bounds",
-           "eia_candidates", "mark_tag", "network_lower_bound"]
+__all__ = ["COUNTER_NAMES", "EDGE_RECORD_WIDTH", "MARK_SHIFT", "MAX_STAMP", "bia_candidates",
+           "cell_lower_bounds", "edge_record", "eia_candidates", "mark_tag",
+           "network_lower_bound", "similarity_prunes"]
 
 #: Names of the per-message counters the kernels fill, by index.
 COUNTER_NAMES = (
@@ -142,6 +143,100 @@ def _max_similarity(lower_bound: float, dmax: float, tsim_ub: float, a_min: floa
     return max(a_min * spro + (1.0 - a_min) * tsim_ub, a_max * spro + (1.0 - a_max) * tsim_ub)
 
 
+@numba.njit(cache=True, inline="always")
+def similarity_prunes(lower_bound: float, dmax: float, a_min: float, a_max: float,
+                      min_tau_e: float) -> bool:  # pragma: no cover - compiled
+    """Paper Alg. 1 lines 14-17: no subscription of an edge whose alpha lie in
+    [a_min, a_max] and whose tau_e are at least ``min_tau_e`` reaches its tau_e at a
+    distance of at least ``lower_bound`` (m), whatever its text."""
+    return _max_similarity(lower_bound, dmax, 1.0, a_min, a_max) + SIMILARITY_SLACK \
+        < min_tau_e
+
+
+#: Float64 columns of :func:`edge_record`'s rows (64 bytes).
+EDGE_RECORD_WIDTH = 8
+# Its columns: the box (0-3), din_out (4), the similarity limit (5).
+_E_DIN_OUT = 4
+_E_SIM_LIMIT = 5
+
+
+@numba.njit(cache=True, nogil=True)
+def _similarity_limit(dmax: float, a_min: float, a_max: float,
+                      min_tau_e: float) -> float:  # pragma: no cover - compiled
+    """A distance (m) above which :func:`similarity_prunes` holds, or inf.
+
+    Why one number per edge can stand for the test: for alpha in [0, 1] and Dmax > 0 the
+    test's left side is non-increasing in the bound, also as evaluated in float64 (each
+    operation on the bound, a division by Dmax > 0, 1 - x, a product with alpha >= 0, a
+    sum, a max, is correctly rounded and so monotone). So once the test holds at x it
+    holds at every y >= x. The candidate x is the exact root Dmax (1 - tau_e + slack) /
+    a_min, moved up until this very test (the same compiled code the kernel once ran per
+    edge) holds there; no x found in 64 steps gives inf (never pruned here, as for an
+    edge of alpha 0). -1 when the test holds at 0 (every bound is >= 0)."""
+    if not (np.isfinite(a_min) and np.isfinite(a_max) and np.isfinite(min_tau_e)) \
+            or a_min < 0.0 or a_max < 0.0 or not dmax > 0.0:
+        return np.inf
+    if similarity_prunes(0.0, dmax, a_min, a_max, min_tau_e):
+        return -1.0
+    if a_min <= 0.0:
+        return np.inf
+    x = dmax * (1.0 - min_tau_e + SIMILARITY_SLACK) / a_min
+    if not np.isfinite(x):
+        return np.inf
+    x = max(x, 0.0)
+    for _ in range(64):
+        if similarity_prunes(x, dmax, a_min, a_max, min_tau_e):
+            return x
+        x = x + max(abs(x) * 2.0 ** -40, 1e-6)
+    return np.inf
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_edge_record(out: FloatArray, bbox: FloatArray, din_out: FloatArray,
+                      min_alpha: FloatArray, max_alpha: FloatArray, min_tau_e: FloatArray,
+                      dmax: float) -> None:  # pragma: no cover - compiled
+    for e in range(out.shape[0]):
+        for k in range(4):
+            out[e, k] = bbox[e, k]
+        out[e, _E_DIN_OUT] = din_out[e]
+        out[e, _E_SIM_LIMIT] = _similarity_limit(dmax, min_alpha[e], max_alpha[e],
+                                                 min_tau_e[e])
+        out[e, 6] = 0.0
+        out[e, 7] = 0.0
+
+
+def edge_record(bbox: FloatArray, din_out: FloatArray, min_alpha: FloatArray,
+                max_alpha: FloatArray, min_tau_e: FloatArray, dmax: float) -> FloatArray:
+    """What the EIA's edge loop reads of an edge, in one 64-byte row per edge.
+
+    Columns: the edge's box (x0, y0, x1, y1, m), its din_out (m), and its similarity
+    limit (m): a distance above which no subscription of the edge can reach its tau_e
+    (:func:`similarity_prunes` holds; see :func:`_similarity_limit`), so that the paper's
+    per-edge SIM test (Alg. 1 lines 14-17) costs one comparison on the row already loaded
+    instead of three loads from three arrays (cache misses at millions of
+    subscriptions). Built from the spatial index's boxes and border distances and the
+    index's edge statistics, which change only when the postings are rebuilt.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rec = edge_record(np.array([[0.0, 0.0, 10.0, 5.0]]), np.array([3.0]),
+    ...                   np.array([0.5]), np.array([0.6]), np.array([0.7]), 5000.0)
+    >>> rec.shape, float(rec[0, 4])
+    ((1, 8), 3.0)
+    >>> bool(similarity_prunes(rec[0, 5] + 1.0, 5000.0, 0.5, 0.6, 0.7))
+    True
+    """
+    n = bbox.shape[0]
+    out = aligned_rows(n, EDGE_RECORD_WIDTH)
+    _fill_edge_record(out, np.ascontiguousarray(bbox, dtype=np.float64),
+                      np.asarray(din_out, dtype=np.float64),
+                      np.asarray(min_alpha, dtype=np.float64),
+                      np.asarray(max_alpha, dtype=np.float64),
+                      np.asarray(min_tau_e, dtype=np.float64), float(dmax))
+    return out
+
+
 @numba.njit(cache=True)
 def eia_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
@@ -165,9 +260,7 @@ def eia_candidates(  # pragma: no cover - compiled
     kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
     D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
     cell_dn_limit = cells.dn_limit
-    edge_bbox, edge_din_out = edges.bbox, edges.din_out
-    edge_min_alpha, edge_max_alpha, edge_min_tau_e = (edges.min_alpha, edges.max_alpha,
-                                                      edges.min_tau_e)
+    edge_rec = edges.record
     term_ptr, grp_cell, grp_value, grp_start = (layout.term_ptr, layout.grp_cell,
                                                 layout.grp_value, layout.grp_start)
     eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
@@ -204,28 +297,34 @@ def eia_candidates(  # pragma: no cover - compiled
             cell_state[c] = 4
             same = c == m_cell
             lbc = cell_lb[c]
-            for eg in range(grp_start[g], grp_start[g + 1]):
-                # The boxes and postings' slot rows of later edges are cache misses: start
-                # loading them a few edges and postings ahead (roadnet._prefetch).
-                if eg + _AHEAD < grp_start[g + 1]:
-                    e_next = eg_edge[eg + _AHEAD]
-                    prefetch(edge_bbox, 4 * e_next)  # row e_next (C order)
-                    prefetch(edge_din_out, e_next)
+            eta_c, D_c = eta_col[c], D_col[c]
+            g_end = grp_start[g + 1]
+            for eg in range(grp_start[g], g_end):
+                # The rows of later edges and the postings' slot rows are cache misses:
+                # start loading them a few edges and postings ahead (roadnet._prefetch).
+                # The edge's row is read inline, not through a helper taking the array
+                # (numba's inlining takes a reference per call: atomic operations that two
+                # threads reading the same array make contend).
+                if eg + _AHEAD < g_end:
+                    prefetch(edge_rec, EDGE_RECORD_WIDTH * eg_edge[eg + _AHEAD])
                 if not _keep(lbc, eg_value[eg], slack_abs, slack_rel):
                     # dNmin(c, m) bounds dN for every subscription in c, so a posting
                     # whose DNUB is below it fails Lemma 6 on any edge; the edge groups are
                     # DNUB-descending, so no later one of IL(c|t) can pass either.
-                    counters[EDGES_SKIPPED_DISTANCE] += grp_start[g + 1] - eg
+                    counters[EDGES_SKIPPED_DISTANCE] += g_end - eg
                     break
                 e = eg_edge[eg]
-                lbe = _edge_lower_bound(e, same, c, m_x, m_y, m_din_in, kappa, D_col, eta_col,
-                                        edge_bbox, edge_din_out)
+                dx = max(edge_rec[e, 0] - m_x, 0.0, m_x - edge_rec[e, 2])
+                dy = max(edge_rec[e, 1] - m_y, 0.0, m_y - edge_rec[e, 3])
+                lbe = network_lower_bound(np.sqrt(dx * dx + dy * dy), same, kappa, eta_c,
+                                          edge_rec[e, _E_DIN_OUT], D_c, m_din_in)
                 if not _keep(lbe, eg_value[eg], slack_abs, slack_rel):
                     counters[EDGES_SKIPPED_DISTANCE] += 1
                     continue
-                # Paper Alg. 1 lines 14-17: the best SIM any subscription on e could reach.
-                if _max_similarity(lbe, dmax, 1.0, edge_min_alpha[e], edge_max_alpha[e]) \
-                        + SIMILARITY_SLACK < edge_min_tau_e[e]:
+                # Paper Alg. 1 lines 14-17, the best SIM any subscription on e could reach
+                # against their least tau_e, as the distance above which it falls short
+                # (edge_record: exactly the cases the SIM test prunes, or fewer).
+                if lbe > edge_rec[e, _E_SIM_LIMIT]:
                     counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
                 for p in range(eg_start[eg], eg_start[eg + 1]):
@@ -246,8 +345,8 @@ def eia_candidates(  # pragma: no cover - compiled
                     dx = slot_point[s, 0] - m_x
                     dy = slot_point[s, 1] - m_y
                     de = np.sqrt(dx * dx + dy * dy)
-                    lb = network_lower_bound(de, same, kappa, eta_col[c], slot_point[s, 2],
-                                             D_col[c], m_din_in)
+                    lb = network_lower_bound(de, same, kappa, eta_c, slot_point[s, 2], D_c,
+                                             m_din_in)
                     if not _keep(lb, v, slack_abs, slack_rel):
                         counters[POSTINGS_PRUNED_LEMMA6] += 1
                         continue

@@ -32,8 +32,10 @@ from index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SU
 from pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
+    EDGE_RECORD_WIDTH,
     MAX_STAMP,
     bia_candidates,
+    edge_record,
     eia_candidates,
     network_lower_bound,
 )
@@ -370,6 +372,7 @@ class IndexMatcher:
             msg = f"threads must be >= 1, got {threads!r}"
             raise InputError(msg)
         self._lanes: list[_Lane] = []
+        self._edge_rec: tuple[tuple[Any, ...], FloatArray] | None = None
         self._executor: tuple[ThreadPoolExecutor, int, int] | None = None
         #: Where the last :meth:`match` call's time went (threads, serial part).
         self.last_timing: CallTiming | None = None
@@ -378,6 +381,23 @@ class IndexMatcher:
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
         self._D_t = np.ascontiguousarray(bounds.D.T)
         self._eta_t = np.ascontiguousarray(bounds.eta_minus.T)
+
+    def _edge_record(self) -> FloatArray:
+        """The EIA's per-edge rows (:func:`~pruning.algorithm1.edge_record`), rebuilt when
+        the index's edge statistics or boxes are new arrays (a rebuild of the postings
+        replaces them; nothing writes them in place). The key holds the arrays
+        themselves, so their ids cannot be reused while it lives."""
+        index = self.index
+        sp = index.spatial
+        key = (sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha, index.edge_max_alpha,
+               index.edge_min_tau_e, index.dmax_m)
+        cached = self._edge_rec
+        if cached is None or len(cached[0]) != len(key) \
+                or any(a is not b for a, b in zip(cached[0][:-1], key[:-1], strict=True)) \
+                or cached[0][-1] != key[-1]:
+            cached = (key, edge_record(*key))
+            self._edge_rec = cached
+        return cached[1]
 
     def _lane(self, k: int) -> _Lane:
         """Thread k's search workspace, buckets and scratch (made on first use)."""
@@ -513,7 +533,9 @@ class IndexMatcher:
                             messages.kw_ptr, messages.kw_terms)
         bounds = BoundArrays(sp.bounds.kappa, self._D_t, self._eta_t, sp.cells.bbox)
         edges = EdgeArrays(sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha,
-                           index.edge_max_alpha, index.edge_min_tau_e)
+                           index.edge_max_alpha, index.edge_min_tau_e,
+                           self._edge_record() if isinstance(index, EnhancedIndex)
+                           else np.empty((0, EDGE_RECORD_WIDTH)))
         lay = index.layout
         layout = LayoutArrays(lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start,
                               lay.eg_edge, lay.eg_value, lay.eg_start, lay.post_slot,

@@ -36,7 +36,7 @@ from index.postings import build_posting_layout
 from index.spatial import SpatialIndex
 from index.store import load_index
 from index.terms import TermWeights
-from pruning.algorithm1 import cell_lower_bounds, eia_candidates
+from pruning.algorithm1 import cell_lower_bounds, edge_record, eia_candidates
 from pruning.algorithm2 import verify_candidates
 from pruning.brute import match_brute
 from pruning.indexed import IndexMatcher
@@ -293,7 +293,8 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                             np.empty(n_slots + 1), none_i, none_i, none_i, none_f, none_i,
                             none_f)
     n = eia_candidates(c, x, y, din_in, slots, bounds, EiaCellArrays(cell_dn_limit),
-                       EdgeArrays(*edge), layout, slot_arrays, index.dmax_m, slack_abs,
+                       EdgeArrays(*edge, edge_record(*edge, index.dmax_m)), layout,
+                       slot_arrays, index.dmax_m, slack_abs,
                        slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))
     chosen = cand[:n].tolist()
     assert len(set(chosen)) == len(chosen)
