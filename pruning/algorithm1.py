@@ -51,8 +51,10 @@ COUNTER_NAMES = (
     "candidates",
 )
 
-#: How many edges or postings ahead the EIA scan prefetches their data.
+#: How many edges ahead the EIA scan prefetches their rows.
 _AHEAD = 8
+#: How many passing edge groups ahead it prefetches their first posting's slot row.
+_AHEAD_POSTINGS = 8
 
 # Their positions, by name (numba reads module-level ints as constants).
 CELLS_PRUNED_LEMMA2 = 0
@@ -237,6 +239,62 @@ def edge_record(bbox: FloatArray, din_out: FloatArray, min_alpha: FloatArray,
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _scan_postings(  # pragma: no cover - compiled
+    n_pass: int, n: int, m_cell: int, m_x: float, m_y: float, m_din_in: float,
+    kappa: float, D_col: FloatArray, eta_col: FloatArray, layout: LayoutArrays,
+    slots: SlotArrays, slack_abs: float, slack_rel: float, scratch: ScratchArrays, tag: int,
+    counters: IntArray,
+) -> int:
+    """Lemma 6 over the postings of the first ``n_pass`` passing edge groups of
+    :func:`eia_candidates` (``scratch.pass_eg``, their cells and edge bounds), in order;
+    returns the new candidate count."""
+    eg_start, post_slot, post_value = layout.eg_start, layout.post_slot, layout.post_value
+    slot_point, slot_active = slots.record, slots.active
+    pass_eg, pass_cell, pass_lb = scratch.pass_eg, scratch.pass_cell, scratch.pass_lb
+    mark, cand_out, cand_dnub, cand_lb = (scratch.mark, scratch.cand, scratch.cand_dnub,
+                                          scratch.cand_lb)
+    for j in range(n_pass):
+        if j + _AHEAD_POSTINGS < n_pass:
+            # The first (mostly the only) posting of a passing edge group further on: its
+            # slot's x, y and din_out share one 64-byte row of the slot record
+            # (index.slot_record), one line, not three.
+            s_next = post_slot[eg_start[pass_eg[j + _AHEAD_POSTINGS]]]
+            prefetch(slot_point, RECORD_WIDTH * s_next)
+            prefetch(slot_active, s_next)
+            prefetch(mark, s_next)
+        eg = pass_eg[j]
+        c = pass_cell[j]
+        lbe = pass_lb[j]
+        same = c == m_cell
+        eta_c, D_c = eta_col[c], D_col[c]
+        for p in range(eg_start[eg], eg_start[eg + 1]):
+            v = post_value[p]
+            if not _keep(lbe, v, slack_abs, slack_rel):
+                break  # DNUB-descending: no later posting can pass
+            counters[POSTINGS_SCANNED] += 1
+            s = post_slot[p]
+            if not slot_active[s]:
+                continue
+            dx = slot_point[s, 0] - m_x
+            dy = slot_point[s, 1] - m_y
+            de = np.sqrt(dx * dx + dy * dy)
+            lb = network_lower_bound(de, same, kappa, eta_c, slot_point[s, 2], D_c, m_din_in)
+            if not _keep(lb, v, slack_abs, slack_rel):
+                counters[POSTINGS_PRUNED_LEMMA6] += 1
+                continue
+            taken = mark[s] - tag
+            if taken < 0:  # a mark of an earlier message: s is new here
+                mark[s] = tag + n
+                cand_out[n] = s
+                cand_lb[n] = lb
+                cand_dnub[n] = v
+                n += 1
+            elif v > cand_dnub[taken]:
+                cand_dnub[taken] = v
+    return n
+
+
 @numba.njit(cache=True)
 def eia_candidates(  # pragma: no cover - compiled
     m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
@@ -263,12 +321,9 @@ def eia_candidates(  # pragma: no cover - compiled
     edge_rec = edges.record
     term_ptr, grp_cell, grp_value, grp_start = (layout.term_ptr, layout.grp_cell,
                                                 layout.grp_value, layout.grp_start)
-    eg_edge, eg_value, eg_start = layout.eg_edge, layout.eg_value, layout.eg_start
-    post_slot, post_value = layout.post_slot, layout.post_value
-    slot_point, slot_active = slots.record, slots.active
-    cell_lb, cell_state, mark = scratch.cell_lb, scratch.cell_state, scratch.mark
-    cand_out, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
-    n_post = post_slot.size
+    eg_edge, eg_value = layout.eg_edge, layout.eg_value
+    cell_lb, cell_state = scratch.cell_lb, scratch.cell_state
+    pass_eg, pass_cell, pass_lb = scratch.pass_eg, scratch.pass_cell, scratch.pass_lb
     n_cells = cell_bbox.shape[0]
     tag = mark_tag(stamp)
     cell_lower_bounds(m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col, cell_bbox, cell_lb)
@@ -282,6 +337,7 @@ def eia_candidates(  # pragma: no cover - compiled
         else:
             cell_state[c] = 2
     n = 0
+    n_pass = 0
     n_slots_terms = term_ptr.size - 1
     for k in m_term_slots:
         if k >= n_slots_terms:
@@ -327,38 +383,22 @@ def eia_candidates(  # pragma: no cover - compiled
                 if lbe > edge_rec[e, _E_SIM_LIMIT]:
                     counters[EDGES_SKIPPED_SIMILARITY] += 1
                     continue
-                for p in range(eg_start[eg], eg_start[eg + 1]):
-                    v = post_value[p]
-                    if not _keep(lbe, v, slack_abs, slack_rel):
-                        break  # DNUB-descending: no later posting can pass
-                    if p + _AHEAD < n_post:
-                        s_next = post_slot[p + _AHEAD]
-                        # x, y and din_out share one 64-byte row of the slot record
-                        # (index.slot_record): one line, not three.
-                        prefetch(slot_point, RECORD_WIDTH * s_next)
-                        prefetch(slot_active, s_next)
-                        prefetch(mark, s_next)
-                    counters[POSTINGS_SCANNED] += 1
-                    s = post_slot[p]
-                    if not slot_active[s]:
-                        continue
-                    dx = slot_point[s, 0] - m_x
-                    dy = slot_point[s, 1] - m_y
-                    de = np.sqrt(dx * dx + dy * dy)
-                    lb = network_lower_bound(de, same, kappa, eta_c, slot_point[s, 2], D_c,
-                                             m_din_in)
-                    if not _keep(lb, v, slack_abs, slack_rel):
-                        counters[POSTINGS_PRUNED_LEMMA6] += 1
-                        continue
-                    taken = mark[s] - tag
-                    if taken < 0:  # a mark of an earlier message: s is new here
-                        mark[s] = tag + n
-                        cand_out[n] = s
-                        cand_lb[n] = lb
-                        cand_dnub[n] = v
-                        n += 1
-                    elif v > cand_dnub[taken]:
-                        cand_dnub[taken] = v
+                # The edge passed: its postings are scanned once a batch of passing edges
+                # is known, in the same order, so that the slot rows they read can be
+                # prefetched for the postings actually scanned (prefetching in posting
+                # order fetched many of edges that then failed).
+                pass_eg[n_pass] = eg
+                pass_cell[n_pass] = c
+                pass_lb[n_pass] = lbe
+                n_pass += 1
+                if n_pass == pass_eg.size:
+                    n = _scan_postings(n_pass, n, m_cell, m_x, m_y, m_din_in, kappa, D_col,
+                                       eta_col, layout, slots, slack_abs, slack_rel, scratch,
+                                       tag, counters)
+                    n_pass = 0
+    if n_pass > 0:
+        n = _scan_postings(n_pass, n, m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col,
+                           layout, slots, slack_abs, slack_rel, scratch, tag, counters)
     for c in range(n_cells):
         if cell_state[c] == 2:
             counters[CELLS_PRUNED_LEMMA4] += 1

@@ -80,6 +80,8 @@ _VERIFIED = _DELIVERIES + 2
 ALPHA_COLUMN = len(FACT_COLUMNS) + SUB_COLUMNS.index("alpha")
 TAU_COLUMN = len(FACT_COLUMNS) + SUB_COLUMNS.index("tau")
 CHAIN_OFFSET_COLUMN = FACT_COLUMNS.index("chain_offset")
+#: Passing edge groups Algorithm 1 (EIA) collects before scanning their postings.
+_PASS_BATCH = 1024
 #: How many candidates (or postings) ahead the kernels prefetch a row's data.
 _AHEAD = 16
 _CANDIDATES = CANDIDATES
@@ -442,6 +444,8 @@ class IndexMatcher:
                 term_slots=np.empty(1, dtype=np.int64),  # sized per batch
                 d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),
                 t_nodes=np.empty(2 * most, dtype=np.int64), t_limits=np.empty(2 * most),
+                pass_eg=np.empty(_PASS_BATCH, dtype=np.int64),
+                pass_cell=np.empty(_PASS_BATCH, dtype=np.int64), pass_lb=np.empty(_PASS_BATCH),
             )
             # The verification queue of a chunk: any one message's candidates fit.
             lane.queue = QueueArrays(

@@ -147,6 +147,9 @@ class ScratchArrays(NamedTuple):
     d_lim: F
     t_nodes: I64
     t_limits: F
+    pass_eg: I64
+    pass_cell: I64
+    pass_lb: F
 
 
 class QueueArrays(NamedTuple):

@@ -291,7 +291,8 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
     scratch = ScratchArrays(np.empty(n_cells), np.empty(n_cells, dtype=np.int8), none_f,
                             none_f, none_i, np.zeros(n_slots + 1, dtype=np.int64), cand, dnub,
                             np.empty(n_slots + 1), none_i, none_i, none_i, none_f, none_i,
-                            none_f)
+                            none_f, np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64),
+                            np.empty(3))
     n = eia_candidates(c, x, y, din_in, slots, bounds, EiaCellArrays(cell_dn_limit),
                        EdgeArrays(*edge, edge_record(*edge, index.dmax_m)), layout,
                        slot_arrays, index.dmax_m, slack_abs,
