@@ -170,6 +170,8 @@ def _ids(rows: list[dict[str, Any]], problems: _Problems) -> IntArray:
             ids[i] = value
         else:
             problems.add(i, rec, f"field 'id' must be a 64-bit integer, got {value!r}")
+    if ids.size < 2:  # one id (a single move or message) repeats nothing
+        return ids
     uniq, counts = np.unique(ids, return_counts=True)
     dup = uniq[counts > 1]
     if dup.size:

@@ -622,8 +622,15 @@ class ServiceState:
     def move(self, batch: MoveBatch) -> Applied:
         """Give live subscriptions new locations (one vectorised index update)."""
         self._check_alive()
-        self._require_live(batch.ids)
-        self._move(batch.ids, batch.points)
+        if self._kinds_live():
+            self._require_live(batch.ids)
+            self._move(batch.ids, batch.points)
+        else:
+            try:  # relocate looks every id up before it changes anything
+                self._move(batch.ids, batch.points)
+            except InputError:
+                self._require_live(batch.ids)  # unknown ids: the service's 404 answer
+                raise
         # arrays go to the log's encoder as they are (no list of Python numbers)
         seq = self._log({"op": "move", "id": np.ascontiguousarray(batch.ids, np.int64),
                          "edge": np.ascontiguousarray(batch.points.edge, np.int64),
