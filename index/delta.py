@@ -279,7 +279,11 @@ def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> Non
     if from_slots.any():
         k = np.flatnonzero(from_slots)
         s = slot[k]
-        ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
+        if s.size == 1:  # a single move: its keyword run as a view (read, not kept)
+            a, b = int(index.subs.kw_ptr[s[0]]), int(index.subs.kw_ptr[s[0] + 1])
+            ptr, terms = np.array([0, b - a], dtype=np.int64), index.subs.kw_terms[a:b]
+        else:
+            ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
         moved = _trusted(Subscriptions, ids=index.subs.ids[s],
                          points=points if k.size == q.size else points[k],
                          alpha=index.subs.alpha[s], tau=index.subs.tau[s], kw_ptr=ptr,
