@@ -14,7 +14,6 @@ Starlette's test client) the extra key is ignored and the answer is the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 __all__ = ["HOLD", "one_write_protocol"]
@@ -51,29 +50,33 @@ class _Collector:
         return getattr(self.real, name)
 
 
-def _one_write_send(cycle: Any) -> Callable[[dict[str, Any]], Any]:
-    send = cycle.send  # uvicorn's bound method
-    held: list[dict[str, Any]] = []
+def _cycle_class(base: Any) -> type:
+    class OneWriteCycle(base):  # type: ignore[misc]
+        """uvicorn's request cycle; a start message marked :data:`HOLD` waits for its
+        body (a class of its own, set on the cycle: no closure per request)."""
 
-    async def one_write_send(message: dict[str, Any]) -> None:
-        if held:
-            start = held.pop()
-            real = cycle.transport
-            collector = _Collector(real)
-            cycle.transport = collector
-            try:
-                await send(start)
-                await send(message)
-            finally:
-                cycle.transport = real
-                collector.flush()
-            return
-        if message["type"] == "http.response.start" and message.get(HOLD):
-            held.append(message)
-            return
-        await send(message)
+        _held: dict[str, Any] | None = None
 
-    return one_write_send
+        async def send(self, message: dict[str, Any]) -> None:
+            held = self._held
+            if held is not None:
+                self._held = None
+                real: Any = self.transport  # type: ignore[has-type]
+                collector = _Collector(real)
+                self.transport = collector
+                try:
+                    await base.send(self, held)
+                    await base.send(self, message)
+                finally:
+                    self.transport = real
+                    collector.flush()
+                return
+            if message.get(HOLD) and message["type"] == "http.response.start":
+                self._held = message
+                return
+            await base.send(self, message)
+
+    return OneWriteCycle
 
 
 def one_write_protocol() -> type | None:
@@ -88,14 +91,16 @@ def one_write_protocol() -> type | None:
         return None
     if not hasattr(RequestResponseCycle, "send"):
         return None
+    cycle_class = _cycle_class(RequestResponseCycle)
 
     class OneWriteProtocol(HttpToolsProtocol):  # type: ignore[misc]
+        one_write_cycle = cycle_class
+
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
-            cycle = getattr(self, "cycle", None)
-            # an upgrade returns before a cycle is made: the last one is already wrapped
-            if (cycle is not None and "send" not in vars(cycle)
-                    and hasattr(cycle, "transport")):
-                cycle.send = _one_write_send(cycle)
+            cycle = self.cycle
+            # an upgrade returns before a cycle is made: the last one is already swapped
+            if cycle is not None and type(cycle) is RequestResponseCycle:
+                cycle.__class__ = cycle_class
 
     return OneWriteProtocol
