@@ -59,7 +59,7 @@ def _cycle_class(base: Any) -> type:
 
         async def send(self, message: dict[str, Any]) -> None:
             held = self._held
-            if held is not None:
+            if held is not None and message["type"] == "http.response.body":
                 self._held = None
                 real: Any = self.transport  # type: ignore[has-type]
                 collector = _Collector(real)
@@ -74,6 +74,9 @@ def _cycle_class(base: Any) -> type:
             if message.get(HOLD) and message["type"] == "http.response.start":
                 self._held = message
                 return
+            # a start after a held one (the app failed in between: uvicorn's 500) replaces
+            # it, as nothing of the held answer has been written
+            self._held = None
             await base.send(self, message)
 
     return OneWriteCycle

@@ -88,6 +88,17 @@ def test_a_body_longer_than_its_length_is_still_refused() -> None:
         asyncio.run(_send_all(_cycle(held), [start, body]))
 
 
+def test_a_start_after_a_held_one_replaces_it() -> None:
+    held = _Transport()
+    start, _ = _answer(b"{}", hold=True)
+    error = {"type": "http.response.start", "status": 500,
+             "headers": [(b"content-length", b"5")]}
+    asyncio.run(_send_all(_cycle(held), [start, error,
+                                         {"type": "http.response.body", "body": b"error"}]))
+    writes = [d for k, d in held.calls if k == "write"]
+    assert writes[0].startswith(b"HTTP/1.1 500 ") and writes[-1] == b"error"
+
+
 def test_protocol_class_is_uvicorns() -> None:
     proto = one_write_protocol()
     assert proto is not None and issubclass(proto, httptools_impl.HttpToolsProtocol)
