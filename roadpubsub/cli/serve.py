@@ -235,7 +235,6 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from roadpubsub.service.app import build_app
-    from roadpubsub.service.onewrite import one_write_protocol
     from roadpubsub.service.snapshot import read_manifest
     from roadpubsub.service.state import ServiceOptions, ServiceState
 
@@ -282,14 +281,12 @@ def run(args: argparse.Namespace) -> int:
     sys.setswitchinterval(args.switch_interval / 1000.0)
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
-    # the hot routes' answers in one socket write, not headers then body (onewrite.py)
-    http = one_write_protocol() or "auto"
     try:
         # no proxy-headers middleware (a loopback service; the app reads no client
         # address) and no "server" header: less of the event loop's time per request
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                     access_log=False, timeout_graceful_shutdown=10, proxy_headers=False,
-                    server_header=False, http=http)
+                    server_header=False)
     finally:
         if qos is not None:
             os.close(qos)  # the request ends with its descriptor

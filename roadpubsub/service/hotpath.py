@@ -30,7 +30,6 @@ from roadnet.errors import InputError, format_error
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.metrics import Metrics
-from roadpubsub.service.onewrite import HOLD
 from roadpubsub.service.state import Applied, ServiceState
 
 __all__ = ["HotRoutes"]
@@ -101,9 +100,7 @@ def decode_body(raw: bytes) -> Any:
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:
-    # HOLD: the body follows at once, so the serving protocol may write both together
-    # (roadpubsub/service/onewrite.py)
-    await send({"type": "http.response.start", "status": status, HOLD: True,
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-length", str(len(body)).encode()),
                             (b"content-type", _JSON_HEADERS)]})
     await send({"type": "http.response.body", "body": body})
