@@ -198,15 +198,15 @@ class DeltaBuffer:
         n = self._n
         if not self._rows:
             self._reserve(1, 1)
-        rows = {name: values[:n] for name, values in self._rows.items()}
-        points = _trusted(EdgePoints, edge=rows["edge"], offset=rows["offset"])
-        self.subs = _trusted(Subscriptions, ids=rows["ids"], points=points,
-                             alpha=rows["alpha"], tau=rows["tau"],
+        r = self._rows
+        points = _trusted(EdgePoints, edge=r["edge"][:n], offset=r["offset"][:n])
+        self.subs = _trusted(Subscriptions, ids=r["ids"][:n], points=points,
+                             alpha=r["alpha"][:n], tau=r["tau"][:n],
                              kw_ptr=self._ptr[:n + 1], kw_terms=self._terms[:self._nk])
-        self.facts = _trusted(PointFacts, **{f.name: rows[f"facts.{f.name}"]
-                                             for f in fields(PointFacts)})
-        self.dn_limit = rows["dn_limit"]
-        self.wildcard = rows["wildcard"]
+        # runs per moved vehicle: the field names are looked up once (_FACT_COLUMNS)
+        self.facts = _trusted(PointFacts, **{name: r[col][:n] for name, col in _FACT_COLUMNS})
+        self.dn_limit = r["dn_limit"][:n]
+        self.wildcard = r["wildcard"][:n]
 
 
 def search_sorted(sorted_values: IntArray, q: IntArray) -> IntArray:
@@ -222,6 +222,9 @@ def search_sorted(sorted_values: IntArray, q: IntArray) -> IntArray:
     pos = np.empty(q.size, dtype=np.int64)
     pos[order] = np.searchsorted(sorted_values, q[order])
     return pos
+
+
+_FACT_COLUMNS = tuple((f.name, f"facts.{f.name}") for f in fields(PointFacts))
 
 
 def _facts_dtype(name: str) -> type:
@@ -276,8 +279,13 @@ def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> Non
     if from_slots.any():
         k = np.flatnonzero(from_slots)
         s = slot[k]
-        ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
-        moved = _trusted(Subscriptions, ids=index.subs.ids[s], points=points[k],
+        if s.size == 1:  # a single move: its keyword run as a view (read, not kept)
+            a, b = int(index.subs.kw_ptr[s[0]]), int(index.subs.kw_ptr[s[0] + 1])
+            ptr, terms = np.array([0, b - a], dtype=np.int64), index.subs.kw_terms[a:b]
+        else:
+            ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
+        moved = _trusted(Subscriptions, ids=index.subs.ids[s],
+                         points=points if k.size == q.size else points[k],
                          alpha=index.subs.alpha[s], tau=index.subs.tau[s], kw_ptr=ptr,
                          kw_terms=terms)
         limit, wildcard = index._limits(moved)

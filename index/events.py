@@ -170,6 +170,8 @@ def _ids(rows: list[dict[str, Any]], problems: _Problems) -> IntArray:
             ids[i] = value
         else:
             problems.add(i, rec, f"field 'id' must be a 64-bit integer, got {value!r}")
+    if ids.size < 2:  # one id (a single move or message) repeats nothing
+        return ids
     uniq, counts = np.unique(ids, return_counts=True)
     dup = uniq[counts > 1]
     if dup.size:
@@ -210,6 +212,9 @@ def _numbers(rows: list[dict[str, Any]], field: str, problems: _Problems, *,
     return out
 
 
+_NO_LONLAT = np.empty(0)
+
+
 class _Locator:
     """Resolves location fields of rows to edge points (one projection per network)."""
 
@@ -230,8 +235,7 @@ class _Locator:
         u = np.zeros(n, dtype=np.int64)
         v = np.zeros(n, dtype=np.int64)
         off = np.zeros(n)
-        lon = np.full(n, np.nan)
-        lat = np.full(n, np.nan)
+        lon = lat = _NO_LONLAT  # filled in only when a row gives lon/lat
         for i, rec in enumerate(rows):
             has_uv = any(rec.get(k) is not None for k in ("u", "v", "offset"))
             has_ll = any(rec.get(k) is not None for k in ("lon", "lat"))
@@ -245,6 +249,8 @@ class _Locator:
                 if abs(a) > 180 or abs(b) > 90:
                     problems.add(i, rec, f"lon/lat outside the valid range: {a!r}, {b!r}")
                     continue
+                if lon is _NO_LONLAT:
+                    lon, lat = np.full(n, np.nan), np.full(n, np.nan)
                 lon[i], lat[i] = a, b
             if has_uv:
                 a = rec.get("u")
@@ -263,12 +269,12 @@ class _Locator:
         if problems.lines:
             return EdgePoints(edge, offset)
         xy = np.full((n, 2), np.nan)
-        given = np.isfinite(lon)
-        if given.any():
+        if lon is not _NO_LONLAT:
+            given = np.isfinite(lon)
             xy[given, 0], xy[given, 1] = self._to_metric.transform(lon[given], lat[given])
         if uv_rows:
             r = np.asarray(uv_rows, dtype=np.int64)
-            near = xy[r] if np.isfinite(xy[r]).all() else None
+            near = xy[r] if lon is not _NO_LONLAT and np.isfinite(xy[r]).all() else None
             try:
                 pts = locate_uv(self.network, u[r], v[r], off[r], labels=ids[r], near_xy=near)
             except InvalidLocationError as exc:

@@ -490,10 +490,14 @@ class ServiceState:
                                       weights=self.index.weights)
         parts = []
         tops = []
-        for t in np.unique(times):  # ascending
-            gone = self._expire(float(t))
-            rows = np.flatnonzero(times == t)
-            whole = rows.size == len(messages)
+        # one message: one time, the whole batch (np.unique and the row selection of
+        # the general loop below are no-ops then)
+        groups = ((float(times[0]), None),) if len(messages) == 1 else \
+            ((float(t), np.flatnonzero(times == t)) for t in np.unique(times))  # ascending
+        for t, group_rows in groups:
+            gone = self._expire(t)
+            whole = group_rows is None or group_rows.size == len(messages)
+            rows = group_rows if group_rows is not None else np.arange(len(messages))
             batch = messages if whole else messages.take(rows)
             t0 = time.perf_counter()
             if match:
@@ -512,22 +516,29 @@ class ServiceState:
                 tops.append(TopkFound(ev, batch.ids[ev.seq - first]))
             self.match_seconds.observe(time.perf_counter() - t0)
         self.counts["publish"] += ids.size
-        found = Deliveries.concat(parts)
+        # a single part is sorted by (message_id, subscription_id) already (the Deliveries
+        # invariant): concat would only copy it in the same order
+        found = parts[0] if len(parts) == 1 else Deliveries.concat(parts)
         self.delivered += len(found)
         return found, TopkFound.concat(tops)
 
     def _record(self, seq: int, ids: IntArray, times: FloatArray, found: Deliveries,
                 top: TopkFound, *, replay: bool) -> None:
         """Remember the deliveries of each message (for repeats and the deliveries log)."""
-        mids = found.message_id
-        order = np.argsort(mids, kind="stable")  # already sorted; kept cheap and safe
-        mids = mids[order]
-        starts = np.searchsorted(mids, ids, side="left")
-        stops = np.searchsorted(mids, ids, side="right")
+        one = ids.size == 1  # every delivery is the message's own: nothing to split
+        if not one:
+            mids = found.message_id
+            order = np.argsort(mids, kind="stable")  # already sorted; kept cheap and safe
+            mids = mids[order]
+            starts = np.searchsorted(mids, ids, side="left")
+            stops = np.searchsorted(mids, ids, side="right")
         for k, (m, t) in enumerate(zip(ids.tolist(), times.tolist(), strict=True)):
-            rows = order[int(starts[k]):int(stops[k])]
-            mine = Deliveries(found.message_id[rows], found.subscription_id[rows],
-                              found.distance[rows], found.score[rows])
+            if one:
+                mine = found
+            else:
+                rows = order[int(starts[k]):int(stops[k])]
+                mine = Deliveries(found.message_id[rows], found.subscription_id[rows],
+                                  found.distance[rows], found.score[rows])
             known = self.messages.get(m)
             if known is not None:
                 if replay and known[0] == seq:
@@ -611,8 +622,15 @@ class ServiceState:
     def move(self, batch: MoveBatch) -> Applied:
         """Give live subscriptions new locations (one vectorised index update)."""
         self._check_alive()
-        self._require_live(batch.ids)
-        self._move(batch.ids, batch.points)
+        if self._kinds_live():
+            self._require_live(batch.ids)
+            self._move(batch.ids, batch.points)
+        else:
+            try:  # relocate looks every id up before it changes anything
+                self._move(batch.ids, batch.points)
+            except InputError:
+                self._require_live(batch.ids)  # unknown ids: the service's 404 answer
+                raise
         # arrays go to the log's encoder as they are (no list of Python numbers)
         seq = self._log({"op": "move", "id": np.ascontiguousarray(batch.ids, np.int64),
                          "edge": np.ascontiguousarray(batch.points.edge, np.int64),
@@ -624,15 +642,16 @@ class ServiceState:
         self._check_alive()
         seen = np.fromiter((m in self.messages for m in batch.ids.tolist()), dtype=bool,
                            count=len(batch))
-        new = np.flatnonzero(~seen)
+        every = not seen.any()  # all new (a single new message): no selection to make
+        new = np.arange(len(batch)) if every else np.flatnonzero(~seen)
         seq = self.wal.next_seq - 1  # a batch of repeats waits for what is logged so far
         fresh = Deliveries.empty()
         if new.size:
-            ids = batch.ids[new]
-            times = batch.time[new]
+            ids = batch.ids if every else batch.ids[new]
+            times = batch.time if every else batch.time[new]
             times = np.where(np.isnan(times), time.time() if now is None else now, times)
-            keywords = [batch.keywords[i] for i in new.tolist()]
-            points = batch.points[new]
+            keywords = batch.keywords if every else [batch.keywords[i] for i in new.tolist()]
+            points = batch.points if every else batch.points[new]
             fresh, top = self._publish(ids, points, keywords, times)
             seq = self._log({"op": "publish", "id": ids.tolist(),
                              "edge": points.edge.tolist(), "offset": points.offset.tolist(),
@@ -640,16 +659,18 @@ class ServiceState:
             self._record(seq, ids, times, fresh, top, replay=False)
         else:
             top = TopkFound.empty()
-        parts = [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()]
-        everything = Deliveries.concat(parts)
+        # only new messages: the answer is their deliveries, already in order
+        everything = fresh if every else Deliveries.concat(
+            [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()])
         body: dict[str, Any] = {"deliveries": DeliveryList(everything), "seq": seq}
-        repeated = [self.topk_of[m] for m in batch.ids[seen].tolist() if m in self.topk_of]
+        repeated = [] if every else \
+            [self.topk_of[m] for m in batch.ids[seen].tolist() if m in self.topk_of]
         top_all = TopkFound.concat([top, *repeated])
         if len(top_all):
             body["topk"] = topk_json(top_all)
-        if seen.any():
+        if not every:
             body["duplicates"] = batch.ids[seen].tolist()
-        located = (batch.ids[new], batch.points[new]) if new.size else None
+        located = (ids, points) if new.size else None
         return self._after(Applied(seq, body, fresh, everything, located,
                                    top if len(top) else None, top_all),
                            max(int(new.size), 1))
