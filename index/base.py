@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.delta import DeltaBuffer, search_sorted
+from index.delta import DeltaBuffer, relocate, search_sorted
 from index.limits import location_aware_prefixes
 from index.model import InvalidSubscriptionError, Subscriptions
 from index.postings import PostingLayout
@@ -384,11 +384,21 @@ class SubscriptionIndex:
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """Give subscriptions new locations (keywords, alpha and tau stay).
 
+        The one move of the project: the live service, the Spark stream job and the
+        benchmarks all call it. It is :func:`index.delta.relocate`, which gives the live
+        subscriptions :meth:`_move_rows` gives, with compiled lookups and writes.
+
         Raises
         ------
         InvalidSubscriptionError
-            Unknown ids, or points off the network; nothing moves then.
+            Unknown or repeated ids, or points off the network; nothing moves then.
         """
+        relocate(self, np.atleast_1d(np.asarray(ids, dtype=np.int64)), points)
+
+    def _move_rows(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
+        """A move as an unsubscribe and a subscribe of the same rows at their new points:
+        :func:`~index.delta.relocate`'s definition (its tests compare the two) and its
+        path for a batch that names an id twice (this one names the repeated ids)."""
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
         if len(points) != q.size:
             msg = f"move: {q.size} ids but {len(points)} points"

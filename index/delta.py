@@ -234,13 +234,14 @@ def _facts_dtype(name: str) -> type:
 
 # ---------------------------------------------------------------------- moves
 def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> None:
-    """What :meth:`~index.base.SubscriptionIndex.move` does, with less work per row.
+    """:meth:`~index.base.SubscriptionIndex.move`: what its ``_move_rows`` does, with less
+    work per row.
 
     A subscription in the delta gets its new point in place; one in the slots is
-    deactivated and appended to the delta with its keywords, alpha and tau, as ``move``
-    does, but without re-checking rows the index holds. The live subscriptions are then
-    the same as after ``move`` (only the delta's row order differs, which no matcher
-    output depends on). The lookups and the writes are compiled
+    deactivated and appended to the delta with its keywords, alpha and tau, as
+    ``_move_rows`` does, but without re-checking rows the index holds. The live
+    subscriptions are then the same as after ``_move_rows`` (only the delta's row order
+    differs, which no matcher output depends on). The lookups and the writes are compiled
     (:mod:`index.delta_kernels`): the live service moves one vehicle per request, and a
     move written with numpy was mostly the fixed cost of operations on one-element arrays.
 
@@ -263,7 +264,7 @@ def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> Non
     else:
         index.check_points(points, labels=q)
         if np.unique(q).size != q.size:
-            index.move(q, points)  # the general path names the repeated ids
+            index._move_rows(q, points)  # the general path names the repeated ids
             return
     buf = index._delta
     slots = _slot_source(index)

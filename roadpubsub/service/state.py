@@ -46,7 +46,6 @@ import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
-from index.delta import relocate
 from index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from index.io import subscriptions_table
 from index.kinds import (
@@ -463,7 +462,7 @@ class ServiceState:
                 self.counts["move"] += int(other.sum())
                 ids, points = ids[thr], points[thr]
         if ids.size:
-            relocate(self.index, ids, points)  # index.move's result, less work per row
+            self.index.move(ids, points)
             self.compactor.removed(ids)
             if self.index.auto_compact and self.index.delta_due():  # replay compacts in line
                 self.index.compact()
@@ -626,7 +625,7 @@ class ServiceState:
             self._require_live(batch.ids)
             self._move(batch.ids, batch.points)
         else:
-            try:  # relocate looks every id up before it changes anything
+            try:  # a move looks every id up before it changes anything
                 self._move(batch.ids, batch.points)
             except InputError:
                 self._require_live(batch.ids)  # unknown ids: the service's 404 answer

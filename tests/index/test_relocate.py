@@ -1,5 +1,5 @@
 """Moves through the compiled relocate (index.delta.relocate): one at a time or batched,
-they leave the index in the state the general ``move`` gives, and matching equals the
+they leave the index in the state the general ``_move_rows`` gives, and matching equals the
 reference matcher. Bad moves get one clear error and change nothing."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_single_moves_equal_the_batch_and_move(andorra, seed: int, n_moves: int,
     matcher = IndexMatcher(one)  # lives through the moves, reusing its scratch arrays
     for i in range(n_moves):
         relocate(one, ids[i:i + 1], points[i:i + 1])
-        general.move(ids[i:i + 1], points[i:i + 1])
+        general._move_rows(ids[i:i + 1], points[i:i + 1])
         if i % 20 == 19:
             got, _ = matcher.match(wl.messages)
             want = match_brute(network, one.subscriptions(), wl.messages, wl.weights,
