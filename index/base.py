@@ -377,9 +377,9 @@ class SubscriptionIndex:
             raise InvalidSubscriptionError(msg)
         self.active[slot[slot >= 0]] = False
         if in_delta.any():
-            keep = np.ones(len(self.delta), dtype=bool)
-            keep[delta_row[in_delta]] = False
-            self._keep_delta_rows(np.flatnonzero(keep))
+            self._bump_version()
+            self._delta.drop(delta_row[in_delta])
+            self._publish_delta()
 
     def move(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """Give subscriptions new locations (keywords, alpha and tau stay).

@@ -20,13 +20,14 @@ from index.delta_kernels import (
     DeltaBufferArrays,
     MovedRows,
     SlotSource,
+    drop_rows_kernel,
     lookup_kernel,
     merge_ids_kernel,
     relocate_kernel,
 )
 from index.model import InvalidSubscriptionError, Subscriptions, _take_csr
 from index.spatial import PointFacts
-from roadnet.errors import describe_rows
+from roadnet.errors import InputError, describe_rows
 from roadnet.locations import EdgePoints
 
 if TYPE_CHECKING:
@@ -167,6 +168,23 @@ class DeltaBuffer:
         self._n = int(r.size)
         self._nk = int(terms.size)
         self._refresh()
+
+    def drop(self, rows: IntArray) -> None:
+        """Remove ``rows`` (delta row numbers), keeping the other rows in their order.
+
+        Raises
+        ------
+        InputError
+            A row number outside the delta.
+        """
+        r = np.unique(np.asarray(rows, dtype=np.int64))
+        if r.size and (r[0] < 0 or r[-1] >= self._n):
+            msg = (f"delta rows out of range 0..{self._n - 1}: "
+                   f"{describe_rows(r[(r < 0) | (r >= self._n)][:10].tolist())}")
+            raise InputError(msg)
+        if r.size:
+            self._n, self._nk = drop_rows_kernel(self.arrays(), self._n, r)
+            self._refresh()
 
     def _reserve(self, rows: int, terms: int) -> None:
         have = self._rows["ids"].size if self._rows else 0

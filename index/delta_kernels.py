@@ -188,3 +188,58 @@ def relocate_kernel(buf: DeltaBufferArrays, n: int, nk: int, slots: SlotSource,
         buf.chain_offset[r] = moved.chain_offset[i]
     merge_ids_kernel(buf, n, w)
     return w, terms_needed
+
+
+@numba.njit(cache=True, nogil=True)
+def drop_rows_kernel(buf: DeltaBufferArrays, n: int, drop: I64) -> tuple[int, int]:
+    """Remove rows ``drop`` (ascending, unique, each below ``n``: checked by the caller)
+    in place, keeping the others in their order, and their id order; returns the delta's
+    new (rows, keywords).
+
+    An unsubscribe of a recent subscription removes one row: this moves the rows after it
+    up by one, field by field, where :meth:`index.delta.DeltaBuffer.keep` gathers every
+    row of every field (a delta of 40,000 rows: about 1 ms per unsubscribe).
+    """
+    k = drop.size
+    if k == 0:
+        return n, int(buf.ptr[n])
+    w = drop[0]
+    tw = buf.ptr[w]
+    j = 0
+    for r in range(w, n):
+        if j < k and drop[j] == r:
+            j += 1
+            continue
+        # w < r here, and ptr[w + 1] is written after ptr[r] and ptr[r + 1] are read
+        a = buf.ptr[r]
+        b = buf.ptr[r + 1]
+        for t in range(a, b):
+            buf.terms[tw + t - a] = buf.terms[t]
+        tw += b - a
+        buf.ptr[w + 1] = tw
+        buf.ids[w] = buf.ids[r]
+        buf.edge[w] = buf.edge[r]
+        buf.offset[w] = buf.offset[r]
+        buf.alpha[w] = buf.alpha[r]
+        buf.tau[w] = buf.tau[r]
+        buf.dn_limit[w] = buf.dn_limit[r]
+        buf.wildcard[w] = buf.wildcard[r]
+        buf.x[w] = buf.x[r]
+        buf.y[w] = buf.y[r]
+        buf.cell[w] = buf.cell[r]
+        buf.din_out[w] = buf.din_out[r]
+        buf.din_in[w] = buf.din_in[r]
+        buf.chain[w] = buf.chain[r]
+        buf.chain_offset[w] = buf.chain_offset[r]
+        w += 1
+    # the id order loses the dropped rows; a kept row moves up by the drops before it
+    q = 0
+    for p in range(n):
+        row = buf.by_id[p]
+        before = np.searchsorted(drop, row)
+        if before < k and drop[before] == row:
+            continue
+        buf.by_id[q] = row - before
+        buf.ids_sorted[q] = buf.ids_sorted[p]
+        q += 1
+    return n - k, int(tw)

@@ -191,6 +191,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def run(fn: Callable[[], Any]) -> Any:
         return await bridge(applier.call(fn))
 
+    # The event routes below submit with concurrent=True: uvicorn hands the app one
+    # request of a connection at a time, so no queued request has been answered yet
+    # (applier.by_kind may order them by kind).
     async def apply(kind: str, fut: Future[Applied], t0: float) -> Applied:
         applied = await bridge(fut)
         await state.wal.wait_durable(applied.seq)
@@ -204,7 +207,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         t0 = time.perf_counter()
         body = await body_of(request)
         done = await apply("subscribe", applier.call(
-            lambda: state.subscribe(parser.subscriptions(body))), t0)
+            lambda: state.subscribe(parser.subscriptions(body)), concurrent=True), t0)
         return _JSONResponse(done.body, status_code=201)
 
     async def list_subscriptions(request: Request) -> Response:
@@ -232,26 +235,27 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
         done = await apply("unsubscribe", applier.call(
-            lambda: state.unsubscribe(np.array([sid], dtype=np.int64))), t0)
+            lambda: state.unsubscribe(np.array([sid], dtype=np.int64)), concurrent=True),
+            t0)
         return _JSONResponse(done.body)
 
     async def put_location(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
         body = await body_of(request)
-        done = await apply("move", applier.move(body, path_id=sid), t0)
+        done = await apply("move", applier.move(body, path_id=sid, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_moves(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await body_of(request)
-        done = await apply("move", applier.move(body), t0)
+        done = await apply("move", applier.move(body, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_messages(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await body_of(request)
-        done = await apply("publish", applier.publish(body), t0)
+        done = await apply("publish", applier.publish(body, concurrent=True), t0)
         announce(done)
         return _JSONResponse(done.body)
 

@@ -13,6 +13,17 @@ A run applied together equals the same requests applied one by one in arrival or
 * publishes: messages do not change the subscriptions, except through expiry, which the
   service applies in ascending time; so a run only continues while the requests' times do
   not decrease and no message id repeats one of the run.
+
+Requests that are concurrent (``concurrent=True``: the HTTP layer's, which answers each
+connection's requests one at a time) are first ordered by kind within the group: moves,
+then publishes, then the rest, each kind in arrival order. None of them has been answered
+when the group is taken, so no client can have seen one take effect before another: any
+order of them is an order in which they could have arrived, and the log records the
+order applied (its records replay to the same state and deliveries). One run of moves per
+group instead of several (a publish between two moves split them) pays the fixed part of
+a move once. Requests of one sender that does not wait for answers (MQTT, whose broker
+keeps each client's order) are not concurrent: they stay in place and nothing is moved
+across them.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ class _Item:
     future: Any  # a concurrent Future, or anything with set_result/set_exception/done
     path_id: int | None = None
     label: str = ""
+    concurrent: bool = False  # may be ordered with the group's other concurrent requests
 
 
 class Applier:
@@ -76,25 +88,28 @@ class Applier:
     # ``reply``: instead of a new Future, an object with the methods set_result,
     # set_exception and done that the apply thread calls (the HTTP layer's hand-off to its
     # event loop, without a Future's lock and condition per request).
-    def call(self, fn: Callable[[], Any], *, reply: Any = None, kind: str = "call"
-             ) -> Future[Any]:
+    # ``concurrent``: the request has no order with the other concurrent requests queued
+    # with it (see the module docstring); False keeps it where it arrived.
+    def call(self, fn: Callable[[], Any], *, reply: Any = None, kind: str = "call",
+             concurrent: bool = False) -> Future[Any]:
         """Run ``fn`` on the apply thread, in order with the events (``kind`` names it in
         :attr:`cpu_seconds`)."""
         fut: Future[Any] = Future() if reply is None else reply
-        self._queue.put(_Item("call", fn, fut, label=kind))
+        self._queue.put(_Item("call", fn, fut, label=kind, concurrent=concurrent))
         return fut
 
-    def move(self, body: Any, *, path_id: int | None = None, reply: Any = None
-             ) -> Future[Applied]:
+    def move(self, body: Any, *, path_id: int | None = None, reply: Any = None,
+             concurrent: bool = False) -> Future[Applied]:
         """A move request (one or a batch)."""
         fut: Future[Applied] = Future() if reply is None else reply
-        self._queue.put(_Item("move", body, fut, path_id))
+        self._queue.put(_Item("move", body, fut, path_id, concurrent=concurrent))
         return fut
 
-    def publish(self, body: Any, *, reply: Any = None) -> Future[Applied]:
+    def publish(self, body: Any, *, reply: Any = None, concurrent: bool = False
+                ) -> Future[Applied]:
         """A publish request (one or a batch)."""
         fut: Future[Applied] = Future() if reply is None else reply
-        self._queue.put(_Item("publish", body, fut))
+        self._queue.put(_Item("publish", body, fut, concurrent=concurrent))
         return fut
 
     def stop(self) -> None:
@@ -115,10 +130,10 @@ class Applier:
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self._process(items)
+                    self._process(by_kind(items))
                     return
                 items.append(nxt)
-            self._process(items)
+            self._process(by_kind(items))
 
     def _process(self, items: list[_Item]) -> None:
         i = 0
@@ -294,6 +309,26 @@ class Applier:
     def _count(self, n: int) -> None:
         self.groups += 1
         self.grouped_requests += n
+
+
+_KIND_ORDER = {"move": 0, "publish": 1}
+
+
+def by_kind(items: list[_Item]) -> list[_Item]:
+    """The group in the order it is applied: between two requests that are not
+    concurrent, the concurrent ones as moves, publishes, then the rest, each kind in
+    arrival order (the module docstring says why that order is as good as arrival's)."""
+    out: list[_Item] = []
+    span: list[_Item] = []
+    for it in items:
+        if it.concurrent:
+            span.append(it)
+            continue
+        out.extend(sorted(span, key=lambda x: _KIND_ORDER.get(x.kind, 2)))  # stable
+        span = []
+        out.append(it)
+    out.extend(sorted(span, key=lambda x: _KIND_ORDER.get(x.kind, 2)))
+    return out
 
 
 def _rows_of(run: list[_Item]) -> tuple[list[Any] | None, list[int]]:

@@ -140,20 +140,23 @@ class HotRoutes:
         fut: asyncio.Future[Applied] = loop.create_future()
         reply = _Reply(fut, loop, self.state)
         try:
+            # concurrent: uvicorn hands the app one request of a connection at a time,
+            # so no queued request has been answered (applier.by_kind)
             if kind == "move":
                 sid = parse_ids(sid_text or "")
-                self.applier.move(await _body(receive), path_id=sid, reply=reply)
+                self.applier.move(await _body(receive), path_id=sid, reply=reply,
+                                  concurrent=True)
             elif kind == "publish":
-                self.applier.publish(await _body(receive), reply=reply)
+                self.applier.publish(await _body(receive), reply=reply, concurrent=True)
             elif kind == "subscribe":
                 body = await _body(receive)
                 state, parser = self.state, self.applier.parser
                 self.applier.call(lambda: state.subscribe(parser.subscriptions(body)),
-                                  reply=reply, kind=kind)
+                                  reply=reply, kind=kind, concurrent=True)
             else:
                 ids = np.array([parse_ids(sid_text or "")], dtype=np.int64)
                 self.applier.call(lambda: self.state.unsubscribe(ids), reply=reply,
-                                  kind=kind)
+                                  kind=kind, concurrent=True)
             done = await fut
         except (RequestError, InputError) as exc:
             status = exc.status if isinstance(exc, RequestError) else 422

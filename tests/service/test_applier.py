@@ -98,3 +98,53 @@ def test_a_second_service_on_one_folder_is_refused(service_dir: Path) -> None:
     finally:
         state.close()
     ServiceState.open(service_dir, ServiceOptions()).close()  # free again
+
+
+def test_concurrent_requests_are_applied_moves_first(
+        service_dir: Path, workload: Workload, move_points: EdgePoints, andorra: RoadNetwork,
+        tweets: list[list[str]]) -> None:
+    """Concurrent requests of a group go moves, publishes, the rest; a request that is not
+    concurrent (an MQTT sender's) stays in place, and nothing crosses it. The answers
+    equal the events applied one by one in the order of the log."""
+    state = ServiceState.open(service_dir, ServiceOptions())
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    applier = Applier(state, parser, group_max=64)
+    oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
+    try:
+        subs = subscription_rows(workload, andorra)[:300]
+        applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+        oracle.apply("subscribe", subs)
+        msgs = [{**m, "time": 100.0 * (k + 1)}
+                for k, m in enumerate(message_rows(workload, andorra)[:3])]
+        moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, 30 + i)}]
+                 for i in range(4)]
+        new_sub = [dict(subs[0], id=5_000_000)]
+        # arrival: p0 m0 s m1 | q (not concurrent) | m2 p1 m3
+        plan = [("publish", [msgs[0]], True), ("move", moves[0], True),
+                ("subscribe", new_sub, True), ("move", moves[1], True),
+                ("publish", [msgs[1]], False),
+                ("move", moves[2], True), ("publish", [msgs[2]], True),
+                ("move", moves[3], True)]
+
+        def submit(kind: str, body: Any, concurrent: bool) -> Future[Any]:
+            if kind == "move":
+                return applier.move(body, concurrent=concurrent)
+            if kind == "publish":
+                return applier.publish(body, concurrent=concurrent)
+            return applier.call(lambda: state.subscribe(parser.subscriptions(body)),
+                                concurrent=concurrent)
+
+        futures = _queued(applier, [lambda p=p: submit(*p) for p in plan])
+        seq = [f.result(30).seq for f in futures]
+        # applied: (m0 m1) p0 s | q | (m2 m3) p1
+        assert seq[1] == seq[3] < seq[0] < seq[2] < seq[4] < seq[5] == seq[7] < seq[6]
+        for k in (1, 3, 0, 2, 4, 5, 7, 6):
+            kind, body, _ = plan[k]
+            oracle.apply(kind, body)
+        for k in (0, 4, 6):
+            mid = plan[k][1][0]["id"]
+            assert_same(as_deliveries(futures[k].result(30).body["deliveries"]),
+                        oracle.deliveries[mid], f"publish {mid}")
+    finally:
+        applier.call(state.close).result(60)
+        applier.stop()
