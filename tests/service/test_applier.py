@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from live import DMAX_M, location_of, message_rows, subscription_rows, tweet_weights
@@ -21,6 +22,28 @@ from roadpubsub.service.applier import Applier
 from roadpubsub.service.state import ServiceBusyError, ServiceOptions, ServiceState
 
 
+class _Running(NamedTuple):
+    state: ServiceState
+    parser: BodyParser
+    applier: Applier
+    oracle: Oracle
+
+
+@pytest.fixture
+def running(service_dir: Path, andorra: RoadNetwork, tweets: list[list[str]]
+            ) -> Iterator[_Running]:
+    """A service state with its apply thread, and the reference to check it against."""
+    state = ServiceState.open(service_dir, ServiceOptions())
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    applier = Applier(state, parser, group_max=64)
+    try:
+        yield _Running(state, parser, applier,
+                       Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M))
+    finally:
+        applier.call(state.close).result(60)
+        applier.stop()
+
+
 def _queued(applier: Applier, submit: list[Any]) -> list[Future[Any]]:
     """Submit while the apply thread is held, so that everything queues up together."""
     gate = threading.Event()
@@ -32,62 +55,55 @@ def _queued(applier: Applier, submit: list[Any]) -> list[Future[Any]]:
 
 
 def test_runs_of_moves_and_publishes_equal_one_by_one(
-        service_dir: Path, workload: Workload, move_points: EdgePoints, andorra: RoadNetwork,
-        tweets: list[list[str]]) -> None:
-    state = ServiceState.open(service_dir, ServiceOptions())
-    parser = BodyParser(andorra, max_snap_m=250.0)
-    applier = Applier(state, parser, group_max=64)
-    oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
-    try:
-        subs = subscription_rows(workload, andorra)[:400]
-        subs = [{**s, "expires_at": 150.0 if i % 5 == 0 else None} for i, s in enumerate(subs)]
-        applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
-        oracle.apply("subscribe", subs)
-        # moves: the same subscription twice in one run (the last wins), a bad request
-        # refused alone
-        moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, k)}]
-                 for k, i in enumerate([1, 2, 1, 3, 4])]
-        futures = _queued(applier, [lambda m=m: applier.move(m) for m in moves] + [
-            lambda: applier.move([{"id": 999_999, **location_of(andorra, move_points, 9)}])])
-        seqs = [f.result(30).seq for f in futures[:5]]
-        with pytest.raises(RequestError, match="999999"):
-            futures[5].result(30)
-        assert len(set(seqs)) == 1  # one record
-        for m in moves:
-            oracle.apply("move", m)
-        # publishes: times 100, 200, then 50 (decreasing: a new run), a repeated id
-        msgs = message_rows(workload, andorra)
-        pubs = [[{**msgs[0], "time": 100.0}], [{**msgs[1], "time": 200.0}],
-                [{**msgs[2], "time": 50.0}, {**msgs[3], "time": 175.0}],
-                [{**msgs[1], "time": 300.0}]]
-        futures = _queued(applier, [lambda p=p: applier.publish(p) for p in pubs])
-        answers = [f.result(30) for f in futures]
-        assert answers[0].seq == answers[1].seq != answers[2].seq
-        assert answers[3].body["duplicates"] == [msgs[1]["id"]]
-        for p in pubs[:3]:
-            oracle.apply("publish", p)
-        for p, a in zip(pubs, answers, strict=True):
-            want = Deliveries.concat([oracle.deliveries[r["id"]] for r in p])
-            assert_same(as_deliveries(a.body["deliveries"]), want,
-                        f"publish {[r['id'] for r in p]}")
-        assert applier.groups >= 2
-        # single moves by path id, all good: parsed, checked and applied as one batch
-        singles = [(subs[i]["id"], location_of(andorra, move_points, 20 + k))
-                   for k, i in enumerate([6, 7, 8])]
-        futures = _queued(applier, [lambda s=s: applier.move(s[1], path_id=s[0])
-                                    for s in singles])
-        done = [f.result(30) for f in futures]
-        assert len({d.seq for d in done}) == 1 and all(d.body["moved"] == 1 for d in done)
-        for sid, loc in singles:
-            oracle.apply("move", [{"id": sid, **loc}])
-        last = [{**msgs[4], "time": 400.0}]
-        answer = applier.publish(last).result(30)
-        oracle.apply("publish", last)
-        assert_same(as_deliveries(answer.body["deliveries"]), oracle.deliveries[msgs[4]["id"]],
-                    "a publish after a run of moves")
-    finally:
-        applier.call(state.close).result(60)
-        applier.stop()
+        running: _Running, workload: Workload, move_points: EdgePoints,
+        andorra: RoadNetwork) -> None:
+    state, parser, applier, oracle = running
+    subs = subscription_rows(workload, andorra)[:400]
+    subs = [{**s, "expires_at": 150.0 if i % 5 == 0 else None} for i, s in enumerate(subs)]
+    applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+    oracle.apply("subscribe", subs)
+    # moves: the same subscription twice in one run (the last wins), a bad request
+    # refused alone
+    moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, k)}]
+             for k, i in enumerate([1, 2, 1, 3, 4])]
+    futures = _queued(applier, [lambda m=m: applier.move(m) for m in moves] + [
+        lambda: applier.move([{"id": 999_999, **location_of(andorra, move_points, 9)}])])
+    seqs = [f.result(30).seq for f in futures[:5]]
+    with pytest.raises(RequestError, match="999999"):
+        futures[5].result(30)
+    assert len(set(seqs)) == 1  # one record
+    for m in moves:
+        oracle.apply("move", m)
+    # publishes: times 100, 200, then 50 (decreasing: a new run), a repeated id
+    msgs = message_rows(workload, andorra)
+    pubs = [[{**msgs[0], "time": 100.0}], [{**msgs[1], "time": 200.0}],
+            [{**msgs[2], "time": 50.0}, {**msgs[3], "time": 175.0}],
+            [{**msgs[1], "time": 300.0}]]
+    futures = _queued(applier, [lambda p=p: applier.publish(p) for p in pubs])
+    answers = [f.result(30) for f in futures]
+    assert answers[0].seq == answers[1].seq != answers[2].seq
+    assert answers[3].body["duplicates"] == [msgs[1]["id"]]
+    for p in pubs[:3]:
+        oracle.apply("publish", p)
+    for p, a in zip(pubs, answers, strict=True):
+        want = Deliveries.concat([oracle.deliveries[r["id"]] for r in p])
+        assert_same(as_deliveries(a.body["deliveries"]), want,
+                    f"publish {[r['id'] for r in p]}")
+    assert applier.groups >= 2
+    # single moves by path id, all good: parsed, checked and applied as one batch
+    singles = [(subs[i]["id"], location_of(andorra, move_points, 20 + k))
+               for k, i in enumerate([6, 7, 8])]
+    futures = _queued(applier, [lambda s=s: applier.move(s[1], path_id=s[0])
+                                for s in singles])
+    done = [f.result(30) for f in futures]
+    assert len({d.seq for d in done}) == 1 and all(d.body["moved"] == 1 for d in done)
+    for sid, loc in singles:
+        oracle.apply("move", [{"id": sid, **loc}])
+    last = [{**msgs[4], "time": 400.0}]
+    answer = applier.publish(last).result(30)
+    oracle.apply("publish", last)
+    assert_same(as_deliveries(answer.body["deliveries"]), oracle.deliveries[msgs[4]["id"]],
+                "a publish after a run of moves")
 
 
 def test_a_second_service_on_one_folder_is_refused(service_dir: Path) -> None:
@@ -101,50 +117,43 @@ def test_a_second_service_on_one_folder_is_refused(service_dir: Path) -> None:
 
 
 def test_concurrent_requests_are_applied_moves_first(
-        service_dir: Path, workload: Workload, move_points: EdgePoints, andorra: RoadNetwork,
-        tweets: list[list[str]]) -> None:
+        running: _Running, workload: Workload, move_points: EdgePoints,
+        andorra: RoadNetwork) -> None:
     """Concurrent requests of a group go moves, publishes, the rest; a request that is not
     concurrent (an MQTT sender's) stays in place, and nothing crosses it. The answers
     equal the events applied one by one in the order of the log."""
-    state = ServiceState.open(service_dir, ServiceOptions())
-    parser = BodyParser(andorra, max_snap_m=250.0)
-    applier = Applier(state, parser, group_max=64)
-    oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
-    try:
-        subs = subscription_rows(workload, andorra)[:300]
-        applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
-        oracle.apply("subscribe", subs)
-        msgs = [{**m, "time": 100.0 * (k + 1)}
-                for k, m in enumerate(message_rows(workload, andorra)[:3])]
-        moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, 30 + i)}]
-                 for i in range(4)]
-        new_sub = [dict(subs[0], id=5_000_000)]
-        # arrival: p0 m0 s m1 | q (not concurrent) | m2 p1 m3
-        plan = [("publish", [msgs[0]], True), ("move", moves[0], True),
-                ("subscribe", new_sub, True), ("move", moves[1], True),
-                ("publish", [msgs[1]], False),
-                ("move", moves[2], True), ("publish", [msgs[2]], True),
-                ("move", moves[3], True)]
+    state, parser, applier, oracle = running
+    subs = subscription_rows(workload, andorra)[:300]
+    applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+    oracle.apply("subscribe", subs)
+    msgs = [{**m, "time": 100.0 * (k + 1)}
+            for k, m in enumerate(message_rows(workload, andorra)[:3])]
+    moves = [[{"id": subs[i]["id"], **location_of(andorra, move_points, 30 + i)}]
+             for i in range(4)]
+    new_sub = [dict(subs[0], id=5_000_000)]
+    # arrival: p0 m0 s m1 | q (not concurrent) | m2 p1 m3
+    plan = [("publish", [msgs[0]], True), ("move", moves[0], True),
+            ("subscribe", new_sub, True), ("move", moves[1], True),
+            ("publish", [msgs[1]], False),
+            ("move", moves[2], True), ("publish", [msgs[2]], True),
+            ("move", moves[3], True)]
 
-        def submit(kind: str, body: Any, concurrent: bool) -> Future[Any]:
-            if kind == "move":
-                return applier.move(body, concurrent=concurrent)
-            if kind == "publish":
-                return applier.publish(body, concurrent=concurrent)
-            return applier.call(lambda: state.subscribe(parser.subscriptions(body)),
-                                concurrent=concurrent)
+    def submit(kind: str, body: Any, concurrent: bool) -> Future[Any]:
+        if kind == "move":
+            return applier.move(body, concurrent=concurrent)
+        if kind == "publish":
+            return applier.publish(body, concurrent=concurrent)
+        return applier.call(lambda: state.subscribe(parser.subscriptions(body)),
+                            concurrent=concurrent)
 
-        futures = _queued(applier, [lambda p=p: submit(*p) for p in plan])
-        seq = [f.result(30).seq for f in futures]
-        # applied: (m0 m1) p0 s | q | (m2 m3) p1
-        assert seq[1] == seq[3] < seq[0] < seq[2] < seq[4] < seq[5] == seq[7] < seq[6]
-        for k in (1, 3, 0, 2, 4, 5, 7, 6):
-            kind, body, _ = plan[k]
-            oracle.apply(kind, body)
-        for k in (0, 4, 6):
-            mid = plan[k][1][0]["id"]
-            assert_same(as_deliveries(futures[k].result(30).body["deliveries"]),
-                        oracle.deliveries[mid], f"publish {mid}")
-    finally:
-        applier.call(state.close).result(60)
-        applier.stop()
+    futures = _queued(applier, [lambda p=p: submit(*p) for p in plan])
+    seq = [f.result(30).seq for f in futures]
+    # applied: (m0 m1) p0 s | q | (m2 m3) p1
+    assert seq[1] == seq[3] < seq[0] < seq[2] < seq[4] < seq[5] == seq[7] < seq[6]
+    for k in (1, 3, 0, 2, 4, 5, 7, 6):
+        kind, body, _ = plan[k]
+        oracle.apply(kind, body)
+    for k in (0, 4, 6):
+        mid = plan[k][1][0]["id"]
+        assert_same(as_deliveries(futures[k].result(30).body["deliveries"]),
+                    oracle.deliveries[mid], f"publish {mid}")
