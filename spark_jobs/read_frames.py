@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from index.io import keyword_term_csr, read_messages, read_subscriptions
+from index.io import keyword_term_csr, read_messages, read_subscriptions, read_table
 from index.kinds_io import read_subscription_set
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.spatial import SpatialIndex
@@ -328,6 +328,11 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     if os.fspath(path).lower().endswith(_JSON_SUFFIXES):
         # Small inputs only: read whole on the driver by the same reader.
         with storage.local_copy(path, spark=spark) as local:
+            if kind == "subscriptions":
+                table = read_table(local)
+                if "expires_at" in table.column_names:
+                    ids = table.filter(pc.is_valid(table.column("expires_at"))).column("id")
+                    _refuse_expiry(path, ids.to_pylist())
             if kind == "subscriptions" and kinds:
                 subset = read_subscription_set(local, network, weights, dmax_m=dmax_m)
                 return subscription_set_frame(spark, subset, cells, dmax_m=dmax_m,
@@ -339,6 +344,9 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
             return messages_frame(spark, read_messages(local, network, weights), cells,
                                   ordered=ordered)
     raw = spark.read.parquet(storage.spark_uri(path))
+    if kind == "subscriptions" and "expires_at" in raw.columns:
+        expiring = raw.filter(F.col("expires_at").isNotNull()).select("id").limit(11)
+        _refuse_expiry(path, expiring.toArrow().column("id").to_pylist())
     keep = [c for c in raw.columns if c in _FILE_COLUMNS]
     # Where each row lies in the input (file, block, then an id that grows along the rows
     # of a block), taken as the file is read: the order of first appearance of unknown
@@ -387,6 +395,26 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     # Kept: the job reads the frame twice (per-cell figures, then the match).
     return rows.mapInArrow(_terms_task(final, kind=kind, timer=timer), schema) \
         .persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _refuse_expiry(path: str, ids: list[Any]) -> None:
+    """Refuse subscriptions that expire (``ids``: some of them, none when none does).
+
+    The Spark jobs match every subscription against every message; ignoring the column
+    would deliver messages the service and ``roadpubsub match`` withhold.
+
+    Raises
+    ------
+    index.model.InvalidSubscriptionError
+        Naming the file and up to ten of the ids.
+    """
+    if ids:
+        shown = sorted(ids)[:10]  # the first found by the tasks: in no fixed order
+        msg = (f"invalid subscriptions in {path}: expires_at set (ids "
+               f"{describe_rows(shown)}{' and more' if len(ids) > 10 else ''}): the Spark "
+               f"jobs do not apply expiry; 'roadpubsub match' does, or leave the column "
+               f"empty")
+        raise InvalidSubscriptionError(msg)
 
 
 def _add_unknown_terms(notes: pa.Table, weights: TermWeights) -> None:

@@ -3,6 +3,7 @@ and errors, from files split over several tasks and batches."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,36 @@ def test_bad_rows_give_one_error_naming_the_file(
     with pytest.raises(FileNotFoundError, match=r"missing\.parquet"):
         read_messages_frame(spark, f"file://{tmp_path}/missing.parquet", andorra,
                             andorra_cells, read_weights(weights_path))
+
+
+@pytest.mark.spark
+def test_expiring_subscriptions_are_refused(
+        spark: SparkSession, andorra: RoadNetwork, andorra_cells: Cells,
+        files: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The Spark jobs match without expiry: a file that sets expires_at gets one error
+    naming it and the ids (Parquet read by the executors, JSON on the driver); an empty
+    column is read as before."""
+    subs_path, _, weights_path = files
+    table = pq.read_table(subs_path)
+    n = table.num_rows
+    ids = table.column("id").to_numpy()
+    expires = pa.array([1.8e9 if k in (7, n - 1) else None for k in range(n)], pa.float64())
+    expiring = tmp_path / "expiring.parquet"
+    pq.write_table(table.append_column("expires_at", expires), expiring, row_group_size=700)
+    as_json = tmp_path / "expiring.jsonl"
+    rows = table.slice(0, 10).to_pylist()
+    rows[7]["expires_at"] = 1.8e9
+    as_json.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    two = ", ".join(str(i) for i in sorted((ids[7], ids[n - 1])))
+    for path, named in ((expiring, f"ids {two}"), (as_json, f"ids {ids[7]}")):
+        with pytest.raises(InvalidSubscriptionError) as info:
+            read_subscriptions_frame(spark, str(path), andorra, andorra_cells,
+                                     read_weights(weights_path), dmax_m=DMAX_M)
+        text = str(info.value)
+        assert text.startswith(f"invalid subscriptions in {path}: expires_at set ({named})")
+        assert "'roadpubsub match' does" in text
+    empty = tmp_path / "never.parquet"
+    pq.write_table(table.append_column("expires_at", pa.nulls(n, pa.float64())), empty)
+    got = read_subscriptions_frame(spark, str(empty), andorra, andorra_cells,
+                                   read_weights(weights_path), dmax_m=DMAX_M)
+    assert got.count() == n
