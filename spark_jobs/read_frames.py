@@ -330,7 +330,7 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
         with storage.local_copy(path, spark=spark) as local:
             if kind == "subscriptions":
                 table = read_table(local)
-                if "expires_at" in table.column_names:
+                if {"expires_at", "id"} <= set(table.column_names):  # else: the reader's error
                     ids = table.filter(pc.is_valid(table.column("expires_at"))).column("id")
                     _refuse_expiry(path, ids.to_pylist())
             if kind == "subscriptions" and kinds:
@@ -344,7 +344,7 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
             return messages_frame(spark, read_messages(local, network, weights), cells,
                                   ordered=ordered)
     raw = spark.read.parquet(storage.spark_uri(path))
-    if kind == "subscriptions" and "expires_at" in raw.columns:
+    if kind == "subscriptions" and {"expires_at", "id"} <= set(raw.columns):
         expiring = raw.filter(F.col("expires_at").isNotNull()).select("id").limit(11)
         _refuse_expiry(path, expiring.toArrow().column("id").to_pylist())
     keep = [c for c in raw.columns if c in _FILE_COLUMNS]
