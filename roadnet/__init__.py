@@ -11,9 +11,9 @@ Examples
 ... # doctest: +SKIP
 """
 
-from roadnet.jit import refresh_kernel_caches
+from roadnet.jit import use_kernel_cache
 
-refresh_kernel_caches()  # before any kernel module loads a cached kernel
+use_kernel_cache()  # before any kernel module defines a cached kernel
 
 # The order follows the layers inside the package: later modules import earlier ones.
 from roadnet import (  # noqa: E402

@@ -1,49 +1,104 @@
-"""Numba cache hygiene.
+"""Where compiled kernels are cached: a user cache folder, never the installed package.
 
-Numba caches a compiled kernel keyed on the source file that defines it, so a kernel that
-calls kernels of *other* files keeps running stale inlined code after those files change.
-:func:`refresh_kernel_caches` fingerprints every source file of the kernel packages and
-drops all cached kernels when the fingerprint changes; ``roadnet`` calls it on import, so
-it runs before any kernel is loaded.
+Numba caches a compiled kernel next to its source file by default. For an install that is
+wrong twice over: a read-only install (a container, a system package) compiles again at
+every start, and a writable one gets ``__pycache__`` folders of numba files that pip does
+not know, so after ``pip uninstall`` (or an editable install over a plain one) the left-over
+``site-packages/index`` folder imports as an empty namespace package and shadows the real
+one. :func:`use_kernel_cache` points numba at a folder of its own instead:
+
+* ``NUMBA_CACHE_DIR``, when the user set it, is left as numba read it;
+* else ``ROADPUBSUB_CACHE_DIR`` (default ``$XDG_CACHE_HOME/roadpubsub``, else
+  ``~/.cache/roadpubsub``), and the system's temporary folder when that is not writable;
+
+below it, ``kernels/<fingerprint>``: numba keys a cached kernel on the file that defines
+it, so a kernel that calls kernels of *other* files would run stale inlined code after
+those files change. The fingerprint covers every source file of the kernel packages, so
+any change of them starts a fresh folder; folders of other fingerprints unused for
+:data:`STALE_DAYS` days are removed. ``roadnet`` calls it on import, before any kernel
+module is loaded (a module's package ``__init__`` runs before the module, and every
+kernel module lives in, or imports, ``roadnet``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["KERNEL_PACKAGES", "refresh_kernel_caches"]
+__all__ = ["KERNEL_PACKAGES", "STALE_DAYS", "kernel_cache_root", "use_kernel_cache"]
 
 #: Packages whose modules define or call numba kernels.
-KERNEL_PACKAGES = ("roadnet", "index", "pruning")
+KERNEL_PACKAGES = ("roadnet", "index", "pruning", "roadpubsub/service")
 
-_STAMP = "kernels.sha256"
+#: Cache folders of other source versions unused this many days are removed.
+STALE_DAYS = 30
 
 
-def refresh_kernel_caches() -> bool:
-    """Delete every cached kernel if any kernel package's source changed.
-
-    Returns True when caches were dropped. Read-only installs are left alone.
-    """
+def _fingerprint() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for package in KERNEL_PACKAGES:
         for source in sorted((root / package).glob("*.py")):
-            digest.update(source.name.encode())
+            digest.update(f"{package}/{source.name}".encode())
             digest.update(source.read_bytes())
-    fingerprint = digest.hexdigest()
-    stamp = root / "roadnet" / "__pycache__" / _STAMP
+    return digest.hexdigest()[:20]
+
+
+def kernel_cache_root() -> Path:
+    """The folder below which kernels are cached (see the module docstring)."""
+    chosen = os.environ.get("ROADPUBSUB_CACHE_DIR")
+    if chosen:
+        return Path(chosen).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "roadpubsub"
+
+
+def _writable(folder: Path) -> bool:
     try:
-        if stamp.exists() and stamp.read_text() == fingerprint:
-            return False
-        for package in KERNEL_PACKAGES:
-            for cached in (root / package / "__pycache__").glob("*.nb[ic]"):
-                cached.unlink(missing_ok=True)
-        stamp.parent.mkdir(exist_ok=True)
-        tmp = stamp.with_name(f"{_STAMP}.{os.getpid()}")
-        tmp.write_text(fingerprint)
-        os.replace(tmp, stamp)
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
     except OSError:
         return False
     return True
+
+
+def _drop_stale(kernels: Path, keep: str) -> None:
+    cutoff = time.time() - STALE_DAYS * 86400
+    with contextlib.suppress(OSError):
+        for entry in kernels.iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name != keep and entry.stat().st_mtime < cutoff:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+
+def use_kernel_cache() -> Path | None:
+    """Point numba's kernel cache at this source version's user cache folder.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The folder used, or None when ``NUMBA_CACHE_DIR`` was set by the user (numba then
+        caches there) or no candidate is writable (numba's own fallback applies).
+    """
+    from numba.core import config
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    fingerprint = _fingerprint()
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    for root in (kernel_cache_root(), Path(tempfile.gettempdir()) / f"roadpubsub-{uid}"):
+        folder = root / "kernels" / fingerprint
+        if _writable(folder):
+            with contextlib.suppress(OSError):
+                os.utime(folder)  # in use: not stale
+            _drop_stale(folder.parent, fingerprint)
+            config.CACHE_DIR = str(folder)
+            return folder
+    return None

@@ -10,3 +10,5 @@ manifest), :mod:`~roadpubsub.service.deliveries_log` (Parquet segments of delive
 written from the delivery columns), :mod:`~roadpubsub.service.metrics` and
 :mod:`~roadpubsub.service.loadgen`.
 """
+
+import roadnet  # noqa: F401  (points the kernel cache away from the install first)
