@@ -99,6 +99,6 @@ def use_kernel_cache() -> Path | None:
             with contextlib.suppress(OSError):
                 os.utime(folder)  # in use: not stale
             _drop_stale(folder.parent, fingerprint)
-            config.CACHE_DIR = str(folder)
+            config.CACHE_DIR = str(folder)  # type: ignore[attr-defined]
             return folder
     return None
