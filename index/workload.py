@@ -49,7 +49,7 @@ from index.text import read_tweet_tokens
 from roadnet.errors import InputError
 from roadnet.locations import EdgePoints, locate_uv
 from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadnet.settings import DEFAULTS, shared_data_dir
 
 # The POI names stay importable from here (notebooks and tests use this path).
 __all__ = [
@@ -302,10 +302,10 @@ def generate_workload(
     seed: int = 0,
     keywords_from: KeywordSource = "tweets",
     locations: LocationSource = "uniform",
-    alpha: float = 0.5,
-    alpha_spread: float = 0.1,
-    tau: float = 0.7,
-    tau_spread: float = 0.1,
+    alpha: float = DEFAULTS.generate_alpha,
+    alpha_spread: float = DEFAULTS.generate_alpha_spread,
+    tau: float = DEFAULTS.generate_tau,
+    tau_spread: float = DEFAULTS.generate_tau_spread,
     tweets: PathLike | Sequence[Sequence[str]] | None = None,
     pois: POIs | None = None,
 ) -> Workload:

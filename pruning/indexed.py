@@ -352,7 +352,7 @@ class IndexMatcher:
         *,
         slack_abs: float = DEFAULTS.bound_slack_m,
         slack_rel: float = DEFAULTS.bound_slack_rel,
-        chunk: int = 256,
+        chunk: int = DEFAULTS.match_batch,
         hilbert_order: bool = True,
         bucket_width_m: float = DEFAULTS.bucket_width_m,
         threads: int | None = None,

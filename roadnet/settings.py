@@ -57,6 +57,54 @@ class Settings:
     normalize_keywords
         Compare keywords after Unicode NFC, case folding and stripping white space
         ("DELAYED" matches "delayed"); False compares them as exact strings.
+    live_topk_window
+        W of top-k subscriptions of a live service (``roadpubsub serve --window``), set
+        when its folder is created, and of a folder whose manifest names none. Smaller
+        than ``topk_window`` on purpose: a live service holds the window in memory, saves
+        it in every snapshot and feeds it to every top-k subscribe, move and restart (a
+        restart rebuilt 10,000 top-k subscriptions over W = 1,000 in about 8 s), while a
+        batch ``match`` reads the stream once. Messages, >= 1.
+    generate_subscriptions, generate_messages
+        Sizes of a workload of ``roadpubsub generate`` (rows, >= 0 and >= 1).
+    generate_alpha, generate_alpha_spread
+        Centre and half-width of the uniform alpha of generated subscriptions (the paper's
+        0.5 +- 0.1); both in [0, 1].
+    generate_tau, generate_tau_spread
+        Centre and half-width of the uniform tau of generated subscriptions (the paper's
+        0.7 +- 0.1); tau in (0, 1].
+    match_batch
+        Messages per compiled matcher call of ``roadpubsub match --batch`` (>= 1); progress
+        is reported per batch, the result does not depend on it.
+    demo_subscriptions, demo_messages
+        Workload sizes of ``roadpubsub demo`` (>= 0 subscriptions, >= 1 message).
+    demo_brute_messages
+        Messages (the first ones) the demo's brute-force reference matches (>= 0; 0 skips
+        it).
+    serve_host, serve_port
+        Address ``roadpubsub serve`` listens on (loopback by default) and its TCP port
+        (1-65535).
+    snapshot_every
+        Replay cost, in single-row events, between a live service's background snapshots
+        (>= 1; a batch of n rows counts 1 + n // 25): a restart replays at most about this
+        many.
+    flush_every
+        Published messages between segments of a live service's deliveries log (>= 1).
+    group_max
+        Most queued move or publish requests a live service applies together as one
+        index update or matcher call and one log record (>= 1; 1: one by one).
+    switch_interval_ms
+        The interpreter's thread switch interval while serving, milliseconds (> 0; 5 is
+        Python's own).
+    mqtt_prefix
+        Topic prefix of the live service's MQTT connector.
+    delivery_queue_limit
+        Deliveries a WebSocket client may fall behind by before it is disconnected (>= 1).
+    loadgen_clients
+        Concurrent connections of ``roadpubsub loadgen`` (>= 1).
+    loadgen_events
+        Most events ``roadpubsub loadgen`` sends (>= 1).
+    loadgen_seconds
+        Most seconds ``roadpubsub loadgen`` runs (> 0).
     """
 
     snap_distance_m: float = 250.0
@@ -72,6 +120,29 @@ class Settings:
     delta_compaction_ratio: float = 0.05
     topk_window: int = 10_000
     normalize_keywords: bool = True
+    # --- defaults of the commands (issue 31: one settings source) ---
+    live_topk_window: int = 1000
+    generate_subscriptions: int = 10_000
+    generate_messages: int = 1_000
+    generate_alpha: float = 0.5
+    generate_alpha_spread: float = 0.1
+    generate_tau: float = 0.7
+    generate_tau_spread: float = 0.1
+    match_batch: int = 256
+    demo_subscriptions: int = 20_000
+    demo_messages: int = 500
+    demo_brute_messages: int = 100
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 8000
+    snapshot_every: int = 20_000
+    flush_every: int = 2_000
+    group_max: int = 64
+    switch_interval_ms: float = 5.0
+    mqtt_prefix: str = "roadpubsub"
+    delivery_queue_limit: int = 10_000
+    loadgen_clients: int = 8
+    loadgen_events: int = 20_000
+    loadgen_seconds: float = 60.0
 
 
 DEFAULTS = Settings()

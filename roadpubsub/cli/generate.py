@@ -43,22 +43,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--network", required=True, metavar="PATH", help="road network file")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the files")
-    p.add_argument("--subscriptions", type=int, default=10_000, metavar="N",
-                   help="number of subscriptions (default 10000)")
-    p.add_argument("--messages", type=int, default=1_000, metavar="N",
-                   help="number of messages (default 1000)")
+    p.add_argument("--subscriptions", type=int, default=DEFAULTS.generate_subscriptions,
+                   metavar="N", help="number of subscriptions (default %(default)s)")
+    p.add_argument("--messages", type=int, default=DEFAULTS.generate_messages, metavar="N",
+                   help="number of messages (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, metavar="S",
                    help="random seed; one seed gives identical files (default 0)")
     p.add_argument("--keywords-from", choices=("tweets", "pois"), default="tweets",
                    help="keyword source (default tweets)")
     p.add_argument("--locations", choices=("uniform", "pois"), default="uniform",
                    help="uniform over the roads by length, or at real POIs (default uniform)")
-    p.add_argument("--alpha", type=float, default=0.5, help="alpha centre in [0, 1] (0.5)")
-    p.add_argument("--alpha-spread", type=float, default=0.1,
-                   help="alpha drawn uniformly within +-spread, clipped (0.1; 0 = fixed)")
-    p.add_argument("--tau", type=float, default=0.7, help="tau centre in (0, 1] (0.7)")
-    p.add_argument("--tau-spread", type=float, default=0.1,
-                   help="tau drawn uniformly within +-spread, clipped (0.1; 0 = fixed)")
+    p.add_argument("--alpha", type=float, default=DEFAULTS.generate_alpha,
+                   help="alpha centre in [0, 1] (%(default)s)")
+    p.add_argument("--alpha-spread", type=float, default=DEFAULTS.generate_alpha_spread,
+                   help="alpha drawn uniformly within +-spread, clipped (%(default)s; "
+                        "0 = fixed)")
+    p.add_argument("--tau", type=float, default=DEFAULTS.generate_tau,
+                   help="tau centre in (0, 1] (%(default)s)")
+    p.add_argument("--tau-spread", type=float, default=DEFAULTS.generate_tau_spread,
+                   help="tau drawn uniformly within +-spread, clipped (%(default)s; "
+                        "0 = fixed)")
     p.add_argument("--tweets", metavar="PATH", default=None,
                    help="tweet CSV with a 'text' column (default: the shared airline tweets)")
     p.add_argument("--pois", metavar="PATH", default=None,

@@ -81,9 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="also write each delivery's geometry (WGS84) as GeoParquet: the line "
                         "from subscription to message, or both points (needs a .parquet "
                         "--out; geopandas.read_parquet(out).plot() maps it)")
-    p.add_argument("--batch", type=int, default=256, metavar="N",
+    p.add_argument("--batch", type=int, default=DEFAULTS.match_batch, metavar="N",
                    help="messages per matcher call, taken in Hilbert order of their "
-                        "locations (default 256)")
+                        "locations (default %(default)s)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads matching each batch (default: every core this process may "
                         "use; the result is the same for any N)")

@@ -63,19 +63,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--window", type=int, default=None, metavar="W",
                    help="top-k subscriptions keep the best k of the last W messages (set "
                         "when DIR is created, then fixed; default 1000)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+    p.add_argument("--host", default=DEFAULTS.serve_host, help="address to listen on (default "
                    "127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--snapshot-every", type=int, default=20_000, metavar="N",
+    p.add_argument("--port", type=int, default=DEFAULTS.serve_port, help="port (default 8000)")
+    p.add_argument("--snapshot-every", type=int, default=DEFAULTS.snapshot_every, metavar="N",
                    help="events between background snapshots (default 20000; a batch of "
                         "n rows counts 1 + n/25): a restart replays at most about this many")
-    p.add_argument("--flush-every", type=int, default=2_000, metavar="N",
+    p.add_argument("--flush-every", type=int, default=DEFAULTS.flush_every, metavar="N",
                    help="published messages between deliveries-log segments (default 2000)")
-    p.add_argument("--group-max", type=int, default=64, metavar="N",
+    p.add_argument("--group-max", type=int, default=DEFAULTS.group_max, metavar="N",
                    help="most queued move or publish requests applied together as one "
                         "index update or matcher call and one log record (default 64; 1: "
                         "one by one)")
-    p.add_argument("--switch-interval", type=float, default=5.0, metavar="MS",
+    p.add_argument("--switch-interval", type=float, default=DEFAULTS.switch_interval_ms,
+                   metavar="MS",
                    help="the interpreter's thread switch interval, milliseconds (default "
                         "5, Python's own; a request crosses the event loop, apply and fsync "
                         "threads, and a thread waiting for the GIL waits up to this long)")
@@ -88,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--mqtt", metavar="HOST:PORT", default=None,
                    help="also take events from an MQTT broker's topics and publish each "
                         "delivery on roadpubsub/deliveries/<subscription id>")
-    p.add_argument("--mqtt-prefix", default="roadpubsub", metavar="TOPIC",
+    p.add_argument("--mqtt-prefix", default=DEFAULTS.mqtt_prefix, metavar="TOPIC",
                    help="topic prefix of the MQTT connector (default roadpubsub)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
@@ -110,18 +111,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "concurrent connections, or batches of moves, and report rates and "
                     "latency percentiles.",
         epilog=_LOAD_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    g.add_argument("--url", default="http://127.0.0.1:8000",
+    g.add_argument("--url", default=f"http://{DEFAULTS.serve_host}:{DEFAULTS.serve_port}",
                    help="the service (loopback only; default http://127.0.0.1:8000)")
     g.add_argument("--network", required=True, metavar="PATH",
                    help="the service's road network file (locations are built on it)")
     g.add_argument("--existing", type=int, required=True, metavar="N",
                    help="subscriptions 0 .. N-1 exist in the service (moves pick among them)")
-    g.add_argument("--clients", type=int, default=8, help="concurrent connections (default 8)")
+    g.add_argument("--clients", type=int, default=DEFAULTS.loadgen_clients,
+                   help="concurrent connections (default 8)")
     g.add_argument("--batch", type=int, default=1, metavar="N",
                    help="moves per request; > 1 sends batches of moves only (default 1)")
-    g.add_argument("--events", type=int, default=20_000, metavar="N",
+    g.add_argument("--events", type=int, default=DEFAULTS.loadgen_events, metavar="N",
                    help="most events to send (default 20000)")
-    g.add_argument("--seconds", type=float, default=60.0,
+    g.add_argument("--seconds", type=float, default=DEFAULTS.loadgen_seconds,
                    help="most seconds to run (default 60)")
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=run_loadgen)

@@ -49,6 +49,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
+from roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
@@ -61,7 +62,7 @@ from roadpubsub.service.state import Applied, ServiceState, deliveries_json, top
 __all__ = ["DeliveryHub", "build_app"]
 
 #: Deliveries a WebSocket client may fall behind by before it is disconnected.
-QUEUE_LIMIT = 10_000
+QUEUE_LIMIT = DEFAULTS.delivery_queue_limit
 
 
 class DeliveryHub:

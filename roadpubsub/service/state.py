@@ -67,6 +67,7 @@ from pruning.live_topk import LiveTopk
 from pruning.topk_events import TopkEvents
 from roadnet.errors import InputError, RoadPubSubError, describe_rows
 from roadnet.locations import EdgePoints
+from roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
@@ -89,7 +90,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 #: The top-k window W (messages) of a folder whose manifest names none.
-DEFAULT_WINDOW = 1000
+DEFAULT_WINDOW = DEFAULTS.live_topk_window
 _BOOLEAN, _TOPK = KIND_CODES[KIND_BOOLEAN], KIND_CODES[KIND_TOPK]
 
 
@@ -201,10 +202,10 @@ class ServiceOptions:
         (``DEFAULTS.delta_compaction_min`` and ``delta_compaction_ratio``).
     """
 
-    snapshot_every: int = 20_000
-    flush_every: int = 2_000
+    snapshot_every: int = DEFAULTS.snapshot_every
+    flush_every: int = DEFAULTS.flush_every
     fsync: bool = True
-    max_snap_m: float = 250.0
+    max_snap_m: float = DEFAULTS.snap_distance_m
     background_compaction: bool = True
     compact_delta: int | None = None
 

@@ -1,0 +1,109 @@
+"""One settings source: the commands' defaults come from ``roadnet.settings.DEFAULTS``."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from dataclasses import fields
+from pathlib import Path
+
+from roadnet.settings import DEFAULTS
+from roadpubsub.cli import build_parser
+
+CLI = Path(__file__).resolve().parents[2] / "roadpubsub" / "cli"
+
+#: Flags whose literal default is a mode or a name, not a tunable: a seed, "off" switches,
+#: output folder names.
+LITERAL_OK = {"--seed", "--ratio-point", "--batch", "--out-dir"}
+
+
+def literal_defaults() -> list[str]:
+    """``file:line flag=value`` of every ``add_argument`` whose default is a number or a
+    string literal and which offers no ``choices``."""
+    found = []
+    for source in sorted(CLI.glob("*.py")):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument"):
+                continue
+            words = {k.arg: k.value for k in node.keywords}
+            default = words.get("default")
+            if (default is None or "choices" in words
+                    or not isinstance(default, ast.Constant)
+                    or default.value is None or isinstance(default.value, bool)):
+                continue
+            flag = next((a.value for a in node.args if isinstance(a, ast.Constant)), "?")
+            if flag in LITERAL_OK and not (flag == "--batch" and default.value != 1):
+                continue
+            found.append(f"{source.name}:{node.lineno} {flag}={default.value!r}")
+    return found
+
+
+def test_no_tunable_default_is_a_literal_in_the_commands() -> None:
+    assert literal_defaults() == [], "move these defaults into roadnet.settings.Settings"
+
+
+def test_the_scan_sees_a_literal_default(tmp_path: Path, monkeypatch) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text('p.add_argument("--port", type=int, default=8000)\n'
+                    'p.add_argument("--kind", choices=("a", "b"), default="a")\n')
+    monkeypatch.setattr(f"{__name__}.CLI", tmp_path)
+    assert literal_defaults() == ["fake.py:1 --port=8000"]
+
+
+def subcommand(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def defaults_of(name: str) -> dict[str, object]:
+    return {a.dest: a.default for a in subcommand(name)._actions}
+
+
+def test_every_command_keeps_its_defaults() -> None:
+    # The values the commands had before their defaults moved into Settings.
+    serve = defaults_of("serve")
+    assert (serve["host"], serve["port"]) == ("127.0.0.1", 8000)
+    assert (serve["snapshot_every"], serve["flush_every"], serve["group_max"]) == (
+        20_000, 2_000, 64)
+    assert serve["switch_interval"] == 5.0 and serve["mqtt_prefix"] == "roadpubsub"
+    assert serve["max_snap"] == DEFAULTS.snap_distance_m == 250.0
+    assert serve["window"] is None  # given or not decides whether it may be passed
+    load = defaults_of("loadgen")
+    assert (load["clients"], load["events"], load["seconds"]) == (8, 20_000, 60.0)
+    assert load["url"] == "http://127.0.0.1:8000"
+    match = defaults_of("match")
+    assert match["window"] == DEFAULTS.topk_window == 10_000 and match["batch"] == 256
+    gen = defaults_of("generate")
+    assert (gen["subscriptions"], gen["messages"]) == (10_000, 1_000)
+    assert (gen["alpha"], gen["alpha_spread"], gen["tau"], gen["tau_spread"]) == (
+        0.5, 0.1, 0.7, 0.1)
+    demo = defaults_of("demo")
+    assert (demo["n_subscriptions"], demo["n_messages"], demo["brute_messages"]) == (
+        20_000, 500, 100)
+
+
+def test_the_live_window_stays_1000_and_the_service_reads_settings() -> None:
+    from roadpubsub.service.app import QUEUE_LIMIT
+    from roadpubsub.service.state import DEFAULT_WINDOW, ServiceOptions
+
+    assert DEFAULT_WINDOW == DEFAULTS.live_topk_window == 1000
+    assert QUEUE_LIMIT == DEFAULTS.delivery_queue_limit
+    options = ServiceOptions()
+    assert options.snapshot_every == DEFAULTS.snapshot_every
+    assert options.flush_every == DEFAULTS.flush_every
+    assert options.max_snap_m == DEFAULTS.snap_distance_m
+
+
+def test_every_settings_field_is_documented() -> None:
+    from roadnet.settings import Settings
+
+    doc = Settings.__doc__ or ""
+    documented = set()
+    for line in doc.splitlines():
+        if line.startswith("    ") and not line.startswith("     "):
+            documented.update(n.strip() for n in line.split(","))
+    missing = [f.name for f in fields(Settings) if f.name not in documented]
+    assert missing == []
