@@ -34,6 +34,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     auto = " (auto: a quarter of the network's diagonal, at most 5 km)" \
         if summary["dmax_auto"] else ""
     lines.append(f"  Dmax         {summary['dmax_m']:,.0f} m{auto}")
+    comp = summary.get("compile")
+    if comp:
+        where = comp["cache"] or "numba's __pycache__ folders"
+        lines.append(f"  kernels      compiled in {comp['seconds']:.1f} s before any timing "
+                     f"(first run only; cached in {where})")
     lines.append("")
     head = (f"  {'method':<7}{'messages':>9}{'msg/s':>10}{'build s':>9}{'cand/msg':>10}"
             f"{'deliv/msg':>10}{'cells pruned/msg L2 L4 L8':>28}{'L6 postings/msg':>17}")
@@ -58,7 +63,7 @@ def format_summary(summary: dict[str, Any]) -> str:
                      "another set of messages")
     lines.append("")
     sp = summary["speedup"]
-    speed = f"  EIA is {sp['eia_over_bia']:.2f}x BIA's throughput"
+    speed = f"  EIA is {sp['eia_over_bia']:.2f}x BIA's throughput (both warm)"
     if sp.get("eia_over_brute") is not None:
         speed += f" and {sp['eia_over_brute']:.1f}x brute force's"
     lines.append(speed)

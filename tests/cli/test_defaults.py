@@ -90,7 +90,7 @@ def test_the_live_window_stays_1000_and_the_service_reads_settings() -> None:
     from roadpubsub.service.state import DEFAULT_WINDOW, ServiceOptions
 
     assert DEFAULT_WINDOW == DEFAULTS.live_topk_window == 1000
-    assert QUEUE_LIMIT == DEFAULTS.delivery_queue_limit
+    assert DEFAULTS.delivery_queue_limit == QUEUE_LIMIT
     options = ServiceOptions()
     assert options.snapshot_every == DEFAULTS.snapshot_every
     assert options.flush_every == DEFAULTS.flush_every

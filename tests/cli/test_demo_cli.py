@@ -61,7 +61,9 @@ def test_summary_is_printed(demo_run: tuple[Path, str, str]) -> None:
     _, out, _ = demo_run
     for needle in ("network", "cells", "workload", "Dmax", "eia", "bia", "brute",
                    "msg/s", "cand/msg", "cells pruned", "agree on the first 20 of 80 messages",
-                   "EIA and BIA deliver the same pairs on every message: yes", "map"):
+                   "EIA and BIA deliver the same pairs on every message: yes", "map",
+                   "kernels      compiled in", "first run only; cached in",
+                   "BIA's throughput (both warm)"):
         assert needle in out, needle
     # Brute ran on 20 of the 80 messages: its row is marked, EIA's and BIA's are not.
     rows = {line.split()[0]: line for line in out.splitlines()
@@ -72,9 +74,11 @@ def test_summary_is_printed(demo_run: tuple[Path, str, str]) -> None:
 
 def test_progress_goes_to_stderr(demo_run: tuple[Path, str, str]) -> None:
     _, out, err = demo_run
-    assert "[1/7] loading the road network Helsinki.osm.pbf" in err
-    assert "[7/7]" in err and "done in" in err
-    assert "[1/7]" not in out
+    assert "[1/8] loading the road network Helsinki.osm.pbf" in err
+    assert "[2/8] subscriptions and messages" in err
+    assert "[4/8] compiling kernels" in err and "first run only; cached in" in err
+    assert "[8/8]" in err and "done in" in err
+    assert "[1/8]" not in out
 
 
 def test_files_are_written(demo_run: tuple[Path, str, str]) -> None:
@@ -83,6 +87,12 @@ def test_files_are_written(demo_run: tuple[Path, str, str]) -> None:
     assert summary["workload"]["subscriptions"] == 3000
     assert summary["workload"]["keywords_from"] == "pois"
     assert summary["agree"]["equal"] is True
+    # Compilation is reported apart; EIA and BIA are timed warm, in turns, over rounds.
+    assert summary["compile"]["seconds"] > 0 and "cache" in summary["compile"]
+    from roadpubsub.demo import MATCH_ROUNDS
+
+    for kind in ("eia", "bia"):
+        assert len(summary["methods"][kind]["seconds_all"]) == MATCH_ROUNDS
     png = Path(summary["map"]["path"])
     assert png.parent == out and png.name == f"message_{summary['map']['message_id']}.png"
     assert summary["map"]["deliveries"] >= 1
@@ -107,7 +117,7 @@ def test_json_output_parses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert eia["counters"]["candidates"] == eia["candidates"]
     assert doc["methods"]["brute"]["messages"] == 20
     assert doc["map"] is None
-    assert "[1/6] loading the road network" in captured.err  # progress stays on stderr
+    assert "[1/7] loading the road network" in captured.err  # progress stays on stderr
 
 
 def test_workload_files_instead_of_generated(tmp_path: Path,
