@@ -105,6 +105,19 @@ class Settings:
         Most events ``roadpubsub loadgen`` sends (>= 1).
     loadgen_seconds
         Most seconds ``roadpubsub loadgen`` runs (> 0).
+    stream_max_files_per_trigger
+        Message files per micro-batch of ``roadpubsub spark stream``, at most (>= 1).
+    stream_trigger_seconds
+        Micro-batch interval of ``roadpubsub spark stream``, seconds (>= 0; 0: as soon as
+        the previous one is done and files are there).
+    stream_rebase_rows
+        Change rows after which the stream job's executors get a new base index instead of
+        a longer delta (>= 1).
+    stream_kafka_topic
+        Kafka topic ``roadpubsub spark stream --kafka-bootstrap`` reads messages from.
+    bounds_batch_cells
+        Source cells per Pregel run of the ``graphframes`` bound engine, at most (>= 1): at
+        267 (Rome in one batch) Spark's Java code generator failed on the first superstep.
     """
 
     snap_distance_m: float = 250.0
@@ -143,6 +156,11 @@ class Settings:
     loadgen_clients: int = 8
     loadgen_events: int = 20_000
     loadgen_seconds: float = 60.0
+    stream_max_files_per_trigger: int = 8
+    stream_trigger_seconds: float = 0.0
+    stream_rebase_rows: int = 200_000
+    stream_kafka_topic: str = "messages"
+    bounds_batch_cells: int = 32
 
 
 DEFAULTS = Settings()

@@ -141,7 +141,7 @@ ENGINES = ("dijkstra", "graphframes")
 #: out). A superstep's rows carry about 2 fields per source cell; at 267 (Rome in one
 #: batch) Spark's Java compiler spent 2 minutes on the first superstep's code and failed
 #: (then interpreted), so batches stay narrow enough for quickly compiled code.
-BATCH_CELLS = 32
+BATCH_CELLS = DEFAULTS.bounds_batch_cells
 
 
 # ---------------------------------------------------------------------------- public API

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from index.events import BodyParser
 from index.store import load_index
 from roadnet.errors import format_error
+from roadnet.settings import DEFAULTS
 from spark_jobs.session import (
     SparkJobError,
     add_spark_arguments,
@@ -472,9 +473,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint directory (Spark's offsets and the change log)")
     parser.add_argument("--once", action="store_true",
                         help="process the files present, then stop (Trigger.AvailableNow)")
-    parser.add_argument("--max-files-per-trigger", type=int, default=8, metavar="N",
+    parser.add_argument("--max-files-per-trigger", type=int,
+                        default=DEFAULTS.stream_max_files_per_trigger, metavar="N",
                         help="message files per micro-batch at most (default: %(default)s)")
-    parser.add_argument("--trigger-seconds", type=float, default=0.0, metavar="S",
+    parser.add_argument("--trigger-seconds", type=float,
+                        default=DEFAULTS.stream_trigger_seconds, metavar="S",
                         help="micro-batch interval (default 0: as soon as the previous "
                              "one is done and files are there)")
     parser.add_argument("--rebase-rows", type=int, default=DEFAULT_REBASE_ROWS, metavar="N",
@@ -486,7 +489,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "batch; bad records are kept in OUT/_rejected/ (needs the "
                              "spark-sql-kafka "
                              "package on the classpath, e.g. --packages)")
-    parser.add_argument("--kafka-topic", default="messages", help="Kafka topic")
+    parser.add_argument("--kafka-topic", default=DEFAULTS.stream_kafka_topic,
+                        help="Kafka topic (default: %(default)s)")
     add_spark_arguments(parser)
 
 

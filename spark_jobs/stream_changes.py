@@ -296,6 +296,6 @@ class ChangeLog:
 
 
 #: Rows of records since the last base index file after which the driver writes a new one.
-DEFAULT_REBASE_ROWS = 200_000
+DEFAULT_REBASE_ROWS = DEFAULTS.stream_rebase_rows
 #: Largest distance from a lon/lat to its road, metres (the service's default).
 SNAP_M = DEFAULTS.snap_distance_m

@@ -10,18 +10,22 @@ from pathlib import Path
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli import build_parser
 
-CLI = Path(__file__).resolve().parents[2] / "roadpubsub" / "cli"
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "roadpubsub" / "cli"
+#: The Spark jobs' own entry points (``spark-submit spark_jobs/X.py``), not the benchmarks.
+SPARK_ENTRY_POINTS = tuple(ROOT / "spark_jobs" / f"{name}.py"
+                           for name in ("batch_match", "precompute_bounds", "idf", "stream"))
 
 #: Flags whose literal default is a mode or a name, not a tunable: a seed, "off" switches,
-#: output folder names.
-LITERAL_OK = {"--seed", "--ratio-point", "--batch", "--out-dir"}
+#: output folder and input column names.
+LITERAL_OK = {"--seed", "--ratio-point", "--batch", "--out-dir", "--column"}
 
 
-def literal_defaults() -> list[str]:
+def literal_defaults(extra: tuple[Path, ...] = SPARK_ENTRY_POINTS) -> list[str]:
     """``file:line flag=value`` of every ``add_argument`` whose default is a number or a
     string literal and which offers no ``choices``."""
     found = []
-    for source in sorted(CLI.glob("*.py")):
+    for source in [*sorted(CLI.glob("*.py")), *extra]:
         tree = ast.parse(source.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -49,7 +53,7 @@ def test_the_scan_sees_a_literal_default(tmp_path: Path, monkeypatch) -> None:
     fake.write_text('p.add_argument("--port", type=int, default=8000)\n'
                     'p.add_argument("--kind", choices=("a", "b"), default="a")\n')
     monkeypatch.setattr(f"{__name__}.CLI", tmp_path)
-    assert literal_defaults() == ["fake.py:1 --port=8000"]
+    assert literal_defaults(extra=()) == ["fake.py:1 --port=8000"]
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -80,6 +84,13 @@ def test_every_command_keeps_its_defaults() -> None:
     assert (gen["subscriptions"], gen["messages"]) == (10_000, 1_000)
     assert (gen["alpha"], gen["alpha_spread"], gen["tau"], gen["tau_spread"]) == (
         0.5, 0.1, 0.7, 0.1)
+    spark = subcommand("spark")
+    jobs = next(a for a in spark._actions if isinstance(a, argparse._SubParsersAction))
+    stream = {a.dest: a.default for a in jobs.choices["stream"]._actions}
+    assert (stream["max_files_per_trigger"], stream["trigger_seconds"]) == (8, 0.0)
+    assert (stream["rebase_rows"], stream["kafka_topic"]) == (200_000, "messages")
+    bounds = {a.dest: a.default for a in jobs.choices["precompute-bounds"]._actions}
+    assert bounds["batch_cells"] == 32
     demo = defaults_of("demo")
     assert (demo["n_subscriptions"], demo["n_messages"], demo["brute_messages"]) == (
         20_000, 500, 100)
