@@ -36,8 +36,9 @@ the first --brute-messages messages only, and the three matchers are checked to 
 
 writes DIR/summary.json, DIR/deliveries.parquet (EIA's deliveries) and DIR/message_ID.png
 (default DIR: ./{DEFAULT_OUT_DIR}); every file is written atomically.
-The first run compiles the numba kernels (15-30 s once; later runs load them from the
-user cache folder); the summary reports that apart, and times EIA and BIA warm.
+The first run compiles the numba kernels (under a minute on a quiet machine, a few on a
+loaded one; later runs load them from the user cache folder); the summary reports that
+apart from the figures, and times EIA and BIA warm.
 """
 
 
