@@ -221,6 +221,8 @@ def _route(path: str, **handlers: Callable[[Request], Any]) -> Route:
             answer: Response = await handler(request)
             return answer
         if request.method == "OPTIONS":
+            for name, text in request.path_params.items():  # the ids of the path too
+                parse_ids(text, what=f"'{name}' id")
             return Response(status_code=204, headers={"Allow": allow})
         msg = f"{request.method} is not allowed on {path}; allowed: {allow}"
         return _JSONResponse({"error": msg}, status_code=405, headers={"Allow": allow})
@@ -393,7 +395,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
-        return _JSONResponse(openapi_document())
+        return _JSONResponse(openapi_document(dmax_m=state.index.dmax_m))
 
     async def index_page(request: Request) -> Response:
         return FileResponse(_STATIC / "index.html", media_type="text/html")
@@ -505,6 +507,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 on_shutdown()
 
     async def websocket_only(request: Request) -> Response:
+        if "subscription" in request.query_params:  # the answer of a bad one as ws://
+            parse_ids(request.query_params["subscription"], what="'subscription' id")
         msg = f"{request.url.path} is a WebSocket endpoint: connect with ws:// (or wss://)"
         return _JSONResponse({"error": msg}, status_code=426,
                              headers={"Upgrade": "websocket", "Connection": "Upgrade"})
