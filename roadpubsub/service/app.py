@@ -20,6 +20,10 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
                                           deliveries
 ========================================  ===============================================
 
+Every request first passes the transport limits (:mod:`roadpubsub.service.limits`: body
+and header bytes, time, rate, WebSocket connections); a WebSocket client that falls behind
+by more than its send buffer is closed with code 1013, :data:`SLOW_READER_CLOSE`.
+
 Each request is applied by one thread in arrival order (batches whole or not at all;
 runs of queued moves or publishes together, see :mod:`~roadpubsub.service.applier`) and
 answered only after its log record is fsynced. WebSocket clients receive a

@@ -109,12 +109,14 @@ def test_large_bodies_are_refused_before_they_are_read(
     assert_healthy(server, workload, andorra)
     before = memory(server)
     blob = b"{}," * (MB // 3)
-    # 100 MB promised by Content-Length: 413 at once, the body left unread
-    for _ in range(2):
-        sock = _connect(server)
+    # two bodies of 100 MB at once, promised by Content-Length: 413 at once, left unread
+    socks = [_connect(server) for _ in range(2)]
+    senders = []
+    for sock in socks:
         sock.sendall(b"POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                      b"\r\nContent-Length: %d\r\n\r\n[" % (100 * MB))
-        sender, sent = _send_in_background(sock, itertools.repeat(blob, 100))
+        senders.append(_send_in_background(sock, itertools.repeat(blob, 100)))
+    for sock, (sender, sent) in zip(socks, senders, strict=True):
         status, headers, body = _answer(sock)
         assert status == 413 and headers["connection"] == "close"
         assert "104,857,600 bytes; at most 16,777,216" in _error_of(body)
