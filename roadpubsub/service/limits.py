@@ -77,15 +77,16 @@ class TransportLimits:
 
     def __post_init__(self) -> None:
         lows = {"max_header_bytes": 1024, "rate_limit_per_s": 0}
+        seconds = ("body_timeout_s", "keep_alive_timeout_s")  # > 0
         for f in fields(self):
             value = getattr(self, f.name)
             low = lows.get(f.name, 1)
-            bad = not math.isfinite(value) or value < low or (
-                f.name.endswith("_s") and value <= 0)
-            if bad:
-                flag = _FLAGS[f.name]
-                msg = f"{flag} must be {'> 0' if f.name.endswith('_s') else f'>= {low}'}, " \
-                      f"got {value!r}"
+            if f.name in seconds:
+                bad, rule = not value > 0, "> 0"
+            else:
+                bad, rule = value < low, f">= {low}"
+            if bad or not math.isfinite(value):
+                msg = f"{_FLAGS[f.name]} must be a finite number {rule}, got {value!r}"
                 raise InputError(msg)
 
     @classmethod
@@ -142,11 +143,14 @@ def limits_from_args(args: argparse.Namespace) -> TransportLimits:
 
 def uvicorn_options(limits: TransportLimits) -> dict[str, Any]:
     """``uvicorn.run`` keywords that carry the limits into the server itself."""
+    try:
+        http: Any = guarded_http_protocol(limits)
+    except ImportError:  # no httptools: h11, whose own limit on a head is set below
+        http = "h11"
     return {"limit_concurrency": limits.max_connections, "backlog": limits.listen_backlog,
             "timeout_keep_alive": limits.keep_alive_timeout_s,
             "h11_max_incomplete_event_size": limits.max_header_bytes,
-            "ws_max_size": limits.ws_max_message_bytes,
-            "http": guarded_http_protocol(limits)}
+            "ws_max_size": limits.ws_max_message_bytes, "http": http}
 
 
 def client_key(scope: Scope) -> str:

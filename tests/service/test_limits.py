@@ -21,7 +21,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from index.workload import Workload
+from roadnet.errors import InputError
 from roadnet.network import RoadNetwork
+from roadpubsub.service.app import DeliveryHub
+from roadpubsub.service.limits import TransportLimits
 
 MB = 2**20
 _ids = itertools.count(10_000_000)
@@ -294,3 +297,35 @@ def test_a_slow_websocket_reader_is_closed_with_1013(serve: Any, workload: Workl
     assert sorted(d["message_id"] for d in got) == list(range(1000, 1100))
     assert_healthy(server, workload, andorra)
 
+
+
+def test_the_limits_refuse_bad_values() -> None:
+    for name, bad, flag in (("max_body_bytes", 0, "--max-body-bytes"),
+                            ("max_header_bytes", 100, "--max-header-bytes"),
+                            ("body_timeout_s", 0.0, "--body-timeout"),
+                            ("rate_limit_per_s", -1.0, "--rate-limit"),
+                            ("rate_limit_burst", 0, "--rate-burst")):
+        with pytest.raises(InputError, match=flag):
+            TransportLimits(**{name: bad})
+    assert TransportLimits(rate_limit_per_s=0).rate_limit_per_s == 0  # 0: no rate limit
+    assert TransportLimits.from_settings() == TransportLimits()
+
+
+def test_the_hub_counts_deliveries_and_bytes() -> None:
+    hub = DeliveryHub(max_deliveries=5, max_bytes=1000)
+    every, one, small = hub.add(None), hub.add(2), hub.add(None)
+    d = [{"message_id": 1, "subscription_id": s, "distance": 1.5, "score": 0.5}
+         for s in (1, 2, 3)]
+    hub.push(d)
+    assert len(every.items) == 3 and len(one.items) == 1
+    assert every.nbytes == sum(len(json.dumps(x, separators=(",", ":"))) for x in d)
+    hub.push(d)  # 6 > 5: the readers of everything are dropped, their buffers freed
+    assert every.dropped and not every.items and every.nbytes == 0 and every.over.is_set()
+    assert small.dropped and hub.dropped == 2
+    assert list(hub.clients) == [one] and len(one.items) == 2 and not one.dropped
+    hub = DeliveryHub(max_deliveries=1000, max_bytes=150)
+    c = hub.add(None)
+    hub.push(d[:2])
+    assert not c.dropped and c.nbytes > 100
+    hub.push(d[2:])  # about 63 bytes each: the third passes 150
+    assert c.dropped
