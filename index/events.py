@@ -19,6 +19,7 @@ keywords stay strings until the service maps them to term ids, in log order.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,12 +411,15 @@ class BodyParser:
 
 
 def parse_ids(text: str, *, what: str = "subscription id") -> int:
-    """An id from a URL path segment."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
+    """An id from a URL path segment or query: canonical decimal only (``0|-?[1-9]\\d*``
+    within 64 bits), so that one id has one spelling (``int`` also reads ``1_0``, ``+7``,
+    ``007``, `` 7 `` and other digits than ASCII); else :class:`RequestError`, 400."""
+    value = int(text) if _CANONICAL_ID.fullmatch(text) else None
     if value is None or not _is_int(value):
-        msg = f"the {what} in the path must be a 64-bit integer, got {text!r}"
+        msg = f"the {what} must be a 64-bit integer in decimal (no sign +, no leading " \
+              f"zero, no space), got {text[:40]!r}"
         raise RequestError(msg, status=400)
     return value
+
+
+_CANONICAL_ID = re.compile(r"0|-?[1-9][0-9]{0,18}", re.ASCII)

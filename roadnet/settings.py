@@ -97,8 +97,6 @@ class Settings:
         Python's own).
     mqtt_prefix
         Topic prefix of the live service's MQTT connector.
-    delivery_queue_limit
-        Deliveries a WebSocket client may fall behind by before it is disconnected (>= 1).
     loadgen_clients
         Concurrent connections of ``roadpubsub loadgen`` (>= 1).
     loadgen_events
@@ -118,6 +116,37 @@ class Settings:
     bounds_batch_cells
         Source cells per Pregel run of the ``graphframes`` bound engine, at most (>= 1): at
         267 (Rome in one batch) Spark's Java code generator failed on the first superstep.
+    max_body_bytes
+        Largest request body, bytes (>= 1): a longer ``Content-Length`` is answered 413
+        before the body is read; a chunked body is cut off with 413 once past it.
+    max_header_bytes
+        Largest request head (request line and headers), bytes (>= 1024): 431 past it.
+    body_timeout_s
+        Seconds (> 0) a request's head and body may take to arrive in full; a slower or
+        incomplete one is answered 408 and its connection closed.
+    ws_max_per_client
+        Open WebSocket connections of one client (>= 1): one ``Authorization`` value, or
+        one peer address when it sends none; refused with 429 past it.
+    ws_max_total
+        Open WebSocket connections in all (>= 1); refused with 503 past it.
+    ws_buffer_deliveries
+        Deliveries (>= 1) waiting to be sent to one WebSocket client; a client further
+        behind is closed with code 1013 (try again later: reconnect).
+    ws_buffer_bytes
+        Bytes (>= 1) of JSON waiting to be sent to one WebSocket client (same rule).
+    ws_max_message_bytes
+        Largest WebSocket message a client may send, bytes (>= 1).
+    rate_limit_per_s
+        Requests per second (>= 0; 0: no limit) one client (as for ``ws_max_per_client``)
+        may make on average; past it, 429 with ``Retry-After``. ``/health`` is exempt.
+    rate_limit_burst
+        Requests (>= 1) a client may make at once before the rate applies (the bucket).
+    max_connections
+        Connections and requests in flight in all (>= 1): the server answers 503 past it.
+    listen_backlog
+        Connections the kernel queues before they are accepted (>= 1).
+    keep_alive_timeout_s
+        Seconds (> 0) an idle keep-alive connection is held open.
     """
 
     snap_distance_m: float = 250.0
@@ -152,7 +181,6 @@ class Settings:
     group_max: int = 64
     switch_interval_ms: float = 5.0
     mqtt_prefix: str = "roadpubsub"
-    delivery_queue_limit: int = 10_000
     loadgen_clients: int = 8
     loadgen_events: int = 20_000
     loadgen_seconds: float = 60.0
@@ -161,6 +189,20 @@ class Settings:
     stream_rebase_rows: int = 200_000
     stream_kafka_topic: str = "messages"
     bounds_batch_cells: int = 32
+    # --- transport limits (roadpubsub serve) ---
+    max_body_bytes: int = 16 * 2**20
+    max_header_bytes: int = 16 * 2**10
+    body_timeout_s: float = 30.0
+    ws_max_per_client: int = 16
+    ws_max_total: int = 1024
+    ws_buffer_deliveries: int = 10_000
+    ws_buffer_bytes: int = 8 * 2**20
+    ws_max_message_bytes: int = 64 * 2**10
+    rate_limit_per_s: float = 5000.0
+    rate_limit_burst: int = 10_000
+    max_connections: int = 2048
+    listen_backlog: int = 2048
+    keep_alive_timeout_s: float = 5.0
 
 
 DEFAULTS = Settings()

@@ -12,6 +12,7 @@ from pathlib import Path
 from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax
+from roadpubsub.service.limits import add_limit_arguments
 
 __all__ = ["register", "run"]
 
@@ -101,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="compact the index once its delta holds more than N subscriptions "
                         "(default: 20,000 or 5%% of the indexed ones, whichever is more)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
+    add_limit_arguments(p)  # --max-body-bytes, --rate-limit, ... (transport limits)
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -253,6 +255,13 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         msg = f"--port must lie in [0, 65535], got {args.port}"
         raise InputError(msg)
+    from roadpubsub.service.limits import (
+        TransportLimitsMiddleware,
+        limits_from_args,
+        uvicorn_options,
+    )
+
+    limits = limits_from_args(args)
     mqtt = None
     if args.mqtt:
         from roadpubsub.service.mqtt import parse_broker
@@ -282,13 +291,16 @@ def run(args: argparse.Namespace) -> int:
     # (BENCHMARKS.md, single-event requests), so Python's 5 ms stays the default.
     sys.setswitchinterval(args.switch_interval / 1000.0)
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
-    app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix)
+    app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
+                    ws_buffer_deliveries=limits.ws_buffer_deliveries,
+                    ws_buffer_bytes=limits.ws_buffer_bytes)
+    served = TransportLimitsMiddleware(app, limits)  # outermost: before any route
     try:
         # no proxy-headers middleware (a loopback service; the app reads no client
         # address) and no "server" header: less of the event loop's time per request
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+        uvicorn.run(served, host=args.host, port=args.port, log_level="warning",
                     access_log=False, timeout_graceful_shutdown=10, proxy_headers=False,
-                    server_header=False)
+                    server_header=False, **uvicorn_options(limits))
     finally:
         if qos is not None:
             os.close(qos)  # the request ends with its descriptor

@@ -20,6 +20,10 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
                                           deliveries
 ========================================  ===============================================
 
+Every request first passes the transport limits (:mod:`roadpubsub.service.limits`: body
+and header bytes, time, rate, WebSocket connections); a WebSocket client that falls behind
+by more than its send buffer is closed with code 1013, :data:`SLOW_READER_CLOSE`.
+
 Each request is applied by one thread in arrival order (batches whole or not at all;
 runs of queued moves or publishes together, see :mod:`~roadpubsub.service.applier`) and
 answered only after its log record is fsynced. WebSocket clients receive a
@@ -33,6 +37,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -61,30 +66,82 @@ from roadpubsub.service.state import Applied, ServiceState, deliveries_json, top
 
 __all__ = ["DeliveryHub", "build_app"]
 
-#: Deliveries a WebSocket client may fall behind by before it is disconnected.
-QUEUE_LIMIT = DEFAULTS.delivery_queue_limit
+#: Close code of a WebSocket client that fell too far behind (its send buffer passed
+#: ``ws_buffer_deliveries`` or ``ws_buffer_bytes``): 1013, "try again later" (RFC 6455's
+#: registry): it should reconnect; the deliveries it missed are in ``GET /messages/{id}``.
+SLOW_READER_CLOSE = 1013
+#: Seconds a dropped client is given to take its close frame before its socket is ended.
+_CLOSE_GRACE_S = 10.0
+
+
+def _text(item: dict[str, Any]) -> str:
+    # Starlette's send_json encoding, done once per push for all clients
+    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Client:
+    """One WebSocket client's send buffer: JSON texts not yet sent."""
+
+    __slots__ = ("dropped", "gone", "items", "nbytes", "over", "ready", "want")
+
+    def __init__(self, want: int | None) -> None:
+        self.want = want
+        self.items: deque[str] = deque()
+        self.nbytes = 0
+        self.ready = asyncio.Event()  # items to send
+        self.over = asyncio.Event()  # dropped or gone: the connection ends
+        self.dropped = False  # fell behind: closed with SLOW_READER_CLOSE
+        self.gone = False  # the client closed
 
 
 class DeliveryHub:
-    """WebSocket clients and what each wants: every delivery, or one subscription's."""
+    """WebSocket clients and what each wants: every delivery, or one subscription's.
 
-    def __init__(self) -> None:
-        self.clients: dict[asyncio.Queue[list[dict[str, Any]] | None], int | None] = {}
+    Each client's buffer holds at most ``max_deliveries`` items and ``max_bytes`` bytes of
+    JSON; a client that would pass either is dropped: its buffer is freed at once and its
+    socket closed with :data:`SLOW_READER_CLOSE`.
+    """
+
+    def __init__(self, *, max_deliveries: int = DEFAULTS.ws_buffer_deliveries,
+                 max_bytes: int = DEFAULTS.ws_buffer_bytes) -> None:
+        self.clients: dict[_Client, int | None] = {}
+        self.max_deliveries = max_deliveries
+        self.max_bytes = max_bytes
+        self.dropped = 0
+
+    def add(self, want: int | None) -> _Client:
+        """A new client's buffer (``want``: one subscription id, or None for all)."""
+        client = _Client(want)
+        self.clients[client] = want
+        return client
 
     def push(self, deliveries: list[dict[str, Any]]) -> None:
         """Queue deliveries for every interested client (never blocks)."""
         if not deliveries or not self.clients:
             return
-        for queue, want in list(self.clients.items()):
-            mine = deliveries if want is None else \
-                [d for d in deliveries if d["subscription_id"] == want]
+        every: list[str] | None = None
+        for client, want in list(self.clients.items()):
+            if want is None:
+                if every is None:
+                    every = [_text(d) for d in deliveries]
+                mine = every
+            else:
+                mine = [_text(d) for d in deliveries if d["subscription_id"] == want]
             if not mine:
                 continue
-            if queue.qsize() >= QUEUE_LIMIT:
-                self.clients.pop(queue, None)
-                queue.put_nowait(None)  # too slow: the sender closes the socket
+            size = sum(map(len, mine))  # ASCII: characters are bytes
+            if len(client.items) + len(mine) > self.max_deliveries or \
+                    client.nbytes + size > self.max_bytes:
+                self.clients.pop(client, None)  # too slow: freed now, closed by its sender
+                client.items.clear()
+                client.nbytes = 0
+                client.dropped = True
+                client.over.set()
+                self.dropped += 1
             else:
-                queue.put_nowait(mine)
+                client.items.extend(mine)
+                client.nbytes += size
+            client.ready.set()
 
 
 _STATIC = Path(__file__).with_name("static")
@@ -152,6 +209,31 @@ class _ServiceApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+
+def _route(path: str, **handlers: Callable[[Request], Any]) -> Route:
+    """One route per path, whatever the method: ``OPTIONS`` and a 405 name every method
+    the path has in ``Allow`` (Starlette's route per method named only its own)."""
+    if "GET" in handlers:
+        handlers["HEAD"] = handlers["GET"]
+    allow = ", ".join([*handlers, "OPTIONS"])
+
+    async def endpoint(request: Request) -> Response:
+        handler = handlers.get(request.method)
+        if handler is not None:
+            answer: Response = await handler(request)
+            return answer
+        if request.method == "OPTIONS":
+            for name, text in request.path_params.items():  # the ids of the path too
+                parse_ids(text, what=f"'{name}' id")
+            return Response(status_code=204, headers={"Allow": allow})
+        msg = f"{request.method} is not allowed on {path}; allowed: {allow}"
+        return _JSONResponse({"error": msg}, status_code=405, headers={"Allow": allow})
+
+    return Route(path, endpoint, methods=_ALL_METHODS)
+
+
 def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
     """One event per new message: its place and its deliveries (for the live map)."""
     assert done.messages is not None
@@ -170,16 +252,22 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
 
 def build_app(state: ServiceState, *, group_max: int = 64,
               mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
-              on_shutdown: Callable[[], None] | None = None) -> Starlette:
+              on_shutdown: Callable[[], None] | None = None,
+              ws_buffer_deliveries: int = DEFAULTS.ws_buffer_deliveries,
+              ws_buffer_bytes: int = DEFAULTS.ws_buffer_bytes) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
     together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
-    broker connector (:mod:`roadpubsub.service.mqtt`)."""
+    broker connector (:mod:`roadpubsub.service.mqtt`); a WebSocket client further behind
+    than ``ws_buffer_deliveries`` or ``ws_buffer_bytes`` is closed with
+    :data:`SLOW_READER_CLOSE`. The transport limits wrap it
+    (:mod:`roadpubsub.service.limits`)."""
     parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m, kinds=True,
                         dmax_m=state.index.dmax_m)
     applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
-    hub = DeliveryHub()
-    events = DeliveryHub()  # the live map's stream: messages with their deliveries
+    hub = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
+    # the live map's stream: messages with their deliveries
+    events = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
     cache: dict[str, bytes] = {}
     bridges: list[_LoopBridge] = []
 
@@ -311,7 +399,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
-        return _JSONResponse(openapi_document())
+        return _JSONResponse(openapi_document(dmax_m=state.index.dmax_m))
 
     async def index_page(request: Request) -> Response:
         return FileResponse(_STATIC / "index.html", media_type="text/html")
@@ -342,31 +430,48 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def stream(websocket: WebSocket, to: DeliveryHub, want: int | None) -> None:
         await websocket.accept()
-        queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
-        to.clients[queue] = want
+        client = to.add(want)
 
         async def drain() -> None:  # notices a client that closes
             try:
                 while True:
                     await websocket.receive_text()
-            except WebSocketDisconnect:
-                queue.put_nowait(None)
+            except (WebSocketDisconnect, RuntimeError):
+                client.gone = True
+                client.over.set()
+
+        async def send() -> None:
+            while True:
+                await client.ready.wait()
+                client.ready.clear()
+                while client.items and not client.dropped:
+                    text = client.items.popleft()
+                    client.nbytes -= len(text)
+                    await websocket.send_text(text)
 
         reader = asyncio.create_task(drain())
+        sender = asyncio.create_task(send())
+        watch = asyncio.create_task(client.over.wait())
         try:
-            while True:
-                batch = await queue.get()
-                if batch is None:
-                    break
-                for d in batch:
-                    await websocket.send_json(d)
-        except (WebSocketDisconnect, RuntimeError):
-            pass
+            # a sender stuck on a full socket still sees the drop
+            await asyncio.wait({sender, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if sender.done() and not sender.cancelled():
+                sender.exception()  # the client went away while being sent to
         finally:
-            to.clients.pop(queue, None)
-            reader.cancel()
-            with contextlib.suppress(RuntimeError):
-                await websocket.close()
+            to.clients.pop(client, None)
+            for task in (reader, sender, watch):
+                task.cancel()
+            if client.dropped:
+                reason = f"fell behind by more than {to.max_deliveries} deliveries or " \
+                         f"{to.max_bytes} bytes: reconnect"
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError,
+                                         OSError):
+                    await asyncio.wait_for(websocket.close(code=SLOW_READER_CLOSE,
+                                                           reason=reason[:120]),
+                                           _CLOSE_GRACE_S)
+            else:
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
+                    await websocket.close()
 
     def push_local(done: Applied) -> None:
         if done.deliveries is not None and len(done.deliveries):
@@ -405,23 +510,30 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             if on_shutdown is not None:
                 on_shutdown()
 
+    async def websocket_only(request: Request) -> Response:
+        if "subscription" in request.query_params:  # the answer of a bad one as ws://
+            parse_ids(request.query_params["subscription"], what="'subscription' id")
+        msg = f"{request.url.path} is a WebSocket endpoint: connect with ws:// (or wss://)"
+        return _JSONResponse({"error": msg}, status_code=426,
+                             headers={"Upgrade": "websocket", "Connection": "Upgrade"})
+
     routes = [
-        Route("/subscriptions", post_subscriptions, methods=["POST"]),
-        Route("/subscriptions", list_subscriptions, methods=["GET"]),
-        Route("/subscriptions/moves", post_moves, methods=["POST"]),
-        Route("/subscriptions/{sid}", get_subscription, methods=["GET"]),
-        Route("/subscriptions/{sid}", delete_subscription, methods=["DELETE"]),
-        Route("/subscriptions/{sid}/location", put_location, methods=["PUT"]),
-        Route("/messages", post_messages, methods=["POST"]),
-        Route("/messages/{mid}", get_message, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_text, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
+        _route("/subscriptions", POST=post_subscriptions, GET=list_subscriptions),
+        _route("/subscriptions/moves", POST=post_moves),
+        _route("/subscriptions/{sid}", GET=get_subscription, DELETE=delete_subscription),
+        _route("/subscriptions/{sid}/location", PUT=put_location),
+        _route("/messages", POST=post_messages),
+        _route("/messages/{mid}", GET=get_message),
+        _route("/health", GET=health),
+        _route("/metrics", GET=metrics_text),
+        _route("/openapi.json", GET=openapi),
         WebSocketRoute("/deliveries", deliveries_ws),
-        Route("/", index_page, methods=["GET"]),
-        Route("/static/map.js", map_script, methods=["GET"]),
-        Route("/network.geojson", network_geojson, methods=["GET"]),
+        _route("/deliveries", GET=websocket_only),
+        _route("/", GET=index_page),
+        _route("/static/map.js", GET=map_script),
+        _route("/network.geojson", GET=network_geojson),
         WebSocketRoute("/events", events_ws),
+        _route("/events", GET=websocket_only),
     ]
     app = _ServiceApp(routes=routes, lifespan=lifespan,
                       exception_handlers={RequestError: refuse, InputError: refuse})

@@ -129,7 +129,7 @@ class HotRoutes:
         if method == "PUT" and rest.endswith("/location"):
             sid = rest[:-9]
             return ("move", sid) if sid and "/" not in sid else None
-        if method == "DELETE" and rest and "/" not in rest:
+        if method == "DELETE" and rest and "/" not in rest and rest != "moves":  # 405 there
             return ("unsubscribe", rest)
         return None
 

@@ -97,11 +97,9 @@ def test_every_command_keeps_its_defaults() -> None:
 
 
 def test_the_live_window_stays_1000_and_the_service_reads_settings() -> None:
-    from roadpubsub.service.app import QUEUE_LIMIT
     from roadpubsub.service.state import DEFAULT_WINDOW, ServiceOptions
 
     assert DEFAULT_WINDOW == DEFAULTS.live_topk_window == 1000
-    assert DEFAULTS.delivery_queue_limit == QUEUE_LIMIT
     options = ServiceOptions()
     assert options.snapshot_every == DEFAULTS.snapshot_every
     assert options.flush_every == DEFAULTS.flush_every
