@@ -100,6 +100,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="compact the index once its delta holds more than N subscriptions "
                         "(default: 20,000 or 5%% of the indexed ones, whichever is more)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
+    # --- validation ---
+    v = p.add_argument_group("limits on request bodies")
+    v.add_argument("--max-keywords", type=int, default=DEFAULTS.max_keywords, metavar="N",
+                   help=f"most keywords per subscription or message (default "
+                        f"{DEFAULTS.max_keywords})")
+    v.add_argument("--max-keyword-bytes", type=int, default=DEFAULTS.max_keyword_bytes,
+                   metavar="N", help="longest keyword in UTF-8 bytes after normalisation "
+                                     f"(default {DEFAULTS.max_keyword_bytes})")
+    v.add_argument("--max-batch-rows", type=int, default=DEFAULTS.max_batch_rows,
+                   metavar="N", help="most rows per request body (default "
+                                     f"{DEFAULTS.max_batch_rows:,})")
+    v.add_argument("--max-json-depth", type=int, default=DEFAULTS.max_json_depth,
+                   metavar="N", help="deepest nesting of a request body (default "
+                                     f"{DEFAULTS.max_json_depth})")
+    v.add_argument("--decode-thread-bytes", type=int, default=DEFAULTS.decode_thread_bytes,
+                   metavar="BYTES", help="decode larger request bodies on a worker thread "
+                                         f"(default {DEFAULTS.decode_thread_bytes:,})")
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -238,12 +255,17 @@ def run(args: argparse.Namespace) -> int:
     from roadpubsub.service.snapshot import read_manifest
     from roadpubsub.service.state import ServiceOptions, ServiceState
 
-    for name in ("snapshot_every", "flush_every", "group_max"):
+    for name in ("snapshot_every", "flush_every", "group_max", "max_keywords",
+                 "max_keyword_bytes", "max_batch_rows", "decode_thread_bytes"):
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
     if not 0.01 <= args.switch_interval <= 100:
         msg = f"--switch-interval must lie in [0.01, 100] ms, got {args.switch_interval:g}"
+        raise InputError(msg)
+    if args.max_json_depth < 3:
+        msg = f"--max-json-depth must be >= 3 (a batch of rows nests 3 deep), got " \
+              f"{args.max_json_depth}"
         raise InputError(msg)
     if args.compact_delta is not None and args.compact_delta < 1:
         msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
@@ -267,7 +289,12 @@ def run(args: argparse.Namespace) -> int:
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
                              fsync=not args.no_fsync, max_snap_m=args.max_snap,
                              background_compaction=not args.inline_compaction,
-                             compact_delta=args.compact_delta)
+                             compact_delta=args.compact_delta,
+                             max_keywords=args.max_keywords,
+                             max_keyword_bytes=args.max_keyword_bytes,
+                             max_batch_rows=args.max_batch_rows,
+                             max_json_depth=args.max_json_depth,
+                             decode_thread_bytes=args.decode_thread_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
