@@ -161,26 +161,23 @@ def run_loadgen(args: argparse.Namespace) -> int:
     """Run the load generator and print its JSON report."""
     import json
 
-    import httpx
-
     from roadnet.io import load_network
-    from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
+    from roadpubsub.service.loadgen import build_stream, get_health, run_load
 
-    check_loopback(args.url)
     if args.existing < 1:
         msg = "--existing must be >= 1"
         raise InputError(msg)
+    before = get_health(args.url)  # one line when no service answers
     network = load_network(args.network)
     # New ids (subscriptions and messages) from the clock: a second run must not repeat
     # the first one's ids (repeated messages are answered from the record, not matched).
     first = int(time.time() * 1000) * 1000
     stream = build_stream(network, n_points=20_000, n_messages=2_000,
                           first_new_id=first, seed=args.seed)
-    before = httpx.get(args.url + "/health", timeout=30).json()
     report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
                       batch=args.batch, events=args.events, seconds=args.seconds,
                       seed=args.seed, first_message_id=first)
-    after = httpx.get(args.url + "/health", timeout=30).json()
+    after = get_health(args.url)
     out = {**report.summary(), "clients": args.clients,
            "batch": args.batch, "server_before": before, "server_after": after}
     json.dump(out, sys.stdout, indent=2)
