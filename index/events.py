@@ -303,8 +303,9 @@ class _Locator:
                                          f"{show(a)}, {show(b)}")
                     continue
                 if abs(a) > 180 or abs(b) > 90:
-                    problems.add(i, rec, f"fields 'lon', 'lat' outside [-180, 180] x "
-                                         f"[-90, 90]: {show(a)}, {show(b)}")
+                    problems.add(i, rec, f"fields 'lon', 'lat': lon/lat outside the valid "
+                                         f"range [-180, 180] x [-90, 90]: {show(a)}, "
+                                         f"{show(b)}")
                     continue
                 if lon is _NO_LONLAT:
                     lon, lat = np.full(n, np.nan), np.full(n, np.nan)
