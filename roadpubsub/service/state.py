@@ -456,9 +456,10 @@ class ServiceState:
         """The ids the threshold index holds (all of them when no other kind is live)."""
         return ids[self.index.contains(ids)] if self._kinds_live() else ids
 
-    def _remove(self, ids: IntArray) -> None:
-        """Remove live subscriptions of any kind."""
-        thr = self._threshold_ids(ids)
+    def _remove(self, ids: IntArray, thr: IntArray | None = None) -> None:
+        """Remove live subscriptions of any kind (``thr``: those of the threshold index,
+        when known)."""
+        thr = self._threshold_ids(ids) if thr is None else thr
         if thr.size:
             self.index.unsubscribe(thr)
             self.compactor.removed(thr)
@@ -497,8 +498,11 @@ class ServiceState:
         due = self.expiry.due(t)
         if not due.size:
             return TopkEvents.empty()
+        # which are threshold ones, before the top-k withdraws its own: then no other kind
+        # may be live, and every id would look like a threshold one
+        thr = self._threshold_ids(due)
         gone = self.topk.withdraw(due) if len(self.topk) else TopkEvents.empty()
-        self._remove(due)
+        self._remove(due, thr)
         self.counts["expire"] += due.size
         return gone
 

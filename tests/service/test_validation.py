@@ -210,3 +210,39 @@ def test_only_large_bodies_are_decoded_on_a_thread(monkeypatch: pytest.MonkeyPat
     assert asyncio.run(decode_body_async(small, thread_bytes=1000))["id"] == 1
     assert len(asyncio.run(decode_body_async(large, thread_bytes=1000))) == 5000
     assert calls == [len(large)]
+
+
+def test_top_k_results_are_evicted_when_the_clock_purges(serve: Callable[..., Server],
+                                                          workload: Workload,
+                                                          andorra: RoadNetwork) -> None:
+    """An expiring top-k subscription takes messages whatever their time; when the
+    server's clock passes its expires_at, the next publish purges it and evicts its
+    results (bottom rank first) among that publish's events."""
+    server = serve()
+    c = server.client()
+    msgs = message_rows(workload, andorra)[:6]
+    expires = time.time() + 3.0
+    subs = [{"id": 9_000_000 + i, "kind": "topk", "alpha": 0.5, "k": 3,
+             "keywords": m["keywords"], "u": m["u"], "v": m["v"], "offset": m["offset"],
+             "expires_at": expires} for i, m in enumerate(msgs[:3])]
+    assert c.post("/subscriptions", json=subs).status_code == 201
+    inserted = []
+    for m in msgs[:3]:  # a far-future time: still offered to the top-k
+        r = c.post("/messages", json={**m, "time": expires + 10**6})
+        assert r.status_code == 200, r.text
+        inserted += [e for e in r.json().get("topk", []) if e["event"] == "insert"]
+    assert {e["subscription_id"] for e in inserted} == {s["id"] for s in subs}
+    while time.time() <= expires + 0.2:
+        time.sleep(0.1)
+    r = c.post("/messages", json=msgs[5])
+    assert r.status_code == 200, r.text
+    evicted = [e for e in r.json().get("topk", []) if e["event"] == "evict"]
+    held = {}
+    for e in inserted:
+        held.setdefault(e["subscription_id"], set()).add(e["message_id"])
+    for s in subs:
+        mine = [e for e in evicted if e["subscription_id"] == s["id"]]
+        assert {e["message_id"] for e in mine} == held[s["id"]], (s["id"], mine)
+        assert all(e["arrival_id"] == msgs[5]["id"] for e in mine)
+        assert c.get(f"/subscriptions/{s['id']}").status_code == 404
+    c.close()
