@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -90,21 +89,28 @@ async def _body(receive: Receive, *, max_depth: int = DEFAULTS.max_json_depth,
                                    max_depth=max_depth, thread_bytes=thread_bytes)
 
 
-# A JSON string (escapes included), to blank out before counting brackets.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# Every byte but brackets and quotes, deleted before the depth is counted.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
 _OPEN = np.zeros(256, dtype=np.int8)
 _OPEN[[ord("["), ord("{")]] = 1
 _OPEN[[ord("]"), ord("}")]] = -1
 
 
 def json_depth(raw: bytes) -> int:
-    """The deepest nesting of arrays and objects in a JSON text, without recursion (an
-    upper bound for malformed text, which the decoder refuses anyway)."""
-    opens = raw.count(b"[") + raw.count(b"{")
-    if opens <= 1:
-        return opens
-    text = _JSON_STRING.sub(b'""', raw) if b'"' in raw else raw
-    steps = _OPEN[np.frombuffer(text, dtype=np.uint8)]
+    """The deepest nesting of arrays and objects in a JSON text, without recursion and
+    in C and numpy passes (about a quarter of orjson's decoding time for a batch).
+
+    Escaped backslashes and quotes are dropped first (then every quote left opens or
+    closes a string), everything but brackets and quotes next, and brackets inside
+    strings do not count. Exact for JSON; only approximate for malformed text, which the
+    decoders refuse anyway (and the fallback decoder's RecursionError is a 400 too).
+    """
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = np.frombuffer(raw.translate(None, _NOT_STRUCTURE), dtype=np.uint8)
+    steps = _OPEN[skeleton]
+    if b'"' in raw:
+        steps[(np.cumsum(skeleton == ord('"'), dtype=np.int64) & 1).astype(bool)] = 0
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -194,6 +195,30 @@ def test_depth_is_counted_without_recursion() -> None:
     assert decode_body(b"[" * 32 + b"]" * 32) is not None
     with pytest.raises(ValueError, match="33 deep"):
         decode_body(b"[" * 33 + b"]" * 33)
+
+
+def test_depth_equals_the_nesting_of_random_json() -> None:
+    """Brackets, quotes and backslashes inside strings and keys never fool the count."""
+    rng = random.Random(29)
+    texts = ["a[", ']\\"{', "\\", "x", "\\u005b]", "\"", "}}", "\n[", ""]
+
+    def gen(d: int) -> Any:
+        if d > 7 or rng.random() < 0.3:
+            return rng.choice([*texts, 1, None, 2.5])
+        if rng.random() < 0.5:
+            return [gen(d + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(texts): gen(d + 1) for _ in range(rng.randint(0, 3))}
+
+    def depth(o: Any) -> int:
+        if isinstance(o, list | dict):
+            inner = o.values() if isinstance(o, dict) else o
+            return 1 + max((depth(x) for x in inner), default=0)
+        return 0
+
+    for _ in range(3000):
+        o = gen(0)
+        for raw in (json.dumps(o).encode(), json.dumps(o, ensure_ascii=False).encode()):
+            assert json_depth(raw) == depth(o), raw
 
 
 def test_only_large_bodies_are_decoded_on_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
