@@ -42,10 +42,10 @@ def saved(andorra: RoadNetwork, tmp_path_factory: pytest.TempPathFactory
 
 
 def test_encode_decode_round_trip() -> None:
-    data, ptr = encode_terms(LONG + [""])
+    data, ptr = encode_terms([*LONG, ""])
     assert data.dtype == np.uint8 and ptr.dtype == np.int64
     assert data.size == sum(len(t.encode()) for t in LONG)  # no padding
-    assert decode_terms(data, ptr) == LONG + [""]
+    assert decode_terms(data, ptr) == [*LONG, ""]
     assert decode_terms(*encode_terms([])) == []
 
 
