@@ -38,9 +38,14 @@ Subscription kinds (POST /subscriptions, field 'kind'; unused fields null or abs
                        {"event": "insert"|"evict", "message_id", "subscription_id",
                        "rank", "score", "distance", "arrival_id"}; a top-k subscription
                        that joins or moves mid-stream gets the top-k of the current
-                       window (GET /subscriptions/ID shows it under "topk"); at its
-                       expires_at its top-k is evicted (events of the message whose
-                       time reaches it); a delete or move emits no event
+                       window (GET /subscriptions/ID shows it under "topk"); once the
+                       server's clock passes its expires_at, the next publish removes
+                       it and evicts its top-k; a delete or move emits no event
+
+Expiry follows the server's clock: a publish first removes every subscription whose
+expires_at the clock has passed; a message's own "time" only decides whether it is
+delivered to a subscription (not at or after its expires_at). Times (time, expires_at)
+lie in [0, 253402300799] epoch seconds; other limits on bodies are flags below.
 """
 
 
