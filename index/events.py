@@ -12,6 +12,14 @@ server's clock when absent); a move is ``{"id"}`` plus a location. A batch is a 
 of such objects, and a single object is a batch of one. Every problem is reported with the
 row, the field and the value, and a batch with any problem is refused whole.
 
+Everything that reaches the log is checked here first, so a request that cannot be logged
+fails alone: keywords are non-empty strings that encode as UTF-8 (a lone surrogate such as
+``"\ud800"`` does not), at most ``max_keywords`` per row and ``max_keyword_bytes`` UTF-8
+bytes each after normalisation; ids and node ids are 64-bit integers; every number is
+finite and in its range; times (``time``, ``expires_at``) lie in [``time_min``,
+``time_max``] (epoch seconds, :class:`~roadnet.settings.Settings`); a batch holds at most
+``max_batch_rows`` rows. Values are quoted shortened in errors.
+
 Locations are resolved here with :mod:`roadnet.locations` (the network never changes);
 keywords stay strings until the service maps them to term ids, in log order.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +39,7 @@ from pyproj import CRS, Transformer
 from roadnet.errors import InvalidLocationError, RoadPubSubError
 from roadnet.locations import EdgePoints, locate_uv, locate_xy
 from roadnet.network import RoadNetwork
+from roadnet.settings import DEFAULTS
 
 __all__ = [
     "BodyParser",
@@ -48,8 +58,18 @@ _SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", *_LOCAT
 _KIND_FIELDS = frozenset({"kind", "radius", "k"})
 _MSG_FIELDS = frozenset({"id", "keywords", "time", *_LOCATION})
 _MOVE_FIELDS = frozenset({"id", *_LOCATION})
-#: Largest batch one request may carry (rows).
-MAX_BATCH = 1_000_000
+#: Largest batch one request may carry (rows), by default.
+MAX_BATCH = DEFAULTS.max_batch_rows
+
+# Values quoted in errors: short, and bounded in depth (a hostile value can be deep or long).
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist = 3, 60, 60, 8
+_SHOW.maxdict = 8
+
+
+def show(value: Any) -> str:
+    """``repr`` of a request value, shortened (long strings, deep or long lists)."""
+    return _SHOW.repr(value)
 
 
 class RequestError(RoadPubSubError, ValueError):
@@ -105,18 +125,23 @@ class MessageBatch:
 
 
 # ---------------------------------------------------------------------------- fields
-def _rows(body: Any, what: str) -> list[dict[str, Any]]:
+def _rows(body: Any, what: str, max_rows: int = MAX_BATCH) -> list[dict[str, Any]]:
     rows = [body] if isinstance(body, dict) else body
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+    if not isinstance(rows, list):
         msg = f"the body must be a {what} object or a JSON array of them, got " \
               f"{type(body).__name__}"
         raise RequestError(msg, status=400)
     if not rows:
         msg = f"the batch of {what}s is empty"
         raise RequestError(msg)
-    if len(rows) > MAX_BATCH:
-        msg = f"a batch holds at most {MAX_BATCH:,} rows, got {len(rows):,}"
+    if len(rows) > max_rows:
+        msg = f"a batch holds at most {max_rows:,} rows, got {len(rows):,}"
         raise RequestError(msg, status=413)
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            msg = f"the body must be a {what} object or a JSON array of them, got " \
+                  f"{type(r).__name__} {show(r)} at row {i}"
+            raise RequestError(msg, status=400)
     return rows
 
 
@@ -130,7 +155,7 @@ class _Problems:
     def add(self, row: int, rec: dict[str, Any], text: str) -> None:
         if len(self.lines) < 20:
             ident = rec.get("id")
-            who = f"row {row}" + (f" (id {ident!r})" if "id" in rec else "")
+            who = f"row {row}" + (f" (id {show(ident)})" if "id" in rec else "")
             self.lines.append(f"{who}: {text}")
         else:
             self.lines.append("")
@@ -150,8 +175,10 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    # an int too large for a float (JSON allows any length) is not a usable number
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**1000
 
 
 def _check_fields(rows: list[dict[str, Any]], allowed: frozenset[str], problems: _Problems
@@ -159,7 +186,7 @@ def _check_fields(rows: list[dict[str, Any]], allowed: frozenset[str], problems:
     for i, rec in enumerate(rows):
         unknown = sorted(set(rec) - allowed)
         if unknown:
-            problems.add(i, rec, f"unknown field(s) {', '.join(map(repr, unknown))} "
+            problems.add(i, rec, f"unknown field(s) {', '.join(map(show, unknown[:5]))} "
                                  f"(allowed: {', '.join(sorted(allowed))})")
 
 
@@ -170,7 +197,7 @@ def _ids(rows: list[dict[str, Any]], problems: _Problems) -> IntArray:
         if _is_int(value):
             ids[i] = value
         else:
-            problems.add(i, rec, f"field 'id' must be a 64-bit integer, got {value!r}")
+            problems.add(i, rec, f"field 'id' must be a 64-bit integer, got {show(value)}")
     if ids.size < 2:  # one id (a single move or message) repeats nothing
         return ids
     uniq, counts = np.unique(ids, return_counts=True)
@@ -180,18 +207,46 @@ def _ids(rows: list[dict[str, Any]], problems: _Problems) -> IntArray:
     return ids
 
 
-def _keywords(rows: list[dict[str, Any]], problems: _Problems) -> list[list[str]]:
+def _keywords(rows: list[dict[str, Any]], problems: _Problems, *, max_keywords: int,
+              max_bytes: int) -> list[list[str]]:
     out: list[list[str]] = []
     for i, rec in enumerate(rows):
         kw = rec.get("keywords")
         if not isinstance(kw, list) or not kw or \
                 not all(isinstance(k, str) and k for k in kw):
             problems.add(i, rec, "field 'keywords' must be a non-empty list of non-empty "
-                                 f"strings, got {kw!r}")
+                                 f"strings, got {show(kw)}")
             out.append([])
-        else:
-            out.append(kw)
+            continue
+        if len(kw) > max_keywords:
+            problems.add(i, rec, f"field 'keywords' holds at most {max_keywords} keywords, "
+                                 f"got {len(kw)}")
+            out.append([])
+            continue
+        for k in kw:
+            problem = _keyword_problem(k, max_bytes)
+            if problem:
+                problems.add(i, rec, f"field 'keywords': keyword {show(k)} {problem}")
+                break
+        out.append(kw)
     return out
+
+
+def _keyword_problem(k: str, max_bytes: int) -> str | None:
+    """Why a keyword cannot be stored, or None (it encodes as UTF-8 and is short enough)."""
+    try:
+        size = len(k.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"is not valid Unicode text ({exc.reason} at character {exc.start})"
+    # Normalisation (NFC, case folding) can make a keyword a few times longer: measure it
+    # only where it could matter (a short keyword stays short).
+    if size * 9 > max_bytes:
+        from index.terms import normalize_keyword
+
+        size = max(size, len(normalize_keyword(k).encode("utf-8")))
+    if size > max_bytes:
+        return f"is {size:,} UTF-8 bytes long, more than the limit of {max_bytes:,}"
+    return None
 
 
 def _numbers(rows: list[dict[str, Any]], field: str, problems: _Problems, *,
@@ -204,10 +259,11 @@ def _numbers(rows: list[dict[str, Any]], field: str, problems: _Problems, *,
         if value is None and optional:
             continue
         if not _is_number(value):
-            problems.add(i, rec, f"field {field!r} must be a finite number, got {value!r}")
+            problems.add(i, rec, f"field {field!r} must be a finite number, got "
+                                 f"{show(value)}")
         elif value < low or (low_open and value == low) or value > high:
-            problems.add(i, rec, f"field {field!r} must lie in {lo}{low:g}, {high:g}], "
-                                 f"got {value!r}")
+            problems.add(i, rec, f"field {field!r} must lie in {lo}{low:.15g}, {high:.15g}], "
+                                 f"got {show(value)}")
         else:
             out[i] = value
     return out
@@ -245,10 +301,12 @@ class _Locator:
                 b: Any = rec.get("lat")
                 if not (_is_number(a) and _is_number(b)):
                     problems.add(i, rec, f"fields 'lon', 'lat' must be finite numbers, got "
-                                         f"{a!r}, {b!r}")
+                                         f"{show(a)}, {show(b)}")
                     continue
                 if abs(a) > 180 or abs(b) > 90:
-                    problems.add(i, rec, f"lon/lat outside the valid range: {a!r}, {b!r}")
+                    problems.add(i, rec, f"fields 'lon', 'lat': lon/lat outside the valid "
+                                         f"range [-180, 180] x [-90, 90]: {show(a)}, "
+                                         f"{show(b)}")
                     continue
                 if lon is _NO_LONLAT:
                     lon, lat = np.full(n, np.nan), np.full(n, np.nan)
@@ -259,7 +317,8 @@ class _Locator:
                 c: Any = rec.get("offset")
                 if not (_is_int(a) and _is_int(b) and _is_number(c)):
                     problems.add(i, rec, "fields 'u', 'v' must be node ids (integers) and "
-                                         f"'offset' a finite number, got {a!r}, {b!r}, {c!r}")
+                                         f"'offset' a finite number, got {show(a)}, "
+                                         f"{show(b)}, {show(c)}")
                     continue
                 u[i], v[i], off[i] = a, b, c
                 uv_rows.append(i)
@@ -304,33 +363,65 @@ class BodyParser:
         The service's road network.
     max_snap_m
         Largest distance from a lon/lat to its road, metres.
+    kinds
+        Accept the ``kind``, ``radius`` and ``k`` fields (the live service); needs
+        ``dmax_m``, the largest boolean radius.
+    max_keywords, max_keyword_bytes, max_batch_rows, time_min, time_max
+        The limits of :class:`~roadnet.settings.Settings` (keywords per row, UTF-8 bytes
+        per keyword after normalisation, rows per body, accepted times in epoch seconds).
     """
 
     def __init__(self, network: RoadNetwork, *, max_snap_m: float, kinds: bool = False,
-                 dmax_m: float | None = None) -> None:
+                 dmax_m: float | None = None, max_keywords: int = DEFAULTS.max_keywords,
+                 max_keyword_bytes: int = DEFAULTS.max_keyword_bytes,
+                 max_batch_rows: int = DEFAULTS.max_batch_rows,
+                 time_min: float = DEFAULTS.time_min,
+                 time_max: float = DEFAULTS.time_max) -> None:
         self.locator = _Locator(network, max_snap_m=max_snap_m)
         if kinds and dmax_m is None:
             msg = "a parser of subscription kinds needs Dmax (boolean radii are at most it)"
             raise ValueError(msg)
+        for name, value in (("max_keywords", max_keywords),
+                            ("max_keyword_bytes", max_keyword_bytes),
+                            ("max_batch_rows", max_batch_rows)):
+            if value < 1:
+                msg = f"{name} must be >= 1, got {value}"
+                raise ValueError(msg)
+        if not (math.isfinite(time_min) and math.isfinite(time_max) and time_min < time_max):
+            msg = f"time_min < time_max must be finite, got {time_min}, {time_max}"
+            raise ValueError(msg)
         self.kinds = kinds
         self.dmax_m = dmax_m
+        self.max_keywords = max_keywords
+        self.max_keyword_bytes = max_keyword_bytes
+        self.max_batch_rows = max_batch_rows
+        self.time_min = time_min
+        self.time_max = time_max
+
+    def _keywords(self, rows: list[dict[str, Any]], problems: _Problems) -> list[list[str]]:
+        return _keywords(rows, problems, max_keywords=self.max_keywords,
+                         max_bytes=self.max_keyword_bytes)
+
+    def _time(self, rows: list[dict[str, Any]], field: str, problems: _Problems
+              ) -> FloatArray:
+        return _numbers(rows, field, problems, low=self.time_min, high=self.time_max,
+                        optional=True)
 
     def subscriptions(self, body: Any) -> SubscriptionBatch:
         """A batch of new subscriptions (see the module docstring)."""
-        rows = _rows(body, "subscription")
+        rows = _rows(body, "subscription", self.max_batch_rows)
         problems = _Problems("subscriptions")
         _check_fields(rows, _SUB_FIELDS | _KIND_FIELDS if self.kinds else _SUB_FIELDS,
                       problems)
         ids = _ids(rows, problems)
-        keywords = _keywords(rows, problems)
+        keywords = self._keywords(rows, problems)
         kind = radius = k = None
         if self.kinds:
             alpha, tau, kind, radius, k = self._kind_fields(rows, problems)
         else:
             alpha = _numbers(rows, "alpha", problems, low=0.0, high=1.0)
             tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
-        expires = _numbers(rows, "expires_at", problems, low=-math.inf, high=math.inf,
-                           optional=True)
+        expires = self._time(rows, "expires_at", problems)
         problems.raise_if_any()
         points = self.locator.points(rows, ids, problems)
         problems.raise_if_any()
@@ -351,7 +442,7 @@ class BodyParser:
             if not isinstance(value, str) or value not in KIND_CODES:
                 problems.add(i, rec, f"field 'kind' must be one of "
                                      f"{', '.join(SUBSCRIPTION_KIND_NAMES)} (or null), got "
-                                     f"{value!r}")
+                                     f"{show(value)}")
             else:
                 kind[i] = KIND_CODES[value]
         # types first (a number or null), then the rules of kinds and fields
@@ -374,7 +465,7 @@ class BodyParser:
                 kind_name = SUBSCRIPTION_KIND_NAMES[int(kind[i])]
                 problems.add(i, rec, f"field {', '.join(map(repr, given))} of a {kind_name} "
                                      f"subscription: {what}, got "
-                                     f"{', '.join(repr(rec.get(n)) for n in given)}")
+                                     f"{', '.join(show(rec.get(n)) for n in given)}")
         return f["alpha"], f["tau"], kind, f["radius"], f["k"]
 
     def moves(self, body: Any, *, id_from_path: int | None = None) -> MoveBatch:
@@ -384,10 +475,10 @@ class BodyParser:
                 msg = "the body must be one location object"
                 raise RequestError(msg, status=400)
             if "id" in body and body["id"] != id_from_path:
-                msg = f"field 'id' is {body['id']!r} but the path names {id_from_path}"
+                msg = f"field 'id' is {show(body['id'])} but the path names {id_from_path}"
                 raise RequestError(msg)
             body = {**body, "id": id_from_path}
-        rows = _rows(body, "move")
+        rows = _rows(body, "move", self.max_batch_rows)
         problems = _Problems("moves")
         _check_fields(rows, _MOVE_FIELDS, problems)
         ids = _ids(rows, problems)
@@ -398,12 +489,12 @@ class BodyParser:
 
     def messages(self, body: Any) -> MessageBatch:
         """A batch of messages (see the module docstring)."""
-        rows = _rows(body, "message")
+        rows = _rows(body, "message", self.max_batch_rows)
         problems = _Problems("messages")
         _check_fields(rows, _MSG_FIELDS, problems)
         ids = _ids(rows, problems)
-        keywords = _keywords(rows, problems)
-        time = _numbers(rows, "time", problems, low=-math.inf, high=math.inf, optional=True)
+        keywords = self._keywords(rows, problems)
+        time = self._time(rows, "time", problems)
         problems.raise_if_any()
         points = self.locator.points(rows, ids, problems)
         problems.raise_if_any()

@@ -12,9 +12,13 @@ name/CRS/direction, keyword normalisation, content digest), then arrays named
 ``subs.id_order`` (the slots in id order) and ``facts.*`` (positions and border distances
 of the slots' points, which a load would otherwise recompute), ``weights.terms``/
 ``weights.values`` and ``structure.*`` (the architecture's postings and
-statistics, :meth:`~index.base.SubscriptionIndex.structure_arrays`). Files without the
-id order or facts (older ones) load too. The format is plain uncompressed ``.npz``, so
-:func:`load_index` maps the large arrays copy-on-write instead of reading them.
+statistics, :meth:`~index.base.SubscriptionIndex.structure_arrays`). Keywords are stored
+as UTF-8 bytes and offsets (``weights.terms_utf8``, ``weights.terms_ptr``,
+:func:`index.validate.encode_terms`; format version 2): no fixed-width text array, whose
+size would be the longest keyword times their count. Files of version 1 (a fixed-width
+``weights.terms``) and without the id order or facts (older ones) load too. The format is
+plain uncompressed ``.npz``, so :func:`load_index` maps the large arrays copy-on-write
+instead of reading them.
 """
 
 from __future__ import annotations
@@ -33,7 +37,13 @@ from index.eia import EnhancedIndex
 from index.model import Subscriptions
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
-from index.validate import IndexFileError, array_digest, check_index_arrays
+from index.validate import (
+    IndexFileError,
+    array_digest,
+    check_index_arrays,
+    encode_terms,
+    file_terms,
+)
 from roadnet.files import atomic_paths, read_npz
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
@@ -44,7 +54,9 @@ __all__ = ["INDEX_KINDS", "index_file_info", "index_from_arrays", "load_index",
 #: Index classes by the ``kind`` their files record.
 INDEX_KINDS: dict[str, type[SubscriptionIndex]] = {"eia": EnhancedIndex, "bia": BasicIndex}
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
+#: Versions a load reads (1: keywords in a fixed-width text array).
+_READABLE_VERSIONS = (1, 2)
 _REBUILD = "rebuild it with 'roadpubsub index build'"
 
 
@@ -71,8 +83,9 @@ def save_index(index: SubscriptionIndex, path: str | os.PathLike[str]) -> Path:
                    "subs.id_order": index._id_order, "facts.x": index.facts.x,
                    "facts.y": index.facts.y, "facts.din_out": index.facts.din_out,
                    "facts.din_in": index.facts.din_in,
-                   "weights.terms": np.asarray(index.weights.terms, dtype=str),
                    "weights.values": index.weights.weights.copy()})
+    arrays["weights.terms_utf8"], arrays["weights.terms_ptr"] = encode_terms(
+        index.weights.terms)
     # The slots above are saved in slot order, which the postings refer to.
     arrays.update({f"structure.{k}": v for k, v in index.structure_arrays().items()})
     meta = {"version": _FORMAT_VERSION, "kind": index.kind, "dmax_m": index.dmax_m,
@@ -93,7 +106,7 @@ def read_index_file(path: str | os.PathLike[str], keys: tuple[str, ...] | None =
     except ValueError as exc:
         msg = f"{not_an_index}: {exc}"
         raise IndexFileError(msg) from exc
-    if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION \
+    if not isinstance(meta, dict) or meta.get("version") not in _READABLE_VERSIONS \
             or meta.get("kind") not in ("eia", "bia") or not isinstance(meta.get("network"), dict):
         raise IndexFileError(not_an_index)
     return meta, arrays
@@ -161,7 +174,7 @@ def index_from_arrays(meta: dict[str, Any], arrays: dict[str, Any], *, source: s
                           crs=net_meta["crs"], directed=net_meta["directed"],
                           name=net_meta["name"])
     spatial = SpatialIndex.from_arrays(network, arrays)
-    terms = arrays["weights.terms"].tolist()
+    terms = file_terms(arrays, source=source)
     # Files written before keywords were normalised hold exact strings: keep them exact.
     weights = TermWeights(dict(zip(terms, arrays["weights.values"].tolist(), strict=True)),
                           default_weight=meta["default_weight"],

@@ -15,7 +15,8 @@ the file's subscriptions and compares them bit for bit (``roadpubsub index verif
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from index.terms import MAX_WEIGHT, MIN_WEIGHT
 from roadnet.errors import InputError, describe_rows
 from roadnet.lengths import check_dmax
 
-__all__ = ["IndexFileError", "array_digest", "check_index_arrays"]
+__all__ = ["IndexFileError", "array_digest", "check_index_arrays", "decode_terms",
+           "encode_terms", "file_terms"]
 
 Arrays = Mapping[str, npt.NDArray[Any]]
 
@@ -110,7 +112,56 @@ class _Checker:
             self.fail(name, f"repeats values: {describe_rows(dup)}")
 
 
-_KINDS = {"i": "integers", "f": "floats", "b": "booleans", "U": "text"}
+_KINDS = {"i": "integers", "f": "floats", "b": "booleans", "U": "text",
+          "u": "unsigned integers"}
+
+
+def encode_terms(terms: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """Keywords as (UTF-8 bytes, offsets): term i is ``data[ptr[i]:ptr[i + 1]]``.
+
+    The index file's keyword format (``weights.terms_utf8``, ``weights.terms_ptr``): its
+    size is the keywords' total length, where a fixed-width text array would pad every
+    keyword to the longest one (one 1 MB keyword made 11,831 of them need 46 GiB).
+    """
+    encoded = [t.encode("utf-8") for t in terms]
+    ptr = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=ptr[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), ptr
+
+
+def decode_terms(data: npt.NDArray[Any], ptr: npt.NDArray[Any]) -> list[str]:
+    """The keywords of :func:`encode_terms`' arrays (UnicodeDecodeError if damaged)."""
+    raw = np.ascontiguousarray(data, dtype=np.uint8).tobytes()
+    p = ptr.tolist()
+    return [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(p)]
+
+
+def file_terms(arrays: Arrays, *, source: str) -> list[str]:
+    """An index file's keywords, checked (well-formed, UTF-8, no repeats): the UTF-8
+    format of :func:`encode_terms`, or the fixed-width text array ``weights.terms`` of
+    files written before it."""
+    c = _Checker(arrays, source)
+    if "weights.terms_utf8" not in arrays:  # the former format
+        old = c.get("weights.terms", "U", (None,))
+        c.unique("weights.terms", old)
+        return [str(t) for t in old.tolist()]
+    data = c.get("weights.terms_utf8", "u", (None,))
+    if data.dtype.itemsize != 1:
+        c.fail("weights.terms_utf8", f"has dtype {data.dtype}, expected uint8")
+    n = c.get("weights.terms_ptr", "i", (None,)).size - 1
+    if n < 0:
+        c.fail("weights.terms_ptr", "is empty, expected at least one offset")
+    ptr = c.ptr("weights.terms_ptr", n, data.size)
+    try:
+        terms = decode_terms(data, ptr)
+    except UnicodeDecodeError as exc:
+        c.fail("weights.terms_utf8", f"is not UTF-8 text at byte {exc.start}")
+    if len(set(terms)) != len(terms):
+        seen: set[str] = set()
+        dup = [t for t in terms if t in seen or seen.add(t)]  # type: ignore[func-returns-value]
+        shown = ", ".join(repr(t[:40]) for t in dup[:5])
+        c.fail("weights.terms_utf8", f"repeats keywords: {shown}")
+    return terms
 
 
 def check_index_arrays(meta: Mapping[str, Any], arrays: Arrays, *, source: str) -> None:
@@ -169,9 +220,7 @@ def check_index_arrays(meta: Mapping[str, Any], arrays: Arrays, *, source: str) 
     c.floats("bounds.din_in", (n,))
 
     # Keyword weights.
-    terms = c.get("weights.terms", "U", (None,))
-    n_terms = terms.size
-    c.unique("weights.terms", terms)
+    n_terms = len(file_terms(arrays, source=source))
     c.floats("weights.values", (n_terms,), lo=MIN_WEIGHT, hi=MAX_WEIGHT)
 
     # Subscriptions (slots).

@@ -42,6 +42,7 @@ from index.kinds import TopkSubscriptions
 from index.model import Messages, concat_csr, keyword_csr
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
+from index.validate import decode_terms, encode_terms
 from pruning.kinds_reference import check_window
 from pruning.live_kinds import _concat_topk, _rows_of
 from pruning.topk import TopkIndexMatcher
@@ -373,7 +374,10 @@ class LiveTopk:
                 "win_edge": np.asarray([e.edge for e in ring], np.int32),
                 "win_offset": np.asarray([e.offset for e in ring], np.float64),
                 "win_kw_ptr": wptr,
-                "win_words": np.asarray(words, dtype=str) if words else np.empty(0, "U1"),
+                # UTF-8 bytes and offsets, not a fixed-width text array (padded to the
+                # longest keyword)
+                **dict(zip(("win_words_utf8", "win_words_ptr"), encode_terms(words),
+                           strict=True)),
                 "arrivals": np.asarray([self.arrivals], np.int64)}
 
     @classmethod
@@ -388,7 +392,8 @@ class LiveTopk:
                                  np.asarray(a["kw_ptr"], np.int64),
                                  np.asarray(a["kw_terms"], np.int32))
         live = cls(spatial, weights, dmax_m=dmax_m, window=window, subs=subs)
-        words = [str(w) for w in a["win_words"].tolist()]
+        words = decode_terms(a["win_words_utf8"], np.asarray(a["win_words_ptr"])) \
+            if "win_words_utf8" in a else [str(w) for w in a["win_words"].tolist()]
         wptr = np.asarray(a["win_kw_ptr"], np.int64)
         for j, (seq, mid, e, o) in enumerate(zip(
                 a["win_seq"].tolist(), a["win_id"].tolist(), a["win_edge"].tolist(),

@@ -147,6 +147,23 @@ class Settings:
         Connections the kernel queues before they are accepted (>= 1).
     keep_alive_timeout_s
         Seconds (> 0) an idle keep-alive connection is held open.
+    max_keywords
+        Most keywords one subscription or message may carry (>= 1); a longer list is
+        refused with the row and the field named.
+    max_keyword_bytes
+        Longest keyword, in UTF-8 bytes after normalisation (NFC, case folding), >= 1.
+        Bounds what a request adds to the vocabulary, the log and every snapshot.
+    max_batch_rows
+        Most rows (subscriptions, moves or messages) one request body may carry (>= 1).
+    max_json_depth
+        Deepest nesting of arrays and objects a request body may hold (>= 3; a batch of
+        subscriptions nests 3 deep). Checked without recursion before the body is decoded.
+    decode_thread_bytes
+        Request bodies larger than this, in bytes, are decoded on a worker thread so a
+        large body never stalls the event loop; smaller ones are decoded in line.
+    time_min, time_max
+        Range of accepted times (a message's ``time``, a subscription's ``expires_at``),
+        epoch seconds: 0 (1970-01-01) to 253,402,300,799 (9999-12-31T23:59:59Z).
     """
 
     snap_distance_m: float = 250.0
@@ -203,6 +220,14 @@ class Settings:
     max_connections: int = 2048
     listen_backlog: int = 2048
     keep_alive_timeout_s: float = 5.0
+    # --- validation ---
+    max_keywords: int = 64
+    max_keyword_bytes: int = 256
+    max_batch_rows: int = 1_000_000
+    max_json_depth: int = 32
+    decode_thread_bytes: int = 65_536
+    time_min: float = 0.0
+    time_max: float = 253_402_300_799.0
 
 
 DEFAULTS = Settings()

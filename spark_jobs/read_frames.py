@@ -51,7 +51,7 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.routing import cell_distance_limits
 from roadnet.cells import Cells
-from roadnet.errors import describe_rows
+from roadnet.errors import InputError, describe_rows
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 from spark_jobs import storage
@@ -313,6 +313,27 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
 
 
 # ---------------------------------------------------------------------------- reading
+
+def _check_local_parquet(path: storage.PathLike) -> None:
+    """Read the footer of every Parquet file a local input holds (a file, or a folder of
+    parts), so a truncated or damaged one fails here with one line naming it, rather
+    than in Spark's tasks with a Java stack trace. URLs of other storage are read by
+    Spark alone (its failures are one line too: :func:`spark_jobs.session.spark_errors`).
+    """
+    local = storage.local_path(path)
+    if local is None:
+        return
+    files = [local] if not local.is_dir() else sorted(
+        f for f in local.rglob("*") if f.is_file() and not f.name.startswith(("_", ".")))
+    for f in files:
+        try:
+            pq.read_metadata(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            msg = f"{f}: not a readable Parquet file ({detail})"
+            raise InputError(msg) from exc
+
+
 def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cells,
                 weights: TermWeights, *, kind: str, dmax_m: float, tolerance: float,
                 timer: Any = None, kinds: bool = False, ordered: bool = False) -> DataFrame:
@@ -343,6 +364,7 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
                                            tolerance=tolerance)
             return messages_frame(spark, read_messages(local, network, weights), cells,
                                   ordered=ordered)
+    _check_local_parquet(path)
     raw = spark.read.parquet(storage.spark_uri(path))
     if kind == "subscriptions" and {"expires_at", "id"} <= set(raw.columns):
         expiring = raw.filter(F.col("expires_at").isNotNull()).select("id").limit(11)

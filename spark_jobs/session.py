@@ -56,6 +56,8 @@ __all__ = [
     "require_java",
     "run_job",
     "session_from_args",
+    "spark_errors",
+    "spark_failure_message",
     "stage",
     "task_timer",
 ]
@@ -249,6 +251,60 @@ def session_from_args(args: Any, *, app_name: str,
                      java_options=java_options)
 
 
+_SPARK_URL = re.compile(r"(?:file|hdfs|s3a|s3|gs|abfss?|wasbs?):[^\s,;)\]}'\"]+")
+
+
+def _is_spark_failure(exc: BaseException) -> bool:
+    try:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors.exceptions.captured import CapturedException
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return False
+    return isinstance(exc, Py4JJavaError | CapturedException)
+
+
+def spark_failure_message(exc: BaseException) -> str:
+    """One line for an exception Spark's JVM raised: the innermost cause's message (the
+    most specific, e.g. "... is not a Parquet file"), with the first file URL any cause
+    names."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    messages: list[str] = []
+    with contextlib.suppress(Exception):  # a gateway gone mid-way: keep what was read
+        while java is not None and len(messages) < 30:
+            text = java.getMessage()
+            kind = str(java.getClass().getSimpleName())
+            if text:
+                messages.append(f"{kind}: {str(text).strip()}")
+            java = java.getCause()
+    if not messages:
+        lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+        errors = [x for x in lines if "Error" in x.split(":")[0]]
+        messages = [errors[-1] if errors else (lines[0] if lines else type(exc).__name__)]
+    root = " ".join(messages[-1].split())
+    urls = [m.group(0) for text in messages for m in _SPARK_URL.finditer(text)]
+    where = f" (file {urls[0]})" if urls and urls[0] not in root else ""
+    line = f"Spark failed: {root}{where}"
+    return line if len(line) <= 600 else line[:597] + "..."
+
+
+_Job = TypeVar("_Job", bound=Callable[[Any], int])
+
+
+def spark_errors(func: _Job) -> _Job:
+    """``func(args)`` with Spark's JVM failures turned into :class:`SparkJobError` (one
+    line); the ``roadpubsub spark`` subcommands and :func:`run_job` use it."""
+    def run(args: Any) -> int:
+        try:
+            return func(args)
+        except Exception as exc:
+            if not _is_spark_failure(exc):
+                raise
+            msg = spark_failure_message(exc)
+            raise SparkJobError(msg) from exc
+    run.__doc__ = func.__doc__
+    return run  # type: ignore[return-value]
+
+
 def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:
     """Run a job's ``run(args)``; user-fixable errors become one stderr line and exit 2.
 
@@ -256,7 +312,7 @@ def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:
     ``NAME: error: MESSAGE (hint: HINT)``, as the ``roadpubsub`` command line does.
     """
     try:
-        return int(func(args) or 0)
+        return int(spark_errors(func)(args) or 0)
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130

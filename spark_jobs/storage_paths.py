@@ -72,14 +72,17 @@ def local_path(path: PathLike) -> Path | None:
 def spark_uri(path: PathLike) -> str:
     """What Spark's readers and writers are given for ``path``.
 
-    A URL is passed as given; a local path (relative ones resolved against the current
-    folder) becomes ``file:/absolute/path``, unescaped, which Hadoop parses with spaces
-    and all.
+    A URL of another scheme is passed as given. A local path (relative ones resolved
+    against the current folder) and a ``file:`` URL become ``file:/absolute/path``,
+    unescaped, which Hadoop parses with spaces and all: a ``file:`` URL is decoded by
+    :func:`local_path`, the one rule of the driver's checks and of Spark (Hadoop itself
+    would read ``file:///a%20b`` as a folder named ``a%20b``).
     """
     text = os.fspath(path)
-    if is_url(text):
+    local = local_path(text)
+    if local is None:
         return text
-    return "file:" + str(Path(text).absolute())
+    return "file:" + str(local.absolute())
 
 
 def _display(path: PathLike) -> str:

@@ -39,9 +39,14 @@ Subscription kinds (POST /subscriptions, field 'kind'; unused fields null or abs
                        {"event": "insert"|"evict", "message_id", "subscription_id",
                        "rank", "score", "distance", "arrival_id"}; a top-k subscription
                        that joins or moves mid-stream gets the top-k of the current
-                       window (GET /subscriptions/ID shows it under "topk"); at its
-                       expires_at its top-k is evicted (events of the message whose
-                       time reaches it); a delete or move emits no event
+                       window (GET /subscriptions/ID shows it under "topk"); once the
+                       server's clock passes its expires_at, the next publish removes
+                       it and evicts its top-k; a delete or move emits no event
+
+Expiry follows the server's clock: a publish first removes every subscription whose
+expires_at the clock has passed; a message's own "time" only decides whether it is
+delivered to a subscription (not at or after its expires_at). Times (time, expires_at)
+lie in [0, 253402300799] epoch seconds; other limits on bodies are flags below.
 """
 
 
@@ -103,6 +108,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(default: 20,000 or 5%% of the indexed ones, whichever is more)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
     add_limit_arguments(p)  # --max-body-bytes, --rate-limit, ... (transport limits)
+    # --- validation ---
+    v = p.add_argument_group("limits on request bodies")
+    v.add_argument("--max-keywords", type=int, default=DEFAULTS.max_keywords, metavar="N",
+                   help=f"most keywords per subscription or message (default "
+                        f"{DEFAULTS.max_keywords})")
+    v.add_argument("--max-keyword-bytes", type=int, default=DEFAULTS.max_keyword_bytes,
+                   metavar="N", help="longest keyword in UTF-8 bytes after normalisation "
+                                     f"(default {DEFAULTS.max_keyword_bytes})")
+    v.add_argument("--max-batch-rows", type=int, default=DEFAULTS.max_batch_rows,
+                   metavar="N", help="most rows per request body (default "
+                                     f"{DEFAULTS.max_batch_rows:,})")
+    v.add_argument("--max-json-depth", type=int, default=DEFAULTS.max_json_depth,
+                   metavar="N", help="deepest nesting of a request body (default "
+                                     f"{DEFAULTS.max_json_depth})")
+    v.add_argument("--decode-thread-bytes", type=int, default=DEFAULTS.decode_thread_bytes,
+                   metavar="BYTES", help="decode larger request bodies on a worker thread "
+                                         f"(default {DEFAULTS.decode_thread_bytes:,})")
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -148,26 +170,23 @@ def run_loadgen(args: argparse.Namespace) -> int:
     """Run the load generator and print its JSON report."""
     import json
 
-    import httpx
-
     from roadnet.io import load_network
-    from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
+    from roadpubsub.service.loadgen import build_stream, get_health, run_load
 
-    check_loopback(args.url)
     if args.existing < 1:
         msg = "--existing must be >= 1"
         raise InputError(msg)
+    before = get_health(args.url)  # one line when no service answers
     network = load_network(args.network)
     # New ids (subscriptions and messages) from the clock: a second run must not repeat
     # the first one's ids (repeated messages are answered from the record, not matched).
     first = int(time.time() * 1000) * 1000
     stream = build_stream(network, n_points=20_000, n_messages=2_000,
                           first_new_id=first, seed=args.seed)
-    before = httpx.get(args.url + "/health", timeout=30).json()
     report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
                       batch=args.batch, events=args.events, seconds=args.seconds,
                       seed=args.seed, first_message_id=first)
-    after = httpx.get(args.url + "/health", timeout=30).json()
+    after = get_health(args.url)
     out = {**report.summary(), "clients": args.clients,
            "batch": args.batch, "server_before": before, "server_after": after}
     json.dump(out, sys.stdout, indent=2)
@@ -242,12 +261,17 @@ def run(args: argparse.Namespace) -> int:
     from roadpubsub.service.snapshot import read_manifest
     from roadpubsub.service.state import ServiceOptions, ServiceState
 
-    for name in ("snapshot_every", "flush_every", "group_max"):
+    for name in ("snapshot_every", "flush_every", "group_max", "max_keywords",
+                 "max_keyword_bytes", "max_batch_rows", "decode_thread_bytes"):
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
     if not 0.01 <= args.switch_interval <= 100:
         msg = f"--switch-interval must lie in [0.01, 100] ms, got {args.switch_interval:g}"
+        raise InputError(msg)
+    if args.max_json_depth < 3:
+        msg = f"--max-json-depth must be >= 3 (a batch of rows nests 3 deep), got " \
+              f"{args.max_json_depth}"
         raise InputError(msg)
     if args.compact_delta is not None and args.compact_delta < 1:
         msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
@@ -278,7 +302,12 @@ def run(args: argparse.Namespace) -> int:
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
                              fsync=not args.no_fsync, max_snap_m=args.max_snap,
                              background_compaction=not args.inline_compaction,
-                             compact_delta=args.compact_delta)
+                             compact_delta=args.compact_delta,
+                             max_keywords=args.max_keywords,
+                             max_keyword_bytes=args.max_keyword_bytes,
+                             max_batch_rows=args.max_batch_rows,
+                             max_json_depth=args.max_json_depth,
+                             decode_thread_bytes=args.decode_thread_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "

@@ -39,6 +39,8 @@ def register(subparsers: Any) -> None:
                     "'spark-submit spark_jobs/<job>.py'. Needs Java 17+.",
         epilog="Run 'roadpubsub spark JOB --help' for a job's options and an example.",
     )
+    from spark_jobs.session import spark_errors
+
     sub = parser.add_subparsers(dest="spark_job", metavar="JOB", required=True)
     for name, (module_name, help_text) in JOBS.items():
         module = importlib.import_module(module_name)
@@ -48,4 +50,4 @@ def register(subparsers: Any) -> None:
             epilog=job_parser.epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(child)
-        child.set_defaults(func=module.run)
+        child.set_defaults(func=spark_errors(module.run))  # one line for JVM failures

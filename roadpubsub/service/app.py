@@ -58,7 +58,7 @@ from roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
-from roadpubsub.service.hotpath import HotRoutes, decode_body
+from roadpubsub.service.hotpath import HotRoutes, decode_body_async
 from roadpubsub.service.metrics import Metrics, rss_bytes, thread_cpu
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
@@ -261,8 +261,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     than ``ws_buffer_deliveries`` or ``ws_buffer_bytes`` is closed with
     :data:`SLOW_READER_CLOSE`. The transport limits wrap it
     (:mod:`roadpubsub.service.limits`)."""
-    parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m, kinds=True,
-                        dmax_m=state.index.dmax_m)
+    opts = state.options
+    parser = BodyParser(state.index.network, max_snap_m=opts.max_snap_m, kinds=True,
+                        dmax_m=state.index.dmax_m, max_keywords=opts.max_keywords,
+                        max_keyword_bytes=opts.max_keyword_bytes,
+                        max_batch_rows=opts.max_batch_rows)
     applier = Applier(state, parser, group_max=group_max)
     metrics = Metrics()
     hub = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
@@ -290,7 +293,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return applied
 
     async def body_of(request: Request) -> Any:
-        return decode_body(await request.body())
+        return await decode_body_async(await request.body(), max_depth=opts.max_json_depth,
+                                       thread_bytes=opts.decode_thread_bytes)
 
     async def post_subscriptions(request: Request) -> Response:
         t0 = time.perf_counter()

@@ -1,7 +1,8 @@
 """Expiry of live subscriptions: who expires when, the earliest first.
 
-The rule (see :mod:`roadpubsub.service.state`): before a message at time t is matched,
-every subscription with ``expires_at <= t`` is unsubscribed.
+The rule (see :mod:`roadpubsub.service.state`): before a publish is matched, every
+subscription with ``expires_at <=`` the server's clock is unsubscribed (:meth:`Expiry.due`);
+a message's own time only decides its own deliveries.
 """
 
 from __future__ import annotations

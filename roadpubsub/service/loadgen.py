@@ -27,7 +27,8 @@ from index.workload import generate_workload
 from roadnet.errors import InputError
 from roadnet.network import RoadNetwork
 
-__all__ = ["LoadReport", "build_stream", "check_loopback", "run_load"]
+__all__ = ["LoadReport", "ServiceDownError", "build_stream", "check_loopback", "get_health",
+           "run_load"]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -39,6 +40,49 @@ def check_loopback(url: str) -> tuple[str, int]:
         msg = f"the load generator only targets http://127.0.0.1 (loopback), got {url!r}"
         raise InputError(msg)
     return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+class ServiceDownError(InputError):
+    """No service answers at the load generator's URL (one line, with a hint)."""
+
+
+def _down(url: str, exc: BaseException) -> ServiceDownError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    msg = f"no service answers at {url}: {reason or type(exc).__name__}"
+    return ServiceDownError(msg, hint="start it with 'roadpubsub serve --state DIR', or "
+                                      "give its address with --url")
+
+
+def get_health(url: str, *, timeout: float = 30.0) -> dict[str, Any]:
+    """``GET /health`` of the service at ``url`` (loopback only), with the standard library
+    (the load generator needs nothing beyond a plain install).
+
+    Raises
+    ------
+    ServiceDownError
+        Nothing listens there, or the answer is not the service's health.
+    """
+    import http.client
+
+    host, port = check_loopback(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/health")
+        answer = conn.getresponse()
+        body = answer.read()
+        if answer.status != 200:
+            msg = f"/health answered {answer.status}"
+            raise ServiceDownError(msg)
+        out = json.loads(body)
+    except ServiceDownError as exc:
+        raise _down(url, exc) from exc
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise _down(url, exc) from exc
+    finally:
+        conn.close()
+    if not isinstance(out, dict):
+        raise _down(url, ValueError("/health did not answer a JSON object"))
+    return out
 
 
 class _Client(asyncio.Protocol):
@@ -327,6 +371,9 @@ def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch
     if events < 1 or seconds <= 0 or clients < 1 or batch < 1:
         msg = "events, clients and batch must be >= 1 and seconds > 0"
         raise InputError(msg)
-    return asyncio.run(_run(url, stream, existing=existing, clients=clients, batch=batch,
-                            events=events, seconds=seconds, mix=mix, seed=seed,
-                            first_message_id=first_message_id))
+    try:
+        return asyncio.run(_run(url, stream, existing=existing, clients=clients,
+                                batch=batch, events=events, seconds=seconds, mix=mix,
+                                seed=seed, first_message_id=first_message_id))
+    except OSError as exc:  # refused, reset: the service is down or went away
+        raise _down(url, exc) from exc

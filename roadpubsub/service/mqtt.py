@@ -32,6 +32,7 @@ import numpy as np
 from index.events import BodyParser, RequestError
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
+from roadpubsub.service.hotpath import decode_body
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["MqttConnector", "parse_broker"]
@@ -125,7 +126,7 @@ class MqttConnector:
         self.received += 1
         topic = msg.topic[len(self.prefix) + 1:]
         try:
-            body = json.loads(msg.payload)
+            body = decode_body(msg.payload, max_depth=self.state.options.max_json_depth)
             fut = self._submit(topic, body)
         except (ValueError, RequestError) as exc:
             fut = Future()
@@ -142,7 +143,9 @@ class MqttConnector:
             return self.applier.call(lambda: state.subscribe(parser.subscriptions(body)))
         if topic == "unsubscriptions":
             rows = body if isinstance(body, list) else [body]
-            if not all(isinstance(r, dict) and isinstance(r.get("id"), int) for r in rows):
+            if not all(isinstance(r, dict) and isinstance(r.get("id"), int)
+                       and not isinstance(r["id"], bool) and -2**63 <= r["id"] < 2**63
+                       for r in rows):
                 msg = "an unsubscription is {\"id\": ID} or an array of them"
                 raise RequestError(msg, status=400)
             ids = np.asarray([r["id"] for r in rows], dtype=np.int64)

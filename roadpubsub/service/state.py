@@ -7,12 +7,17 @@ write-ahead log (:mod:`roadpubsub.service.wal`). The HTTP layer answers once an 
 covered the record. Restarting replays the log after the last snapshot through the same
 functions, so the recovered state, and every delivery, equals the original.
 
-Expiry rule (exact and replayable): a message published at time t (its ``time`` field, or
-the server's clock, recorded in the log) is matched only after every subscription with
-``expires_at <= t`` has been unsubscribed. The unsubscribes are not logged separately:
-replaying the publish repeats them. Messages of one batch are matched in ascending order of
-their time. An expired subscription is gone for good (later messages with an earlier time
-do not see it), and the index purges it at its next compaction.
+Expiry rule (exact and replayable): the SERVER's clock purges. Before a publish request is
+matched, every subscription with ``expires_at <=`` the server's clock at that moment is
+unsubscribed; that clock reading is logged with the publish (``now``), so a replay purges
+exactly the same. A message's own ``time`` (or the server's clock when absent) only decides
+whether that message is delivered to a subscription: not when ``time >= expires_at`` (the
+rule of ``roadpubsub match``), so a message from the far future delivers to no expiring
+subscription but removes none. Messages of one batch are matched in ascending order of
+their time. An expired subscription is gone for good, and the index purges it at its next
+compaction. (Log records written before ``now`` was logged replay the former rule: purge at
+the message's time.) Top-k subscriptions take every message into their window whatever its
+time; only the purge ends them.
 
 Idempotent publishing: a message whose id was published before is not matched again; its
 recorded deliveries are returned (``"duplicate": true``).
@@ -26,7 +31,8 @@ the last W messages (W fixed when DIR is created, ``manifest["window"]``); its t
 insertions and evictions are answered, logged (:class:`~roadpubsub.service.deliveries_log.
 TopkLog`) and repeated for a re-sent id like its deliveries. An expired top-k
 subscription's results are evicted (bottom rank first) among the events of the first
-message whose time reaches its ``expires_at``; a delete or move of one emits no event
+message of the first publish after the server's clock reaches its ``expires_at`` (the
+purge); a delete or move of one emits no event
 (its top-k, for a move the one at its new place, is read with GET). Every message enters the window,
 including while no top-k subscription exists, and a replayed one too (even when its answer
 is already in the deliveries log), so the window after a restart is the acknowledged one.
@@ -36,6 +42,7 @@ Snapshots hold the boolean and top-k subscriptions and the window (``<seq>.kinds
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -200,6 +207,10 @@ class ServiceOptions:
     compact_delta
         Compact once the delta holds more rows than this (>= 1); None: the index's own rule
         (``DEFAULTS.delta_compaction_min`` and ``delta_compaction_ratio``).
+    max_keywords, max_keyword_bytes, max_batch_rows, max_json_depth, decode_thread_bytes
+        Limits on request bodies (:class:`~roadnet.settings.Settings`): keywords per row,
+        UTF-8 bytes per keyword after normalisation, rows per body, nesting depth, and the
+        body size above which it is decoded on a worker thread.
     """
 
     snapshot_every: int = DEFAULTS.snapshot_every
@@ -208,6 +219,12 @@ class ServiceOptions:
     max_snap_m: float = DEFAULTS.snap_distance_m
     background_compaction: bool = True
     compact_delta: int | None = None
+    # --- validation ---
+    max_keywords: int = DEFAULTS.max_keywords
+    max_keyword_bytes: int = DEFAULTS.max_keyword_bytes
+    max_batch_rows: int = DEFAULTS.max_batch_rows
+    max_json_depth: int = DEFAULTS.max_json_depth
+    decode_thread_bytes: int = DEFAULTS.decode_thread_bytes
 
 
 @dataclass
@@ -383,15 +400,18 @@ class ServiceState:
             self._move(ids, EdgePoints.of(rec["edge"], rec["offset"]))
         elif op == "publish":
             times = np.asarray(rec["time"], dtype=float)
+            purge_at = rec.get("now")  # absent: a record of the former rule
             points = EdgePoints.of(rec["edge"], rec["offset"])
             if all(self.messages.get(m, (None,))[0] == seq for m in ids.tolist()):
                 # In the deliveries log already: the expiry it caused and the window are
                 # state (the top-k events are computed again and must be the logged ones).
-                _, top = self._publish(ids, points, rec["keywords"], times, match=False)
+                _, top = self._publish(ids, points, rec["keywords"], times, match=False,
+                                       purge_at=purge_at)
                 for m in ids.tolist():
                     _check_same_topk(m, self.topk_of.get(m), top.only([m]))
                 return
-            found, top = self._publish(ids, points, rec["keywords"], times)
+            found, top = self._publish(ids, points, rec["keywords"], times,
+                                       purge_at=purge_at)
             self._record(seq, ids, times, found, top, replay=True)
         else:
             msg = f"unknown operation {op!r} in the log at seq {seq}"
@@ -436,9 +456,10 @@ class ServiceState:
         """The ids the threshold index holds (all of them when no other kind is live)."""
         return ids[self.index.contains(ids)] if self._kinds_live() else ids
 
-    def _remove(self, ids: IntArray) -> None:
-        """Remove live subscriptions of any kind."""
-        thr = self._threshold_ids(ids)
+    def _remove(self, ids: IntArray, thr: IntArray | None = None) -> None:
+        """Remove live subscriptions of any kind (``thr``: those of the threshold index,
+        when known)."""
+        thr = self._threshold_ids(ids) if thr is None else thr
         if thr.size:
             self.index.unsubscribe(thr)
             self.compactor.removed(thr)
@@ -471,39 +492,66 @@ class ServiceState:
         self.counts["move"] += ids.size
 
     def _expire(self, t: float) -> TopkEvents:
-        """Unsubscribe every subscription with expires_at <= t (the expiry rule); the
-        evictions of expired top-k subscriptions' results (see LiveTopk.withdraw)."""
+        """Unsubscribe every subscription with expires_at <= t (the server's clock at a
+        publish: the purge); the evictions of expired top-k subscriptions' results (see
+        LiveTopk.withdraw)."""
         due = self.expiry.due(t)
         if not due.size:
             return TopkEvents.empty()
+        # which are threshold ones, before the top-k withdraws its own: then no other kind
+        # may be live, and every id would look like a threshold one
+        thr = self._threshold_ids(due)
         gone = self.topk.withdraw(due) if len(self.topk) else TopkEvents.empty()
-        self._remove(due)
+        self._remove(due, thr)
         self.counts["expire"] += due.size
         return gone
 
+    def _unexpired(self, found: Deliveries, t: float) -> Deliveries:
+        """``found`` without the deliveries to subscriptions whose expires_at <= t (a
+        message's time decides only its own deliveries)."""
+        heap = self.expiry.heap
+        # the heap's head is at most the earliest live expiry: nothing to drop below it
+        if not len(found) or not heap or t < heap[0][0]:
+            return found
+        at = self.expiry.at
+        exp = np.fromiter((at.get(s, math.inf) for s in found.subscription_id.tolist()),
+                          dtype=np.float64, count=len(found))
+        keep = exp > t
+        if keep.all():
+            return found
+        return Deliveries(found.message_id[keep], found.subscription_id[keep],
+                          found.distance[keep], found.score[keep])
+
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
-                 times: FloatArray, *, match: bool = True) -> tuple[Deliveries, TopkFound]:
-        """Expire, match (threshold, then boolean) and push into the top-k window, in
-        ascending time; ``match=False`` only expires and pushes (a replayed message whose
-        deliveries are logged)."""
+                 times: FloatArray, *, match: bool = True, purge_at: float | None = None
+                 ) -> tuple[Deliveries, TopkFound]:
+        """Purge at ``purge_at`` (the server's clock), then match (threshold, then boolean,
+        each message delivered only to subscriptions that have not expired at its time) and
+        push into the top-k window, in ascending time; ``match=False`` only purges and
+        pushes (a replayed message whose deliveries are logged). ``purge_at=None`` (log
+        records of the former rule) purges at each message's time instead."""
         messages = Messages.from_rows(ids=ids, points=points, keywords=keywords,
                                       weights=self.index.weights)
         parts = []
         tops = []
+        purged = self._expire(purge_at) if purge_at is not None else None
         # one message: one time, the whole batch (np.unique and the row selection of
         # the general loop below are no-ops then)
         groups = ((float(times[0]), None),) if len(messages) == 1 else \
             ((float(t), np.flatnonzero(times == t)) for t in np.unique(times))  # ascending
         for t, group_rows in groups:
-            gone = self._expire(t)
+            if purged is None:
+                gone = self._expire(t)
+            else:  # the purge's evictions go with the first message, as before
+                gone, purged = purged, TopkEvents.empty()
             whole = group_rows is None or group_rows.size == len(messages)
             rows = group_rows if group_rows is not None else np.arange(len(messages))
             batch = messages if whole else messages.take(rows)
             t0 = time.perf_counter()
             if match:
-                parts.append(self.matcher.match(batch)[0])
+                parts.append(self._unexpired(self.matcher.match(batch)[0], t))
                 if len(self.boolean):
-                    parts.append(self.boolean.match(batch))
+                    parts.append(self._unexpired(self.boolean.match(batch), t))
             first = self.topk.arrivals
             # the same weights: the top-k window takes the matcher's keyword rows
             same = self.topk.weights is self.index.weights
@@ -638,7 +686,9 @@ class ServiceState:
         return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
 
     def publish(self, batch: MessageBatch, *, now: float | None = None) -> Applied:
-        """Match new messages; repeated ids get their recorded deliveries."""
+        """Match new messages; repeated ids get their recorded deliveries. ``now``: the
+        server's clock (epoch seconds; default ``time.time()``), which purges expired
+        subscriptions and stands in for absent message times."""
         self._check_alive()
         seen = np.fromiter((m in self.messages for m in batch.ids.tolist()), dtype=bool,
                            count=len(batch))
@@ -649,13 +699,14 @@ class ServiceState:
         if new.size:
             ids = batch.ids if every else batch.ids[new]
             times = batch.time if every else batch.time[new]
-            times = np.where(np.isnan(times), time.time() if now is None else now, times)
+            clock = time.time() if now is None else float(now)
+            times = np.where(np.isnan(times), clock, times)
             keywords = batch.keywords if every else [batch.keywords[i] for i in new.tolist()]
             points = batch.points if every else batch.points[new]
-            fresh, top = self._publish(ids, points, keywords, times)
+            fresh, top = self._publish(ids, points, keywords, times, purge_at=clock)
             seq = self._log({"op": "publish", "id": ids.tolist(),
                              "edge": points.edge.tolist(), "offset": points.offset.tolist(),
-                             "keywords": keywords, "time": times.tolist()})
+                             "keywords": keywords, "time": times.tolist(), "now": clock})
             self._record(seq, ids, times, fresh, top, replay=False)
         else:
             top = TopkFound.empty()

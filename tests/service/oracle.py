@@ -4,10 +4,16 @@
 Keyword ids depend on the order terms are first seen, and TSIM sums weights in id order,
 so the oracle registers each subscription's terms when its event is replayed, in log
 order, as the service does: both then hold the same ids and score bit-identically.
+
+Expiry: a publish first purges every subscription whose ``expires_at`` the clock has
+reached (the tests' expiry times lie far from the clock, so the oracle's and the server's
+readings purge the same), then a message is delivered only to subscriptions with
+``expires_at`` > its time.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -54,10 +60,11 @@ class Oracle:
                                           u=r["u"], v=r["v"], offset=r["offset"])
         elif op == "publish":
             times = sorted({r["time"] for r in rows})
+            clock = time.time()
+            for sid in [s for s, r in self.subs.items()
+                        if r.get("expires_at") is not None and r["expires_at"] <= clock]:
+                del self.subs[sid]
             for t in times:
-                for sid in [s for s, r in self.subs.items()
-                            if r.get("expires_at") is not None and r["expires_at"] <= t]:
-                    del self.subs[sid]
                 now = [r for r in rows if r["time"] == t]
                 self._match(now)
         else:
@@ -74,12 +81,25 @@ class Oracle:
         messages = Messages.from_rows(ids=[r["id"] for r in rows], points=self._points(rows),
                                       keywords=[r["keywords"] for r in rows],
                                       weights=self.weights)
-        found = match_brute(self.network, subs, messages, self.weights, dmax_m=self.dmax_m)
+        found = unexpired(match_brute(self.network, subs, messages, self.weights,
+                                      dmax_m=self.dmax_m), self.subs, rows)
         for r in rows:
             mine = found.message_id == r["id"]
             self.deliveries[r["id"]] = Deliveries(found.message_id[mine],
                                                   found.subscription_id[mine],
                                                   found.distance[mine], found.score[mine])
+
+
+def unexpired(found: Deliveries, subs: dict[int, dict[str, Any]],
+              rows: list[dict[str, Any]]) -> Deliveries:
+    """``found`` without deliveries to subscriptions expired at the message's time."""
+    when = {r["id"]: r["time"] for r in rows}
+    keep = np.array([subs[s].get("expires_at") is None or subs[s]["expires_at"] > when[m]
+                     for m, s in zip(found.message_id.tolist(),
+                                     found.subscription_id.tolist(), strict=True)],
+                    dtype=bool)
+    return Deliveries(found.message_id[keep], found.subscription_id[keep],
+                      found.distance[keep], found.score[keep])
 
 
 def as_deliveries(objs: list[dict[str, Any]]) -> Deliveries:

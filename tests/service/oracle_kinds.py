@@ -11,10 +11,11 @@ compared. Terms are registered in log order, row by row across kinds, as the ser
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
-from oracle import Oracle
+from oracle import Oracle, unexpired
 
 from index.kinds import BooleanSubscriptions, TopkSubscriptions
 from index.model import Messages, keyword_csr
@@ -98,21 +99,24 @@ class KindsOracle:
                         table[r["id"]].update(edge=int(pts.edge[k]), pos=float(pts.offset[k]),
                                               u=r["u"], v=r["v"], offset=r["offset"])
         elif op == "publish":
-            for t in sorted({r["time"] for r in rows}):
+            clock = time.time()  # the server's clock purges (see Oracle)
+            times = sorted({r["time"] for r in rows})
+            first_now = [r for r in rows if r["time"] == times[0]]
+            withdrawn: list[TopkRow] = []
+            for table in (self.thr.subs, self.boolean, self.topk):
+                gone = [s for s, r in table.items()
+                        if r.get("expires_at") is not None and r["expires_at"] <= clock]
+                if table is self.topk and gone:
+                    # an expired top-k is evicted, bottom rank first, as the first
+                    # message of the publish arrives (the batch matcher's rule)
+                    for s in sorted(gone):
+                        withdrawn += self._evictions(s, first_now[0]["id"])
+                for s in gone:
+                    del table[s]
+                    if table is self.topk:
+                        self.tm = None
+            for t in times:
                 now = [r for r in rows if r["time"] == t]
-                withdrawn: list[TopkRow] = []
-                for table in (self.thr.subs, self.boolean, self.topk):
-                    gone = [s for s, r in table.items()
-                            if r.get("expires_at") is not None and r["expires_at"] <= t]
-                    if table is self.topk and gone:
-                        # an expired top-k is evicted, bottom rank first, as the first
-                        # message of this time arrives (the batch matcher's rule)
-                        for s in sorted(gone):
-                            withdrawn += self._evictions(s, now[0]["id"])
-                    for s in gone:
-                        del table[s]
-                        if table is self.topk:
-                            self.tm = None
                 self.thr._match(now)
                 self._match_boolean(now)
                 self._push_topk(now)
@@ -121,6 +125,7 @@ class KindsOracle:
                     tagged = [(0, e) for e in withdrawn] + self._phases.pop(first)
                     self.events[first] = [e for _, e in sorted(
                         tagged, key=lambda x: (x[0], x[1][2]))]
+                    withdrawn = []
                 for r in now:
                     self.deliveries[r["id"]] = Deliveries.concat(
                         [self.thr.deliveries[r["id"]], self._bool_found[r["id"]]])
@@ -142,8 +147,9 @@ class KindsOracle:
             subs = BooleanSubscriptions(np.asarray(ids, np.int64), EdgePoints.of(
                 [r["edge"] for r in live], [r["pos"] for r in live]),
                 np.asarray([r["radius"] for r in live], float), ptr, terms)
-            found = BooleanBruteMatcher(self.network, subs, self.weights,
-                                        dmax_m=self.dmax_m).match(self._messages(rows))
+            found = unexpired(BooleanBruteMatcher(self.network, subs, self.weights,
+                                                  dmax_m=self.dmax_m).match(
+                self._messages(rows)), self.boolean, rows)
         for r in rows:
             mine = found.message_id == r["id"]
             self._bool_found[r["id"]] = Deliveries(found.message_id[mine],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -287,24 +288,27 @@ def test_expiry_is_exact_and_survives_restarts(serve: Any, workload: Workload,
                                                andorra: RoadNetwork, andorra_path: Path,
                                                tweets: list[list[str]], tmp_path: Path
                                                ) -> None:
-    """A subscription stops matching messages whose time is >= its expires_at; the rule
-    (and the expiry table) survive a snapshot and a kill -9."""
+    """A subscription stops matching messages whose time is >= its expires_at, and the
+    server's clock purges it (a past expires_at: gone at the next publish); the rule (and
+    the expiry table) survive a snapshot and a kill -9."""
     server = serve("--snapshot-every", "3")
     c = server.client()
     subs = subscription_rows(workload, andorra)[:600]
-    expiring = np.random.default_rng(3).choice([None, 1000.0, 2000.0, 5000.0], len(subs))
+    base = float(int(time.time()) + 10**7)  # far beyond the server's clock: no purge
+    expiring = np.random.default_rng(3).choice([None, 1000.0, base + 1000, base + 2000,
+                                                base + 5000], len(subs))
     subs = [{**s, "expires_at": e} for s, e in zip(subs, expiring.tolist(), strict=True)]
     oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
     assert c.post("/subscriptions", json=subs).status_code == 201
     oracle.apply("subscribe", subs)
     msgs = message_rows(workload, andorra)
     # one batch with several times (matched in time order), then single messages
-    batch = [{**m, "time": t} for m, t in zip(msgs[:8], [2500.0, 500, 1500, 500, 999.5, 1000,
-                                                          2000, 4000], strict=True)]
+    batch = [{**m, "time": base + t} for m, t in zip(
+        msgs[:8], [2500.0, 500, 1500, 500, 999.5, 1000, 2000, 4000], strict=True)]
     seen = as_deliveries(c.post("/messages", json=batch).json()["deliveries"])
     oracle.apply("publish", batch)
     for m in msgs[8:20]:
-        m = {**m, "time": 4500.0}
+        m = {**m, "time": base + 4500}
         seen = Deliveries.concat([seen, as_deliveries(c.post("/messages", json=m).json()[
             "deliveries"])])
         oracle.apply("publish", [m])
@@ -313,7 +317,7 @@ def test_expiry_is_exact_and_survives_restarts(serve: Any, workload: Workload,
     # the batch CLI applies the same rule to the same columns
     (tmp_path / "subs.json").write_text(json.dumps(subs))
     (tmp_path / "msgs.json").write_text(json.dumps(
-        batch + [{**m, "time": 4500.0} for m in msgs[8:20]]))
+        batch + [{**m, "time": base + 4500} for m in msgs[8:20]]))
     weights_file = write_weights(tweet_weights(tweets), tmp_path / "w.parquet")
     assert main(["match", "--network", str(andorra_path), "--subscriptions",
                  str(tmp_path / "subs.json"), "--messages", str(tmp_path / "msgs.json"),
@@ -321,12 +325,13 @@ def test_expiry_is_exact_and_survives_restarts(serve: Any, workload: Workload,
                  "--out", str(tmp_path / "d.parquet")]) == 0
     assert_same(Deliveries(**read_deliveries(tmp_path / "d.parquet")), seen, "CLI expiry")
     gone = next(s["id"] for s in subs if s["expires_at"] == 1000.0)
-    kept = next(s["id"] for s in subs if s["expires_at"] == 5000.0)
-    assert c.get(f"/subscriptions/{gone}").status_code == 404  # expired: no longer live
-    assert c.get(f"/subscriptions/{kept}").json()["expires_at"] == 5000.0
+    kept = next(s["id"] for s in subs if s["expires_at"] == base + 1000)
+    assert c.get(f"/subscriptions/{gone}").status_code == 404  # purged by the clock
+    # past its expiry for the messages' times, not for the server's clock: still live
+    assert c.get(f"/subscriptions/{kept}").json()["expires_at"] == base + 1000
     server.kill()
     server.start()
-    late = [{**m, "time": 6000.0} for m in msgs[20:40]]
+    late = [{**m, "time": base + 6000} for m in msgs[20:40]]
     got = as_deliveries(c.post("/messages", json=late).json()["deliveries"])
     oracle.apply("publish", late)
     assert_same(got, Deliveries.concat([oracle.deliveries[m["id"]] for m in late]),

@@ -152,9 +152,13 @@ def test_kinds_match_the_batch_cli(kinds_server: Any, workload: Workload,
     server = kinds_server()
     c = server.client()
     subs = kind_rows(workload, andorra, n=700, seed=1)
-    for j, r in enumerate(subs):  # some expire while the messages (times 1, 2, ...) flow
-        if j % 7 == 3:
-            r["expires_at"] = float(20 + (j * 13) % 120)
+    # Some threshold and boolean ones expire for the messages' times (base + 1, 2, ...),
+    # far beyond the server's clock: the messages' times decide, as in the batch CLI. (A
+    # top-k one leaves only when the server's clock purges it: test_validation.py.)
+    base = float(int(time.time()) + 10**7)
+    for j, r in enumerate(subs):
+        if j % 7 == 3 and r.get("kind") != "topk":
+            r["expires_at"] = base + 20 + (j * 13) % 120
     for k in range(0, len(subs), 250):
         r = c.post("/subscriptions", json=subs[k:k + 250])
         assert r.status_code == 201, r.text
@@ -176,7 +180,7 @@ def test_kinds_match_the_batch_cli(kinds_server: Any, workload: Workload,
     t.start()
     assert ready.wait(30)
 
-    msgs = [{**m, "time": float(i + 1)} for i, m in enumerate(message_rows(workload,
+    msgs = [{**m, "time": base + i + 1} for i, m in enumerate(message_rows(workload,
                                                                             andorra)[:160])]
     delivered: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
@@ -196,10 +200,16 @@ def test_kinds_match_the_batch_cli(kinds_server: Any, workload: Workload,
     assert n_bool > 15 and len(events) > 100  # the comparisons below mean something
     assert all(d["score"] == 1.0 for d in delivered if d["subscription_id"] in boolean_ids)
     assert {e["event"] for e in events} == {"insert", "evict"}
-    # evictions by expiry: a message older than the arriving one leaves a top-k
+    # evictions as the window slides: a message older than the arriving one leaves a top-k
     assert any(e["event"] == "evict" and e["message_id"] != e["arrival_id"] for e in events)
     expiring = {s["id"] for s in subs if s.get("expires_at") is not None}
-    assert any(e["subscription_id"] in expiring and e["event"] == "evict" for e in events)
+    # some expiring subscriptions matched early messages and none a message at or after
+    # its expires_at
+    when = {m["id"]: m["time"] for m in msgs}
+    exp = {s["id"]: s["expires_at"] for s in subs if s["id"] in expiring}
+    assert any(d["subscription_id"] in exp for d in delivered)
+    assert all(when[d["message_id"]] < exp[d["subscription_id"]]
+               for d in delivered if d["subscription_id"] in exp)
 
     # a repeated message: the same deliveries and top-k events, nothing new
     rich = next(m for m in msgs if any(e["arrival_id"] == m["id"] for e in events))
@@ -338,9 +348,16 @@ def _stream(wl: Workload, network: RoadNetwork, moves: EdgePoints, *, n_events: 
     publishes with increasing times; top-k and boolean subscriptions join mid-stream."""
     rng = random.Random(seed)
     pool = kind_rows(wl, network, n=600, seed=seed, shares=(0.3, 0.35, 0.35))
+    # message times base + 0, 1, ...: far beyond the server's clock, which purges only the
+    # subscriptions that expired long ago (expires_at 1.0); the others expire for the
+    # messages' times (no delivery at or after it) and stay live
+    base = float(int(time.time()) + 10**7)
     for r in pool:
-        if rng.random() < 0.2:
-            r["expires_at"] = float(rng.randint(20, 120))
+        x = rng.random()
+        if x < 0.2:
+            r["expires_at"] = base + rng.randint(20, 120)
+        elif x < 0.3:
+            r["expires_at"] = 1.0
     msgs = message_rows(wl, network)
     live: list[int] = []
     events: list[tuple[str, list[dict[str, Any]]]] = [("subscribe", pool[:200])]
@@ -364,7 +381,8 @@ def _stream(wl: Workload, network: RoadNetwork, moves: EdgePoints, *, n_events: 
             rows = []
             for _ in range(rng.choice([1, 1, 1, 3])):
                 clock += rng.choice([0, 1, 2])
-                rows.append({**msgs[mid % len(msgs)], "id": 50_000 + mid, "time": float(clock)})
+                rows.append({**msgs[mid % len(msgs)], "id": 50_000 + mid,
+                             "time": base + clock})
                 mid += 1
             events.append(("publish", rows))
     return events
@@ -372,17 +390,16 @@ def _stream(wl: Workload, network: RoadNetwork, moves: EdgePoints, *, n_events: 
 
 def _expired_aware(events: list[tuple[str, list[dict[str, Any]]]]
                    ) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Drop moves and unsubscribes of subscriptions expired by then (the service refuses
-    them as unknown, rightly)."""
+    """Drop moves and unsubscribes of subscriptions purged by then (the service refuses
+    them as unknown, rightly): a publish purges those whose expires_at the clock passed."""
     expires: dict[int, float | None] = {}
     gone: set[int] = set()
-    now = -np.inf
     out = []
     for op, rows in events:
         if op == "subscribe":
             expires.update((r["id"], r.get("expires_at")) for r in rows)
         elif op == "publish":
-            now = max(now, max(r["time"] for r in rows))
+            now = time.time()
             gone |= {i for i, e in expires.items() if e is not None and e <= now}
         else:
             rows = [r for r in rows if r["id"] not in gone]

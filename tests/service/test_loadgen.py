@@ -42,3 +42,23 @@ def test_mixed_stream_and_batches(serve: Any, workload: Workload,
 def test_only_loopback(url: str) -> None:
     with pytest.raises(ValueError, match="loopback"):
         check_loopback(url)
+
+
+def test_the_cli_runs_without_httpx(serve: Any, workload: Workload, andorra: RoadNetwork,
+                                    andorra_path: Any) -> None:
+    """``roadpubsub loadgen`` after a plain install (no httpx) reports its JSON."""
+    import json
+
+    from plain_install import run_without_httpx
+
+    server = serve()
+    with server.client() as c:
+        assert c.post("/subscriptions", json=subscription_rows(workload, andorra)[:50]
+                      ).status_code == 201
+    done = run_without_httpx("loadgen", "--url", server.url, "--network", str(andorra_path),
+                             "--existing", "50", "--clients", "2", "--events", "60",
+                             timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["requests"] == 60 and out["errors"] == {}
+    assert out["server_after"]["seq"] > out["server_before"]["seq"]

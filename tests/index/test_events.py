@@ -1,0 +1,107 @@
+"""The body parser (index.events) checks everything that reaches the log (issue 29): text
+that encodes as UTF-8, keyword counts and lengths after normalisation, number and time
+ranges, row counts; errors name the row and the field and quote values shortened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from index.events import BodyParser, RequestError
+from roadnet.network import RoadNetwork
+from roadnet.settings import DEFAULTS
+
+
+@pytest.fixture(scope="module")
+def parser(tiny: RoadNetwork) -> BodyParser:
+    return BodyParser(tiny, max_snap_m=250.0, kinds=True, dmax_m=1000.0)
+
+
+def _sub(**fields: Any) -> dict[str, Any]:
+    return {"id": 1, "keywords": ["delayed"], "alpha": 0.5, "tau": 0.2, "u": 10, "v": 20,
+            "offset": 5.0, **fields}
+
+
+def _msg(**fields: Any) -> dict[str, Any]:
+    return {"id": 1, "keywords": ["delayed"], "u": 10, "v": 20, "offset": 5.0, **fields}
+
+
+def test_valid_bodies_pass(parser: BodyParser) -> None:
+    long = "\u00e9" * 128  # 256 UTF-8 bytes: at the limit
+    batch = parser.subscriptions([_sub(keywords=[long] * DEFAULTS.max_keywords),
+                                  _sub(id=2, expires_at=DEFAULTS.time_max)])
+    assert len(batch) == 2 and batch.keywords[0][0] == long
+    assert parser.messages(_msg(time=0.0)).time[0] == 0.0
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (_sub(keywords=["\ud800"]), "field 'keywords': keyword '\\ud800' is not valid Unicode"),
+    (_sub(keywords=["ok", "a\udfffb"]), "not valid Unicode"),
+    (_sub(keywords=["k" * 257]), "257 UTF-8 bytes long, more than the limit of 256"),
+    (_sub(keywords=["\u0130" * 100]), "300 UTF-8 bytes long"),  # 200 bytes, 300 folded
+    (_sub(keywords=[f"w{i}" for i in range(65)]), "at most 64 keywords, got 65"),
+    (_sub(keywords=[["nested"]]), "non-empty list of non-empty strings"),
+    (_sub(expires_at=1e308), "field 'expires_at' must lie in [0, 253402300799]"),
+    (_sub(expires_at=-1), "field 'expires_at' must lie in"),
+    (_sub(id=2**63), "field 'id' must be a 64-bit integer"),
+    (_sub(u=10**400), "fields 'u', 'v' must be node ids"),
+    (_sub(offset=10**400), "'offset' a finite number"),
+    (_sub(alpha=float("nan")), "field 'alpha' must be a finite number"),
+    (_sub(kind="topk", tau=None, k=1e300), "field 'k' of a topk subscription"),
+    (_sub(kind="boolean", alpha=None, tau=None, radius=1e308), "field 'radius'"),
+    (_sub(**{"\ud800": 1}), "unknown field(s) '\\ud800'"),
+])
+def test_bad_subscriptions_name_the_field(parser: BodyParser, body: dict[str, Any],
+                                          says: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parser.subscriptions(body)
+    assert err.value.status == 422
+    assert "row 0 (id " in str(err.value) and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (_msg(time=1e308), "field 'time' must lie in [0, 253402300799]"),
+    (_msg(time=float("inf")), "field 'time' must be a finite number"),
+    (_msg(time=-0.5), "field 'time' must lie in"),
+    (_msg(time=10**400), "field 'time' must be a finite number"),
+    (_msg(keywords=["\ud800"]), "not valid Unicode"),
+    ({"id": 1, "keywords": ["a"], "lon": 1e308, "lat": 0.0}, "fields 'lon', 'lat'"),
+])
+def test_bad_messages_name_the_field(parser: BodyParser, body: dict[str, Any],
+                                     says: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parser.messages(body)
+    assert says in str(err.value), str(err.value)
+
+
+def test_values_are_quoted_shortened(parser: BodyParser) -> None:
+    deep: Any = "x" * 10_000
+    for _ in range(30):
+        deep = [deep]
+    with pytest.raises(RequestError) as err:
+        parser.subscriptions(_sub(id=deep, keywords="k" * 100_000))
+    assert len(str(err.value)) < 1000, len(str(err.value))
+
+
+@pytest.mark.parametrize("body", [5, None, "text", [1, 2], [_msg(), 3]])
+def test_bodies_that_are_not_objects_are_400(parser: BodyParser, body: Any) -> None:
+    with pytest.raises(RequestError) as err:
+        parser.messages(body)
+    assert err.value.status == 400 and "must be a message object" in str(err.value)
+
+
+def test_limits_are_options(tiny: RoadNetwork) -> None:
+    strict = BodyParser(tiny, max_snap_m=250.0, max_keywords=2, max_keyword_bytes=4,
+                        max_batch_rows=2, time_min=100.0, time_max=200.0)
+    with pytest.raises(RequestError, match="at most 2 keywords"):
+        strict.messages(_msg(keywords=["a", "b", "c"]))
+    with pytest.raises(RequestError, match="limit of 4"):
+        strict.messages(_msg(keywords=["abcde"]))
+    with pytest.raises(RequestError, match="at most 2 rows") as err:
+        strict.messages([_msg(id=i) for i in range(3)])
+    assert err.value.status == 413
+    with pytest.raises(RequestError, match=r"\[100, 200\]"):
+        strict.messages(_msg(time=99.0))
+    with pytest.raises(ValueError, match="max_keywords"):
+        BodyParser(tiny, max_snap_m=250.0, max_keywords=0)
