@@ -57,6 +57,9 @@ class Settings:
     normalize_keywords
         Compare keywords after Unicode NFC, case folding and stripping white space
         ("DELAYED" matches "delayed"); False compares them as exact strings.
+    token_reload_s
+        Seconds (> 0) between two looks of a running service at its token file
+        (``roadpubsub token revoke`` takes effect within this time).
     """
 
     snap_distance_m: float = 250.0
@@ -72,6 +75,8 @@ class Settings:
     delta_compaction_ratio: float = 0.05
     topk_window: int = 10_000
     normalize_keywords: bool = True
+    # --- access ---
+    token_reload_s: float = 1.0
 
 
 DEFAULTS = Settings()

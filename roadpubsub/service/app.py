@@ -49,6 +49,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
+from roadpubsub.service.access import ADMIN, OPEN, PRINCIPAL, AccessGate, Guard, Principal
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
@@ -68,7 +69,9 @@ class DeliveryHub:
     """WebSocket clients and what each wants: every delivery, or one subscription's."""
 
     def __init__(self) -> None:
-        self.clients: dict[asyncio.Queue[list[dict[str, Any]] | None], int | None] = {}
+        # what each wants: None everything, an id, or a test of ids (a token's own)
+        self.clients: dict[asyncio.Queue[list[dict[str, Any]] | None],
+                           int | Callable[[int], bool] | None] = {}
 
     def push(self, deliveries: list[dict[str, Any]]) -> None:
         """Queue deliveries for every interested client (never blocks)."""
@@ -76,7 +79,9 @@ class DeliveryHub:
             return
         for queue, want in list(self.clients.items()):
             mine = deliveries if want is None else \
-                [d for d in deliveries if d["subscription_id"] == want]
+                [d for d in deliveries if d["subscription_id"] == want] \
+                if isinstance(want, int) else \
+                [d for d in deliveries if want(d["subscription_id"])]
             if not mine:
                 continue
             if queue.qsize() >= QUEUE_LIMIT:
@@ -141,12 +146,19 @@ class _ServiceApp(Starlette):
     (:mod:`roadpubsub.service.hotpath`)."""
 
     hot: HotRoutes | None = None
+    gate: AccessGate | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.gate is not None and scope["type"] != "lifespan":
+            if not await self.gate.admit(scope, receive, send):
+                return
+            if "roadpubsub.cors" in scope:
+                send = self.gate.cors_send(scope["roadpubsub.cors"], send)
         if scope["type"] == "http" and self.hot is not None:
             found = self.hot.route(scope["method"], scope["path"])
             if found is not None:
-                await self.hot.handle(found[0], found[1], receive, send)
+                await self.hot.handle(found[0], found[1], receive, send,
+                                      scope.get(PRINCIPAL, OPEN))
                 return
         await super().__call__(scope, receive, send)
 
@@ -167,15 +179,33 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
     return out
 
 
+async def _deny(websocket: WebSocket, exc: RequestError) -> None:
+    """Refuse a WebSocket handshake with the error's HTTP status (403)."""
+    answer = _JSONResponse({"error": str(exc)}, status_code=exc.status)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(answer)
+    else:
+        await websocket.close(code=1008)
+
+
 def build_app(state: ServiceState, *, group_max: int = 64,
               mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
-              on_shutdown: Callable[[], None] | None = None) -> Starlette:
+              on_shutdown: Callable[[], None] | None = None,
+              gate: AccessGate | None = None, mqtt_options: dict[str, Any] | None = None
+              ) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
     together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
-    broker connector (:mod:`roadpubsub.service.mqtt`)."""
+    broker connector (:mod:`roadpubsub.service.mqtt`, with ``mqtt_options``: its
+    credentials and TLS); ``gate`` authenticates every request
+    (:mod:`roadpubsub.service.access`; None: nobody is asked for a token)."""
     parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m, kinds=True,
                         dmax_m=state.index.dmax_m)
     applier = Applier(state, parser, group_max=group_max)
+    guard = Guard(state, parser, gate.store if gate is not None else None)
+
+    def who(conn: Request | WebSocket) -> Principal:
+        principal: Principal = conn.scope.get(PRINCIPAL, OPEN)
+        return principal
     metrics = Metrics()
     hub = DeliveryHub()
     events = DeliveryHub()  # the live map's stream: messages with their deliveries
@@ -205,9 +235,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def post_subscriptions(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "subscribe")
         body = await body_of(request)
         done = await apply("subscribe", applier.call(
-            lambda: state.subscribe(parser.subscriptions(body)), concurrent=True), t0)
+            lambda: guard.subscribe(principal, body), concurrent=True), t0)
         return _JSONResponse(done.body, status_code=201)
 
     async def list_subscriptions(request: Request) -> Response:
@@ -217,11 +249,23 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         if not 1 <= limit <= 100_000:
             msg = f"'limit' must lie in [1, 100000], got {limit}"
             raise RequestError(msg, status=400)
+        principal = who(request)
+        guard.check(principal, "list")
+        if principal.role != ADMIN:  # a subscriber lists its own live ids only
+            def own() -> list[dict[str, Any]]:
+                ids = np.array(guard.owned(principal), dtype=np.int64)
+                ids = ids[state._contains(ids)] if ids.size else ids
+                if after is not None:
+                    ids = ids[ids > after]
+                return state.subscription_rows(ids[:limit]) if ids.size else []
+
+            return _JSONResponse({"subscriptions": await run(own)})
         rows = await run(lambda: state.list_subscriptions(after=after, limit=limit))
         return _JSONResponse({"subscriptions": rows})
 
     async def get_subscription(request: Request) -> Response:
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "read", [sid])
 
         def read() -> list[dict[str, Any]]:
             ids = np.array([sid], dtype=np.int64)
@@ -234,6 +278,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def delete_subscription(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "unsubscribe", [sid])
         done = await apply("unsubscribe", applier.call(
             lambda: state.unsubscribe(np.array([sid], dtype=np.int64)), concurrent=True),
             t0)
@@ -242,20 +287,28 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def put_location(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "move", [sid])
         body = await body_of(request)
         done = await apply("move", applier.move(body, path_id=sid, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_moves(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "move")
         body = await body_of(request)
+        guard.row_ids(principal, body)  # before the body is parsed or any id looked up
         done = await apply("move", applier.move(body, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_messages(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "publish")
         body = await body_of(request)
-        done = await apply("publish", applier.publish(body, concurrent=True), t0)
+        done = await apply("publish", applier.publish(body, concurrent=True)
+                           if principal.role == ADMIN else applier.call(
+                               lambda: guard.publish(principal, body), concurrent=True), t0)
         announce(done)
         return _JSONResponse(done.body)
 
@@ -277,6 +330,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def get_message(request: Request) -> Response:
         mid = parse_ids(request.path_params["mid"], what="message id")
+        guard.check(who(request), "message", [mid])
         found = state.message(mid)
         if found is None:
             msg = f"message {mid} was never published"
@@ -306,10 +360,12 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
 
     async def metrics_text(request: Request) -> Response:
+        guard.check(who(request), "metrics")
         return PlainTextResponse(metrics.render(state),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
+        guard.check(who(request), "openapi")
         return _JSONResponse(openapi_document())
 
     async def index_page(request: Request) -> Response:
@@ -319,28 +375,49 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return FileResponse(_STATIC / "map.js", media_type="text/javascript")
 
     async def network_geojson(request: Request) -> Response:
+        guard.check(who(request), "map")
         if "roads" not in cache:  # built once, off the event loop (Rome: seconds)
             cache["roads"] = await asyncio.to_thread(
                 lambda: json.dumps(roads_geojson(state.index.network)).encode())
         return Response(cache["roads"], media_type="application/geo+json")
 
     async def events_ws(websocket: WebSocket) -> None:
+        try:
+            guard.check(who(websocket), "events")  # admin only: every message's place
+        except RequestError as exc:
+            await _deny(websocket, exc)
+            return
         await stream(websocket, events, None)
 
     async def deliveries_ws(websocket: WebSocket) -> None:
         raw = websocket.query_params.get("subscription")
-        want: int | None = None
+        principal = who(websocket)
+        want: int | Callable[[int], bool] | None = None
+        try:
+            guard.check(principal, "deliveries")
+        except RequestError as exc:
+            await _deny(websocket, exc)
+            return
         if raw is not None:
             try:
                 want = parse_ids(raw)
             except RequestError as exc:
-                await websocket.accept()  # so that the client reads why
+                await websocket.accept(subprotocol=websocket.scope.get(
+                    "roadpubsub.subprotocol"))  # so that the client reads why
                 await websocket.close(code=1008, reason=str(exc)[:120])
                 return
+            try:
+                guard.check(principal, "deliveries", [want])
+            except RequestError as exc:
+                await _deny(websocket, exc)
+                return
+        elif principal.role != ADMIN:
+            want = guard.wants(principal)  # a subscriber: its own ids' deliveries only
         await stream(websocket, hub, want)
 
-    async def stream(websocket: WebSocket, to: DeliveryHub, want: int | None) -> None:
-        await websocket.accept()
+    async def stream(websocket: WebSocket, to: DeliveryHub,
+                     want: int | Callable[[int], bool] | None) -> None:
+        await websocket.accept(subprotocol=websocket.scope.get("roadpubsub.subprotocol"))
         queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
         to.clients[queue] = want
 
@@ -391,7 +468,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 loop.call_soon_threadsafe(push_local, done)
 
             c = MqttConnector(mqtt[0], mqtt[1], state=state, applier=applier, parser=parser,
-                              on_applied=from_broker, prefix=mqtt_prefix)
+                              on_applied=from_broker, prefix=mqtt_prefix,
+                              **(mqtt_options or {}))
             await asyncio.to_thread(c.start)
             connector.append(c)
         try:
@@ -424,7 +502,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     ]
     app = _ServiceApp(routes=routes, lifespan=lifespan,
                       exception_handlers={RequestError: refuse, InputError: refuse})
-    app.hot = HotRoutes(state, applier, metrics, announce)
+    app.hot = HotRoutes(state, applier, metrics, announce, guard)
+    app.gate = gate
     app.state.service = state
     app.state.hub = hub
     app.state.metrics = metrics
