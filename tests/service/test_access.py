@@ -382,3 +382,184 @@ def _start_tls(server: Any, ca: str) -> None:
         except httpx.HTTPError:
             time.sleep(0.1)
     raise AssertionError(server.log.read_text()[-3000:])
+
+
+# ---------------------------------------------------------------------- MQTT
+MOSQUITTO_ACL = """\
+# the service: every topic under its prefix
+user roadpubsub
+topic readwrite roadpubsub/#
+
+# each vehicle (its user name is its subscription id): its own moves and deliveries only
+pattern write roadpubsub/moves/%u
+pattern read roadpubsub/deliveries/%u
+"""
+
+
+def _mqtt_client(port: int, user: str | None, password: str | None) -> Any:
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-{user}")
+    if user is not None:
+        client.username_pw_set(user, password)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    return client
+
+
+def test_mqtt_access_with_a_real_mosquitto(service_dir: Path, serve: Any, tmp_path: Path,
+                                           workload: Workload, andorra: RoadNetwork,
+                                           move_points: EdgePoints) -> None:
+    """Mosquitto with password_file and acl_file (README): a vehicle publishes only its own
+    moves and reads only its own deliveries; the service connects with its credentials."""
+    import getpass
+    import json
+    import shutil
+    import subprocess
+    import threading
+
+    from ports import free_port
+
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    passwd_tool = shutil.which("mosquitto_passwd")
+    if not Path(binary).exists() or passwd_tool is None:
+        pytest.skip("needs mosquitto and mosquitto_passwd")
+    passwords = tmp_path / "passwd"
+    users = {"roadpubsub": "service-secret", "50101": "vehicle-1", "50201": "vehicle-2"}
+    passwords.touch()
+    for user, pw in users.items():
+        subprocess.run([passwd_tool, "-b", str(passwords), user, pw], check=True)
+    acl = tmp_path / "acl"
+    acl.write_text(MOSQUITTO_ACL)
+    port = free_port()
+    conf = tmp_path / "mosquitto.conf"
+    # user: run as the test's user (as root, mosquitto would switch to its own user,
+    # which cannot read the test's private folder)
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous false\n"
+                    f"password_file {passwords}\nacl_file {acl}\n"
+                    f"user {getpass.getuser()}\n")
+    log = (tmp_path / "mosquitto.log").open("wb")
+    broker = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=log)
+    clients: list[Any] = []
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # the broker listens
+            probe = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+            try:
+                probe.connect("127.0.0.1", port)
+                probe.disconnect()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "mosquitto.log").read_text()
+                time.sleep(0.1)
+        _, admin = TokenStore(service_dir).create("admin")
+        # without its credentials the service is refused, at once, in one line
+        refused = subprocess.run(
+            [sys_executable(), "-m", "roadpubsub", "serve", "--state", str(service_dir),
+             "--port", str(free_port()), "--quiet", "--mqtt", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "refused" in refused.stderr, refused.stderr
+        pw_file = tmp_path / "service-password"
+        pw_file.write_text(users["roadpubsub"] + "\n")
+        server = serve("--mqtt", f"127.0.0.1:{port}", "--mqtt-user", "roadpubsub",
+                       "--mqtt-password-file", str(pw_file))
+        assert "service-secret" not in " ".join(server.extra)  # never in argv
+
+        # 50101 and 50201 at the same place with the same keywords: each message hits both
+        rows = subscription_rows(workload, andorra)
+        msgs = message_rows(workload, andorra)
+        with server.client() as c:
+            h = _h(admin)
+            assert c.post("/subscriptions", json=rows[:1500], headers=h).status_code == 201
+            hit = None
+            for m in msgs[:200]:
+                found = c.post("/messages", json=m, headers=h).json()["deliveries"]
+                if found:
+                    hit = (m, found[0]["subscription_id"])
+                    break
+            assert hit is not None
+            m, sid = hit
+            template = next(r for r in rows if r["id"] == sid)
+            for vid in (50101, 50201):
+                assert c.post("/subscriptions", json={**template, "id": vid},
+                              headers=h).status_code == 201
+            before = c.get("/subscriptions/50201", headers=h).json()
+
+        got: dict[str, list[str]] = {"50101": [], "50201": []}
+        subscribed = {"50101": threading.Event(), "50201": threading.Event()}
+        for vid in ("50101", "50201"):
+            client = _mqtt_client(port, vid, users[vid])
+            clients.append(client)
+
+            def on_message(c: Any, userdata: Any, msg: Any, vid: str = vid) -> None:
+                got[vid].append(msg.topic)
+
+            client.on_message = on_message
+            client.on_subscribe = lambda *_, vid=vid: subscribed[vid].set()
+            client.subscribe([("roadpubsub/deliveries/50101", 1),
+                              ("roadpubsub/deliveries/50201", 1), ("roadpubsub/#", 1)])
+            assert subscribed[vid].wait(20)
+        anonymous = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+        connected: list[Any] = []
+        anonymous.on_connect = lambda c, u, f, reason, p: connected.append(reason)
+        anonymous.connect("127.0.0.1", port)
+        anonymous.loop_start()
+        deadline = time.monotonic() + 20
+        while not connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        anonymous.loop_stop()
+        assert connected and connected[0].is_failure  # no anonymous client
+
+        # a message at their place: each vehicle reads its own delivery, not the other's
+        with server.client() as c:
+            found = c.post("/messages", json={**m, "id": 90_000}, headers=h).json()
+            assert {50101, 50201} <= {d["subscription_id"] for d in found["deliveries"]}
+        deadline = time.monotonic() + 20
+        while not (got["50101"] and got["50201"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert got["50101"] == ["roadpubsub/deliveries/50101"], got
+        assert got["50201"] == ["roadpubsub/deliveries/50201"], got
+
+        # vehicle 50101 tries to move 50201: on 50201's topic, on the shared topic, and with
+        # 50201's id on its own topic; then it moves itself
+        vehicle = clients[0]
+        to = location_of(andorra, move_points, 7)
+        for topic, body in (("roadpubsub/moves/50201", {**to, "id": 50201}),
+                            ("roadpubsub/moves", {**to, "id": 50201}),
+                            ("roadpubsub/subscriptions", {**template, "id": 60777}),
+                            ("roadpubsub/moves/50101", {**to, "id": 50201}),
+                            ("roadpubsub/moves/50101", to)):
+            vehicle.publish(topic, json.dumps(body), qos=1).wait_for_publish(20)
+        with server.client() as c:
+            deadline = time.monotonic() + 30
+            while c.get("/subscriptions/50101", headers=h).json()["u"] != to["u"] or \
+                    c.get("/subscriptions/50101", headers=h).json()["offset"] != to["offset"]:
+                assert time.monotonic() < deadline, "the vehicle's own move never arrived"
+                time.sleep(0.1)
+            after = c.get("/subscriptions/50201", headers=h).json()
+            assert (after["u"], after["v"], after["offset"]) == (
+                before["u"], before["v"], before["offset"])
+            assert c.get("/subscriptions/60777", headers=h).status_code == 404
+            # 50201 did not move: a message at its place still reaches it
+            found = c.post("/messages", json={**m, "id": 90_001}, headers=h).json()
+            assert 50201 in {d["subscription_id"] for d in found["deliveries"]}
+        deadline = time.monotonic() + 20
+        while len(got["50201"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert len(got["50201"]) == 2 and set(got["50201"]) == {"roadpubsub/deliveries/50201"}
+        assert "roadpubsub/deliveries/50201" not in got["50101"]
+        assert set(got["50101"]) <= {"roadpubsub/deliveries/50101"}
+    finally:
+        for client in clients:
+            client.loop_stop()
+            client.disconnect()
+        broker.terminate()
+        broker.wait(10)
+
+
+def sys_executable() -> str:
+    import sys
+
+    return sys.executable
