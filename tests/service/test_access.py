@@ -563,3 +563,49 @@ def sys_executable() -> str:
     import sys
 
     return sys.executable
+
+
+def test_the_map_takes_a_token_in_chromium(service_dir: Path, serve: Any,
+                                           workload: Workload, andorra: RoadNetwork) -> None:
+    """The page holds no token; given one in the URL fragment (never sent to the server)
+    it reads the API and the /events stream with it; without one it asks for it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_map import _browser
+
+    _, admin = TokenStore(service_dir).create("admin")
+    server = serve()
+    with server.client() as c:
+        page = c.get("/")
+        assert page.status_code == 200 and admin not in page.text
+        assert c.get("/static/map.js").status_code == 200
+        assert c.post("/subscriptions", json=subscription_rows(workload, andorra)[:300],
+                      headers=_h(admin)).status_code == 201
+        browser = _browser()
+        try:
+            browser.get(server.url + "/")  # no token: the form
+            WebDriverWait(browser, 60).until(
+                lambda b: b.find_element(By.ID, "login").is_displayed())
+            assert "token" in browser.find_element(By.ID, "status").text
+            browser.get(server.url + "/#token=" + admin)
+            WebDriverWait(browser, 60).until(
+                lambda b: b.find_element(By.ID, "status").text.startswith("live"))
+            assert "300 subscriptions" in browser.find_element(By.ID, "status").text
+            assert "token" not in browser.current_url  # out of the address bar at once
+            m = message_rows(workload, andorra)[0]
+            n = len(c.post("/messages", json=m, headers=_h(admin)).json()["deliveries"])
+            li = WebDriverWait(browser, 30).until(lambda b: b.find_element(
+                By.CSS_SELECTOR, f'li.message[data-id="{m["id"]}"]'))
+            assert li.get_attribute("data-deliveries") == str(n)
+            # a token pasted in the form works the same (sessionStorage, this tab only)
+            browser.execute_script("sessionStorage.clear()")
+            browser.get(server.url + "/")
+            WebDriverWait(browser, 60).until(
+                lambda b: b.find_element(By.ID, "login").is_displayed())
+            browser.find_element(By.ID, "token").send_keys(admin)
+            browser.find_element(By.CSS_SELECTOR, "#login button").click()
+            WebDriverWait(browser, 60).until(
+                lambda b: b.find_element(By.ID, "status").text.startswith("live"))
+        finally:
+            browser.quit()
+    assert admin not in server.log.read_text()
