@@ -90,7 +90,10 @@ def _answer(name: str, text: str = "applied and durable") -> dict[str, Any]:
 _ERRORS = {str(s): _answer("Error", text) for s, text in (
     ("400", "malformed request"), ("404", "unknown id"), ("409", "id already exists"),
     ("422", "a field breaks the input rules (named with its value)"),
-    ("503", "the log failed; no more events are accepted"))}
+    ("503", "the log failed; no more events are accepted"),
+    ("401", "no token, or an unknown or revoked one"),  # access (roadpubsub.service.access)
+    ("403", "outside the token's role, or an id it does not own"),
+    ("415", "the body is not sent as application/json"))}
 _ID = [{"name": "sid", "in": "path", "required": True, "schema": {"type": "integer"}}]
 
 
@@ -141,10 +144,15 @@ def openapi_document() -> dict[str, Any]:
                                    "object, pushed once durable; ?subscription=ID for one "
                                    "subscription's",
                         "responses": {"101": {"description": "switching protocols"}}}},
-            "/health": {"get": {"summary": "status and log position",
+            "/health": {"get": {"summary": "status and log position", "security": [],
                                 "responses": {"200": {"description": "ok"}}}},
             "/metrics": {"get": {"summary": "Prometheus text format",
                                  "responses": {"200": {"description": "metrics"}}}},
         },
-        "components": {"schemas": _SCHEMAS},
+        "components": {"schemas": _SCHEMAS, "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "a token of 'roadpubsub token create' (admin, publisher or "
+                           "subscriber); WebSocket: this header, or the subprotocols "
+                           "'bearer' and the token"}}},
+        "security": [{"bearer": []}],
     }
