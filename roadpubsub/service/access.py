@@ -147,6 +147,7 @@ class TokenStore:
         self._by_hash: dict[bytes, tuple[bytes, Principal]] = {}
         self.bound: dict[int, str] = {}  # subscription id -> token id bound to it
         self._seen: tuple[int, int, int] | None = None
+        self._active: frozenset[str] = frozenset()
         self._checked = -1e18
         self.reload()
 
@@ -182,6 +183,7 @@ class TokenStore:
                 by_hash[digest] = (digest, Principal(
                     r.id, r.role, frozenset(int(s) for s in r.subscriptions)))
         self.records, self._by_hash, self.bound, self._seen = records, by_hash, bound, seen
+        self._active = frozenset(p.token_id for _, p in by_hash.values())
 
     def refresh(self) -> None:
         """Re-read the file if it changed (looked at once a second at most)."""
@@ -197,6 +199,14 @@ class TokenStore:
     def enabled(self) -> bool:
         """Whether any token was ever created (then every request must authenticate)."""
         return bool(self.records)
+
+    def still_valid(self, principal: Principal) -> bool:
+        """Whether a principal authenticated earlier (an open WebSocket's) still is: its
+        token is not revoked, and an unauthenticated caller only while no token exists."""
+        self.refresh()
+        if not self.records:
+            return True
+        return principal.token_id in self._active
 
     def authenticate(self, token: bytes | None) -> Principal:
         """The principal of a bearer token; :class:`Unauthenticated` (401) otherwise.

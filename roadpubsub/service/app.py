@@ -429,10 +429,14 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 queue.put_nowait(None)
 
         reader = asyncio.create_task(drain())
+        revoked = False
         try:
             while True:
                 batch = await queue.get()
                 if batch is None:
+                    break
+                if gate is not None and not gate.store.still_valid(who(websocket)):
+                    revoked = True  # a token revoked while its stream is open
                     break
                 for d in batch:
                     await websocket.send_json(d)
@@ -442,7 +446,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             to.clients.pop(queue, None)
             reader.cancel()
             with contextlib.suppress(RuntimeError):
-                await websocket.close()
+                await websocket.close(code=1008 if revoked else 1000)
 
     def push_local(done: Applied) -> None:
         if done.deliveries is not None and len(done.deliveries):

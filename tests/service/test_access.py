@@ -609,3 +609,42 @@ def test_the_map_takes_a_token_in_chromium(service_dir: Path, serve: Any,
         finally:
             browser.quit()
     assert admin not in server.log.read_text()
+
+
+def test_a_revoked_token_loses_its_open_stream(scene: dict[str, Any], workload: Workload,
+                                               andorra: RoadNetwork) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    server, tokens, store = scene["server"], scene["tokens"], scene["store"]
+    _, doomed = store.create("admin")
+    doomed_id = next(r.id for r in TokenStore(server.state_dir).records
+                     if r.id not in scene["ids"].values())
+    ws = server.url.replace("http", "ws") + "/deliveries"
+    rows = subscription_rows(workload, andorra)
+    msgs = message_rows(workload, andorra)
+    h = _h(tokens["admin"])
+    with server.client() as c:  # the running service sees the new token within a second
+        deadline = time.monotonic() + 10
+        while c.get("/metrics", headers=_h(doomed)).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    with server.client() as c, websockets_sync.connect(
+            ws, open_timeout=30, additional_headers=_h(doomed)) as stream:
+        assert c.post("/subscriptions", json=[{**r, "id": 30_000 + k}
+                                              for k, r in enumerate(rows[10:800])],
+                      headers=h).status_code == 201
+        sent = 0
+        k = 0
+        while not sent:  # until a message is delivered: the stream works
+            sent = len(c.post("/messages", json=msgs[k], headers=h).json()["deliveries"])
+            k += 1
+        for _ in range(sent):
+            stream.recv(timeout=30)
+        store.revoke(doomed_id)
+        time.sleep(1.5)  # the service looks at the file at most once a second
+        for m in msgs[k:k + 50]:
+            c.post("/messages", json=m, headers=h)
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                stream.recv(timeout=30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
