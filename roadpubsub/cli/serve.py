@@ -21,7 +21,9 @@ example:
   roadpubsub serve --state work/live --network ../shared/data/osm/andorra-latest.osm.pbf \\
       --dmax 5000                      # creates work/live, then serves on 127.0.0.1:8000
   roadpubsub serve --state work/live   # reopens it (after a crash too) and serves
-  curl -s localhost:8000/health
+  TOKEN=$(roadpubsub token create --state work/live --role admin | tail -n 1)
+  curl -s localhost:8000/subscriptions -H "Authorization: Bearer $TOKEN"
+  roadpubsub serve --state work/live --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
 
 The network, keyword weights (--weights, or idf over --corpus), Dmax, --directed and the
 top-k --window are fixed when DIR is created (or taken from --index-file, an index built

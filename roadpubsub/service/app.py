@@ -20,6 +20,13 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
                                           deliveries
 ========================================  ===============================================
 
+Every route but ``/health`` and the map's page and script needs ``Authorization: Bearer
+TOKEN`` once the state folder holds a token (WebSocket: that header, or the subprotocols
+``bearer`` and the token); each token's role and ids are checked
+(:mod:`~roadpubsub.service.access`): 401 without a valid token, 403 outside its rights.
+Requests of admin tokens take the grouped paths below; a publisher's publish and a
+subscriber's subscribe are checked and applied one request at a time on the apply thread.
+
 Each request is applied by one thread in arrival order (batches whole or not at all;
 runs of queued moves or publishes together, see :mod:`~roadpubsub.service.applier`) and
 answered only after its log record is fsynced. WebSocket clients receive a
