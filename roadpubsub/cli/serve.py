@@ -195,9 +195,19 @@ def _add_access_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--mqtt-password-file", default=None, metavar="FILE",
                    help="a file holding the broker password (else the environment variable "
                         "ROADPUBSUB_MQTT_PASSWORD; never on the command line)")
+    a.add_argument("--mqtt-password", nargs="?", action=_RefusePassword, help=argparse.SUPPRESS)
     a.add_argument("--mqtt-tls-ca", default=None, metavar="FILE",
                    help="connect to the broker over TLS, checking its certificate "
                         "against this CA file")
+
+
+class _RefusePassword(argparse.Action):
+    """``--mqtt-password``: refused without echoing it (argv is public: ps, /proc)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error("a password is never taken on the command line (any local user sees "
+                     "it in ps); use --mqtt-password-file FILE or ROADPUBSUB_MQTT_PASSWORD")
 
 
 def _is_loopback(host: str) -> bool:

@@ -873,7 +873,7 @@ def _lock_folder(folder: Path) -> int:
 def _owner_arrays(prefix: str, owners: dict[int, str]) -> dict[str, npt.NDArray[Any]]:
     """An owner map as two columns of a snapshot (ids, token ids)."""
     return {prefix + "ids": np.fromiter(owners.keys(), dtype=np.int64, count=len(owners)),
-            prefix + "tok": np.array(list(owners.values()), dtype="<U64")}
+            prefix + "tok": np.array(list(owners.values()), dtype=str)}
 
 
 def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:

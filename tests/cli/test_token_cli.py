@@ -82,3 +82,29 @@ def test_concurrent_creates_lose_none(tmp_path: Path) -> None:
     assert len(store.records) == 8
     assert {store.authenticate(t.encode()).token_id for t in tokens} == {
         r.id for r in store.records}
+
+
+def test_mqtt_password_never_from_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The broker password comes from a file or the environment; serve has no flag for
+    the password itself."""
+    from roadpubsub.cli import build_parser
+    from roadpubsub.cli.serve import _mqtt_options
+
+    parser = build_parser()
+    base = ["serve", "--state", str(tmp_path), "--mqtt", "127.0.0.1:1883"]
+    for flag in ("--mqtt-password", "--mqtt-pass"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*base, flag, "s3cret"])
+        assert "s3cret" not in capsys.readouterr().err
+    monkeypatch.setenv("ROADPUBSUB_MQTT_PASSWORD", "from-env")
+    args = parser.parse_args([*base, "--mqtt-user", "svc"])
+    assert _mqtt_options(args) == {"username": "svc", "password": "from-env", "tls_ca": None}
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    args = parser.parse_args([*base, "--mqtt-user", "svc", "--mqtt-password-file", str(secret)])
+    assert _mqtt_options(args)["password"] == "from-file"
+    monkeypatch.delenv("ROADPUBSUB_MQTT_PASSWORD")
+    args = parser.parse_args([*base, "--mqtt-password-file", str(secret)])
+    with pytest.raises(Exception, match="needs --mqtt-user"):
+        _mqtt_options(args)

@@ -648,3 +648,27 @@ def test_a_revoked_token_loses_its_open_stream(scene: dict[str, Any], workload: 
             while True:
                 stream.recv(timeout=30)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def test_allowed_origins_and_open_metrics(service_dir: Path, serve: Any) -> None:
+    _, admin = TokenStore(service_dir).create("admin")
+    app = "https://app.example:8443"
+    server = serve("--allow-origin", app, "--metrics-open")
+    with server.client() as c:
+        assert c.get("/metrics").status_code == 200  # --metrics-open
+        assert c.get("/subscriptions").status_code == 401
+        r = c.options("/messages", headers={"Origin": app,
+                                            "Access-Control-Request-Method": "POST"})
+        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == app
+        r = c.get("/subscriptions", headers={**_h(admin), "Origin": app})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == app
+        r = c.get("/subscriptions", headers={**_h(admin), "Origin": "https://other.example"})
+        assert "access-control-allow-origin" not in r.headers
+    ws = server.url.replace("http", "ws") + "/deliveries"
+    with websockets_sync.connect(ws, origin=app, additional_headers=_h(admin),  # type: ignore[arg-type]
+                                 open_timeout=30):
+        pass
+    with pytest.raises(InvalidStatus) as refused:
+        websockets_sync.connect(ws, origin="https://other.example",  # type: ignore[arg-type]
+                                additional_headers=_h(admin), open_timeout=30)
+    assert refused.value.response.status_code == 403
