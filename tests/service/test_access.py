@@ -316,29 +316,7 @@ def test_protected_mode(service_dir: Path, serve: Any) -> None:
 
 def test_tls(service_dir: Path, serve: Any, tmp_path: Path) -> None:
     """HTTPS and WSS with a certificate made here (cryptography)."""
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    cert_file, key_file = _self_signed(tmp_path)
     _, token = TokenStore(service_dir).create("admin")
     import ssl
 
@@ -361,6 +339,34 @@ def test_tls(service_dir: Path, serve: Any, tmp_path: Path) -> None:
             pass
     finally:
         server.stop()
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, PEM files in ``folder``."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
 
 
 def _start_tls(server: Any, ca: str) -> None:
@@ -672,3 +678,89 @@ def test_allowed_origins_and_open_metrics(service_dir: Path, serve: Any) -> None
         websockets_sync.connect(ws, origin="https://other.example",  # type: ignore[arg-type]
                                 additional_headers=_h(admin), open_timeout=30)
     assert refused.value.response.status_code == 403
+
+
+def test_mqtt_over_tls_with_credentials(service_dir: Path, serve: Any, tmp_path: Path,
+                                        workload: Workload, andorra: RoadNetwork,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--mqtt-tls-ca: the service reaches a Mosquitto TLS listener (the broker's
+    certificate checked) with its user and password; deliveries come out over TLS."""
+    import getpass
+    import json
+    import shutil
+    import subprocess
+    import threading
+
+    from ports import free_port
+
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    passwd_tool = shutil.which("mosquitto_passwd")
+    if not Path(binary).exists() or passwd_tool is None:
+        pytest.skip("needs mosquitto and mosquitto_passwd")
+    cert, key = _self_signed(tmp_path)
+    passwords = tmp_path / "passwd"
+    passwords.touch()
+    for user, pw in (("roadpubsub", "svc-pw"), ("reader", "reader-pw")):
+        subprocess.run([passwd_tool, "-b", str(passwords), user, pw], check=True)
+    port = free_port()
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\ncafile {cert}\ncertfile {cert}\n"
+                    f"keyfile {key}\nallow_anonymous false\npassword_file {passwords}\n"
+                    f"user {getpass.getuser()}\n")
+    log = (tmp_path / "mosquitto.log").open("wb")
+    broker = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=log)
+    reader = None
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            probe = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+            probe.tls_set(ca_certs=str(cert))
+            probe.username_pw_set("reader", "reader-pw")
+            try:
+                probe.connect("127.0.0.1", port)
+                probe.disconnect()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "mosquitto.log").read_text()
+                time.sleep(0.1)
+        _, admin = TokenStore(service_dir).create("admin")
+        plain = subprocess.run(  # TLS listener, plain client: refused
+            [sys_executable(), "-m", "roadpubsub", "serve", "--state", str(service_dir),
+             "--port", str(free_port()), "--quiet", "--mqtt", f"127.0.0.1:{port}",
+             "--mqtt-user", "roadpubsub"], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "ROADPUBSUB_MQTT_PASSWORD": "svc-pw"})
+        assert plain.returncode != 0
+        monkeypatch.setenv("ROADPUBSUB_MQTT_PASSWORD", "svc-pw")  # the server inherits it
+        server = serve("--mqtt", f"127.0.0.1:{port}", "--mqtt-user", "roadpubsub",
+                       "--mqtt-tls-ca", str(cert))
+        assert server.proc is not None and "svc-pw" not in " ".join(server.extra)
+        got: list[dict[str, Any]] = []
+        ready = threading.Event()
+        reader = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="tls-reader")
+        reader.tls_set(ca_certs=str(cert))
+        reader.username_pw_set("reader", "reader-pw")
+        reader.on_subscribe = lambda *_: ready.set()
+        reader.on_message = lambda c, u, msg: got.append(json.loads(msg.payload))
+        reader.connect("127.0.0.1", port)
+        reader.loop_start()
+        reader.subscribe("roadpubsub/deliveries/#", qos=1)
+        assert ready.wait(20)
+        with server.client() as c:
+            h = _h(admin)
+            assert c.post("/subscriptions", json=subscription_rows(workload, andorra)[:800],
+                          headers=h).status_code == 201
+            sent = [d for m in message_rows(workload, andorra)[:30]
+                    for d in c.post("/messages", json=m, headers=h).json()["deliveries"]]
+        assert sent
+        deadline = time.monotonic() + 30
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(d["subscription_id"] for d in got) == sorted(
+            d["subscription_id"] for d in sent)
+    finally:
+        if reader is not None:
+            reader.loop_stop()
+            reader.disconnect()
+        broker.terminate()
+        broker.wait(10)
