@@ -534,6 +534,8 @@ def test_mqtt_access_with_a_real_mosquitto(service_dir: Path, serve: Any, tmp_pa
         for topic, body in (("roadpubsub/moves/50201", {**to, "id": 50201}),
                             ("roadpubsub/moves", {**to, "id": 50201}),
                             ("roadpubsub/subscriptions", {**template, "id": 60777}),
+                            ("roadpubsub/unsubscriptions", {"id": 50201}),
+                            ("roadpubsub/messages", {**m, "id": 60778}),
                             ("roadpubsub/moves/50101", {**to, "id": 50201}),
                             ("roadpubsub/moves/50101", to)):
             vehicle.publish(topic, json.dumps(body), qos=1).wait_for_publish(20)
@@ -547,6 +549,7 @@ def test_mqtt_access_with_a_real_mosquitto(service_dir: Path, serve: Any, tmp_pa
             assert (after["u"], after["v"], after["offset"]) == (
                 before["u"], before["v"], before["offset"])
             assert c.get("/subscriptions/60777", headers=h).status_code == 404
+            assert c.get("/messages/60778", headers=h).status_code == 404
             # 50201 did not move: a message at its place still reaches it
             found = c.post("/messages", json={**m, "id": 90_001}, headers=h).json()
             assert 50201 in {d["subscription_id"] for d in found["deliveries"]}
