@@ -164,6 +164,9 @@ class Settings:
     time_min, time_max
         Range of accepted times (a message's ``time``, a subscription's ``expires_at``),
         epoch seconds: 0 (1970-01-01) to 253,402,300,799 (9999-12-31T23:59:59Z).
+    token_reload_s
+        Seconds (> 0) between two looks of a running service at its token file
+        (``roadpubsub token revoke`` takes effect within this time).
     """
 
     snap_distance_m: float = 250.0
@@ -228,6 +231,8 @@ class Settings:
     decode_thread_bytes: int = 65_536
     time_min: float = 0.0
     time_max: float = 253_402_300_799.0
+    # --- access ---
+    token_reload_s: float = 1.0
 
 
 DEFAULTS = Settings()

@@ -8,6 +8,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
@@ -21,7 +22,9 @@ example:
   roadpubsub serve --state work/live --network ../shared/data/osm/andorra-latest.osm.pbf \\
       --dmax 5000                      # creates work/live, then serves on 127.0.0.1:8000
   roadpubsub serve --state work/live   # reopens it (after a crash too) and serves
-  curl -s localhost:8000/health
+  TOKEN=$(roadpubsub token create --state work/live --role admin | tail -n 1)
+  curl -s localhost:8000/subscriptions -H "Authorization: Bearer $TOKEN"
+  roadpubsub serve --state work/live --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
 
 The network, keyword weights (--weights, or idf over --corpus), Dmax, --directed and the
 top-k --window are fixed when DIR is created (or taken from --index-file, an index built
@@ -125,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--decode-thread-bytes", type=int, default=DEFAULTS.decode_thread_bytes,
                    metavar="BYTES", help="decode larger request bodies on a worker thread "
                                          f"(default {DEFAULTS.decode_thread_bytes:,})")
+    _add_access_arguments(p)
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -192,6 +196,99 @@ def run_loadgen(args: argparse.Namespace) -> int:
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def _add_access_arguments(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument_group(
+        "access", "Once DIR holds a token ('roadpubsub token create'), every request needs "
+        "'Authorization: Bearer TOKEN' (WebSocket: that header, or the subprotocols "
+        "'bearer' and TOKEN); without one the service is unauthenticated and serves "
+        "loopback only.")
+    a.add_argument("--tls-cert", metavar="FILE", default=None,
+                   help="serve HTTPS and WSS with this certificate (PEM; with --tls-key)")
+    a.add_argument("--tls-key", metavar="FILE", default=None,
+                   help="the certificate's private key (PEM)")
+    a.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host:port) allowed to call the API "
+                        "(CORS) and open WebSockets, besides the service's own; repeatable")
+    a.add_argument("--metrics-open", action="store_true",
+                   help="GET /metrics without a token (default: admin tokens only)")
+    a.add_argument("--mqtt-user", default=None, metavar="NAME",
+                   help="the service's user name at the MQTT broker")
+    a.add_argument("--mqtt-password-file", default=None, metavar="FILE",
+                   help="a file holding the broker password (else the environment variable "
+                        "ROADPUBSUB_MQTT_PASSWORD; never on the command line)")
+    a.add_argument("--mqtt-password", nargs="?", action=_RefusePassword, help=argparse.SUPPRESS)
+    a.add_argument("--mqtt-tls-ca", default=None, metavar="FILE",
+                   help="connect to the broker over TLS, checking its certificate "
+                        "against this CA file")
+
+
+class _RefusePassword(argparse.Action):
+    """``--mqtt-password``: refused without echoing it (argv is public: ps, /proc)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error("a password is never taken on the command line (any local user sees "
+                     "it in ps); use --mqtt-password-file FILE or ROADPUBSUB_MQTT_PASSWORD")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _access(args: argparse.Namespace, folder: Path) -> tuple[Any, dict[str, Any]]:
+    """The access gate (protected mode without tokens) and the uvicorn TLS options."""
+    from roadpubsub.service.access import AccessGate, TokenStore
+
+    store = TokenStore(folder)
+    if not store.enabled:
+        if not _is_loopback(args.host):
+            msg = (f"--host {args.host} with no token: create one first with 'roadpubsub "
+                   f"token create --state {folder} --role admin' (without tokens the "
+                   "service serves loopback only)")
+            raise InputError(msg)
+        print("serve: UNAUTHENTICATED: no token in the state folder, every loopback client "
+              "may do everything (create one: roadpubsub token create --state "
+              f"{folder} --role admin)", file=sys.stderr, flush=True)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        msg = "--tls-cert and --tls-key go together"
+        raise InputError(msg)
+    tls: dict[str, Any] = {}
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not Path(path).is_file():
+            msg = f"{flag} {path}: no such file"
+            raise InputError(msg)
+    if args.tls_cert is not None:
+        tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
+    gate = AccessGate(store, allow_origins=args.allow_origin,
+                      metrics_open=args.metrics_open, https=bool(tls))
+    return gate, tls
+
+
+def _mqtt_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The connector's credentials: the password from a file or the environment."""
+    password = os.environ.get("ROADPUBSUB_MQTT_PASSWORD")
+    if args.mqtt_password_file is not None:
+        try:
+            password = Path(args.mqtt_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            msg = f"--mqtt-password-file {args.mqtt_password_file}: {exc.strerror}"
+            raise InputError(msg) from exc
+    if password is not None and args.mqtt_user is None:
+        msg = "a broker password needs --mqtt-user"
+        raise InputError(msg)
+    if args.mqtt_tls_ca is not None and not Path(args.mqtt_tls_ca).is_file():
+        msg = f"--mqtt-tls-ca {args.mqtt_tls_ca}: no such file"
+        raise InputError(msg)
+    return {"username": args.mqtt_user, "password": password, "tls_ca": args.mqtt_tls_ca}
 
 
 def _creation_flags(args: argparse.Namespace) -> list[str]:
@@ -292,6 +389,8 @@ def run(args: argparse.Namespace) -> int:
 
         mqtt = parse_broker(args.mqtt)
     folder = Path(args.state)
+    gate, tls = _access(args, folder)  # before anything is created: refused at once
+    mqtt_options = _mqtt_options(args)
     t0 = time.perf_counter()
     if read_manifest(folder) is None:
         _create(args, folder)
@@ -312,7 +411,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
-              f"{state.recovery_seconds:.1f} s); http://{args.host}:{args.port}",
+              f"{state.recovery_seconds:.1f} s); "
+              f"{'https' if tls else 'http'}://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
     # A request crosses three threads that share the GIL (event loop, apply, fsync); a
     # thread that wants it waits until the holder's switch interval runs out. 0.5 ms
@@ -322,14 +422,15 @@ def run(args: argparse.Namespace) -> int:
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
                     ws_buffer_deliveries=limits.ws_buffer_deliveries,
-                    ws_buffer_bytes=limits.ws_buffer_bytes)
+                    ws_buffer_bytes=limits.ws_buffer_bytes, gate=gate,
+                    mqtt_options=mqtt_options)
     served = TransportLimitsMiddleware(app, limits)  # outermost: before any route
     try:
         # no proxy-headers middleware (a loopback service; the app reads no client
         # address) and no "server" header: less of the event loop's time per request
         uvicorn.run(served, host=args.host, port=args.port, log_level="warning",
                     access_log=False, timeout_graceful_shutdown=10, proxy_headers=False,
-                    server_header=False, **uvicorn_options(limits))
+                    server_header=False, **uvicorn_options(limits), **tls)
     finally:
         if qos is not None:
             os.close(qos)  # the request ends with its descriptor

@@ -24,6 +24,13 @@ Every request first passes the transport limits (:mod:`roadpubsub.service.limits
 and header bytes, time, rate, WebSocket connections); a WebSocket client that falls behind
 by more than its send buffer is closed with code 1013, :data:`SLOW_READER_CLOSE`.
 
+Every route but ``/health`` and the map's page and script needs ``Authorization: Bearer
+TOKEN`` once the state folder holds a token (WebSocket: that header, or the subprotocols
+``bearer`` and the token); each token's role and ids are checked
+(:mod:`~roadpubsub.service.access`): 401 without a valid token, 403 outside its rights.
+Requests of admin tokens take the grouped paths below; a publisher's publish and a
+subscriber's subscribe are checked and applied one request at a time on the apply thread.
+
 Each request is applied by one thread in arrival order (batches whole or not at all;
 runs of queued moves or publishes together, see :mod:`~roadpubsub.service.applier`) and
 answered only after its log record is fsynced. WebSocket clients receive a
@@ -55,6 +62,7 @@ from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
 from roadnet.settings import DEFAULTS
+from roadpubsub.service.access import ADMIN, OPEN, PRINCIPAL, AccessGate, Guard, Principal
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
@@ -79,13 +87,19 @@ def _text(item: dict[str, Any]) -> str:
     return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
 
 
+#: What a WebSocket client wants: everything (None), one subscription id, or a test of ids
+#: (a subscriber token's own).
+Want = int | Callable[[int], bool] | None
+
+
 class _Client:
     """One WebSocket client's send buffer: JSON texts not yet sent."""
 
-    __slots__ = ("dropped", "gone", "items", "nbytes", "over", "ready", "want")
+    __slots__ = ("dropped", "gone", "items", "nbytes", "over", "ready", "revoked", "want")
 
-    def __init__(self, want: int | None) -> None:
+    def __init__(self, want: Want) -> None:
         self.want = want
+        self.revoked = False  # its token was revoked: closed with 1008
         self.items: deque[str] = deque()
         self.nbytes = 0
         self.ready = asyncio.Event()  # items to send
@@ -104,13 +118,15 @@ class DeliveryHub:
 
     def __init__(self, *, max_deliveries: int = DEFAULTS.ws_buffer_deliveries,
                  max_bytes: int = DEFAULTS.ws_buffer_bytes) -> None:
-        self.clients: dict[_Client, int | None] = {}
+        # what each wants: None everything, an id, or a test of ids (a token's own)
+        self.clients: dict[_Client, Want] = {}
         self.max_deliveries = max_deliveries
         self.max_bytes = max_bytes
         self.dropped = 0
 
-    def add(self, want: int | None) -> _Client:
-        """A new client's buffer (``want``: one subscription id, or None for all)."""
+    def add(self, want: Want) -> _Client:
+        """A new client's buffer (``want``: one subscription id, a test of ids, or None
+        for all)."""
         client = _Client(want)
         self.clients[client] = want
         return client
@@ -125,8 +141,10 @@ class DeliveryHub:
                 if every is None:
                     every = [_text(d) for d in deliveries]
                 mine = every
-            else:
+            elif isinstance(want, int):
                 mine = [_text(d) for d in deliveries if d["subscription_id"] == want]
+            else:
+                mine = [_text(d) for d in deliveries if want(d["subscription_id"])]
             if not mine:
                 continue
             size = sum(map(len, mine))  # ASCII: characters are bytes
@@ -199,12 +217,19 @@ class _ServiceApp(Starlette):
     (:mod:`roadpubsub.service.hotpath`)."""
 
     hot: HotRoutes | None = None
+    gate: AccessGate | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.gate is not None and scope["type"] != "lifespan":
+            if not await self.gate.admit(scope, receive, send):
+                return
+            if "roadpubsub.cors" in scope:
+                send = self.gate.cors_send(scope["roadpubsub.cors"], send)
         if scope["type"] == "http" and self.hot is not None:
             found = self.hot.route(scope["method"], scope["path"])
             if found is not None:
-                await self.hot.handle(found[0], found[1], receive, send)
+                await self.hot.handle(found[0], found[1], receive, send,
+                                      scope.get(PRINCIPAL, OPEN))
                 return
         await super().__call__(scope, receive, send)
 
@@ -250,16 +275,29 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
     return out
 
 
+async def _deny(websocket: WebSocket, exc: RequestError) -> None:
+    """Refuse a WebSocket handshake with the error's HTTP status (403)."""
+    answer = _JSONResponse({"error": str(exc)}, status_code=exc.status)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(answer)
+    else:
+        await websocket.close(code=1008)
+
+
 def build_app(state: ServiceState, *, group_max: int = 64,
               mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
               on_shutdown: Callable[[], None] | None = None,
               ws_buffer_deliveries: int = DEFAULTS.ws_buffer_deliveries,
-              ws_buffer_bytes: int = DEFAULTS.ws_buffer_bytes) -> Starlette:
+              ws_buffer_bytes: int = DEFAULTS.ws_buffer_bytes,
+              gate: AccessGate | None = None, mqtt_options: dict[str, Any] | None = None
+              ) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
     together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
-    broker connector (:mod:`roadpubsub.service.mqtt`); a WebSocket client further behind
-    than ``ws_buffer_deliveries`` or ``ws_buffer_bytes`` is closed with
-    :data:`SLOW_READER_CLOSE`. The transport limits wrap it
+    broker connector (:mod:`roadpubsub.service.mqtt`, with ``mqtt_options``: its
+    credentials and TLS); ``gate`` authenticates every request
+    (:mod:`roadpubsub.service.access`; None: nobody is asked for a token); a WebSocket
+    client further behind than ``ws_buffer_deliveries`` or ``ws_buffer_bytes`` is closed
+    with :data:`SLOW_READER_CLOSE`. The transport limits wrap it
     (:mod:`roadpubsub.service.limits`)."""
     opts = state.options
     parser = BodyParser(state.index.network, max_snap_m=opts.max_snap_m, kinds=True,
@@ -267,6 +305,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                         max_keyword_bytes=opts.max_keyword_bytes,
                         max_batch_rows=opts.max_batch_rows)
     applier = Applier(state, parser, group_max=group_max)
+    guard = Guard(state, parser, gate.store if gate is not None else None)
+
+    def who(conn: Request | WebSocket) -> Principal:
+        principal: Principal = conn.scope.get(PRINCIPAL, OPEN)
+        return principal
     metrics = Metrics()
     hub = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
     # the live map's stream: messages with their deliveries
@@ -298,9 +341,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def post_subscriptions(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "subscribe")
         body = await body_of(request)
         done = await apply("subscribe", applier.call(
-            lambda: state.subscribe(parser.subscriptions(body)), concurrent=True), t0)
+            lambda: guard.subscribe(principal, body), concurrent=True), t0)
         return _JSONResponse(done.body, status_code=201)
 
     async def list_subscriptions(request: Request) -> Response:
@@ -310,11 +355,23 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         if not 1 <= limit <= 100_000:
             msg = f"'limit' must lie in [1, 100000], got {limit}"
             raise RequestError(msg, status=400)
+        principal = who(request)
+        guard.check(principal, "list")
+        if principal.role != ADMIN:  # a subscriber lists its own live ids only
+            def own() -> list[dict[str, Any]]:
+                ids = np.array(guard.owned(principal), dtype=np.int64)
+                ids = ids[state._contains(ids)] if ids.size else ids
+                if after is not None:
+                    ids = ids[ids > after]
+                return state.subscription_rows(ids[:limit]) if ids.size else []
+
+            return _JSONResponse({"subscriptions": await run(own)})
         rows = await run(lambda: state.list_subscriptions(after=after, limit=limit))
         return _JSONResponse({"subscriptions": rows})
 
     async def get_subscription(request: Request) -> Response:
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "read", [sid])
 
         def read() -> list[dict[str, Any]]:
             ids = np.array([sid], dtype=np.int64)
@@ -327,6 +384,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def delete_subscription(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "unsubscribe", [sid])
         done = await apply("unsubscribe", applier.call(
             lambda: state.unsubscribe(np.array([sid], dtype=np.int64)), concurrent=True),
             t0)
@@ -335,20 +393,28 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def put_location(request: Request) -> Response:
         t0 = time.perf_counter()
         sid = parse_ids(request.path_params["sid"])
+        guard.check(who(request), "move", [sid])
         body = await body_of(request)
         done = await apply("move", applier.move(body, path_id=sid, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_moves(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "move")
         body = await body_of(request)
+        guard.row_ids(principal, body)  # before the body is parsed or any id looked up
         done = await apply("move", applier.move(body, concurrent=True), t0)
         return _JSONResponse(done.body)
 
     async def post_messages(request: Request) -> Response:
         t0 = time.perf_counter()
+        principal = who(request)
+        guard.check(principal, "publish")
         body = await body_of(request)
-        done = await apply("publish", applier.publish(body, concurrent=True), t0)
+        done = await apply("publish", applier.publish(body, concurrent=True)
+                           if principal.role == ADMIN else applier.call(
+                               lambda: guard.publish(principal, body), concurrent=True), t0)
         announce(done)
         return _JSONResponse(done.body)
 
@@ -370,6 +436,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def get_message(request: Request) -> Response:
         mid = parse_ids(request.path_params["mid"], what="message id")
+        guard.check(who(request), "message", [mid])
         found = state.message(mid)
         if found is None:
             msg = f"message {mid} was never published"
@@ -399,10 +466,12 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
 
     async def metrics_text(request: Request) -> Response:
+        guard.check(who(request), "metrics")
         return PlainTextResponse(metrics.render(state),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
+        guard.check(who(request), "openapi")
         return _JSONResponse(openapi_document(dmax_m=state.index.dmax_m))
 
     async def index_page(request: Request) -> Response:
@@ -412,28 +481,48 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return FileResponse(_STATIC / "map.js", media_type="text/javascript")
 
     async def network_geojson(request: Request) -> Response:
+        guard.check(who(request), "map")
         if "roads" not in cache:  # built once, off the event loop (Rome: seconds)
             cache["roads"] = await asyncio.to_thread(
                 lambda: json.dumps(roads_geojson(state.index.network)).encode())
         return Response(cache["roads"], media_type="application/geo+json")
 
     async def events_ws(websocket: WebSocket) -> None:
+        try:
+            guard.check(who(websocket), "events")  # admin only: every message's place
+        except RequestError as exc:
+            await _deny(websocket, exc)
+            return
         await stream(websocket, events, None)
 
     async def deliveries_ws(websocket: WebSocket) -> None:
         raw = websocket.query_params.get("subscription")
-        want: int | None = None
+        principal = who(websocket)
+        want: int | Callable[[int], bool] | None = None
+        try:
+            guard.check(principal, "deliveries")
+        except RequestError as exc:
+            await _deny(websocket, exc)
+            return
         if raw is not None:
             try:
                 want = parse_ids(raw)
             except RequestError as exc:
-                await websocket.accept()  # so that the client reads why
+                await websocket.accept(subprotocol=websocket.scope.get(
+                    "roadpubsub.subprotocol"))  # so that the client reads why
                 await websocket.close(code=1008, reason=str(exc)[:120])
                 return
+            try:
+                guard.check(principal, "deliveries", [want])
+            except RequestError as exc:
+                await _deny(websocket, exc)
+                return
+        elif principal.role != ADMIN:
+            want = guard.wants(principal)  # a subscriber: its own ids' deliveries only
         await stream(websocket, hub, want)
 
-    async def stream(websocket: WebSocket, to: DeliveryHub, want: int | None) -> None:
-        await websocket.accept()
+    async def stream(websocket: WebSocket, to: DeliveryHub, want: Want) -> None:
+        await websocket.accept(subprotocol=websocket.scope.get("roadpubsub.subprotocol"))
         client = to.add(want)
 
         async def drain() -> None:  # notices a client that closes
@@ -448,6 +537,10 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             while True:
                 await client.ready.wait()
                 client.ready.clear()
+                if gate is not None and client.items and \
+                        not gate.store.still_valid(who(websocket)):
+                    client.revoked = True  # a token revoked while its stream is open
+                    return
                 while client.items and not client.dropped:
                     text = client.items.popleft()
                     client.nbytes -= len(text)
@@ -475,7 +568,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                                            _CLOSE_GRACE_S)
             else:
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
-                    await websocket.close()
+                    await websocket.close(code=1008 if client.revoked else 1000)
 
     def push_local(done: Applied) -> None:
         if done.deliveries is not None and len(done.deliveries):
@@ -501,7 +594,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 loop.call_soon_threadsafe(push_local, done)
 
             c = MqttConnector(mqtt[0], mqtt[1], state=state, applier=applier, parser=parser,
-                              on_applied=from_broker, prefix=mqtt_prefix)
+                              on_applied=from_broker, prefix=mqtt_prefix,
+                              **(mqtt_options or {}))
             await asyncio.to_thread(c.start)
             connector.append(c)
         try:
@@ -541,7 +635,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     ]
     app = _ServiceApp(routes=routes, lifespan=lifespan,
                       exception_handlers={RequestError: refuse, InputError: refuse})
-    app.hot = HotRoutes(state, applier, metrics, announce)
+    app.hot = HotRoutes(state, applier, metrics, announce, guard)
+    app.gate = gate
     app.state.service = state
     app.state.hub = hub
     app.state.metrics = metrics

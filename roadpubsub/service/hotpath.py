@@ -28,6 +28,7 @@ import orjson
 from index.events import RequestError, parse_ids
 from roadnet.errors import InputError, format_error
 from roadnet.settings import DEFAULTS
+from roadpubsub.service.access import ADMIN, OPEN, Guard, Principal
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.metrics import Metrics
@@ -161,7 +162,7 @@ class HotRoutes:
     publish (WebSocket clients, the map, the broker)."""
 
     def __init__(self, state: ServiceState, applier: Applier, metrics: Metrics,
-                 announce: Callable[[Applied], None]) -> None:
+                 announce: Callable[[Applied], None], guard: Guard | None = None) -> None:
         self.state = state
         self.applier = applier
         self.metrics = metrics
@@ -169,6 +170,7 @@ class HotRoutes:
         opts = state.options
         self._decode = {"max_depth": opts.max_json_depth,
                         "thread_bytes": opts.decode_thread_bytes}
+        self.guard = guard or Guard(state, applier.parser, None)
 
     def route(self, method: str, path: str) -> tuple[str, str | None] | None:
         """(kind, the path's id text) of a hot route, or None."""
@@ -186,16 +188,18 @@ class HotRoutes:
             return ("unsubscribe", rest)
         return None
 
-    async def handle(self, kind: str, sid_text: str | None, receive: Receive, send: Send
-                     ) -> None:
+    async def handle(self, kind: str, sid_text: str | None, receive: Receive, send: Send,
+                     principal: Principal = OPEN) -> None:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Applied] = loop.create_future()
         reply = _Reply(fut, loop, self.state)
         try:
+            if principal.role != ADMIN:  # not the admin's fast path: checked, owned
+                await self._owned(kind, sid_text, receive, reply, principal)
             # concurrent: uvicorn hands the app one request of a connection at a time,
             # so no queued request has been answered (applier.by_kind)
-            if kind == "move":
+            elif kind == "move":
                 sid = parse_ids(sid_text or "")
                 self.applier.move(await _body(receive, **self._decode), path_id=sid, reply=reply,
                                   concurrent=True)
@@ -223,3 +227,30 @@ class HotRoutes:
         if kind == "publish":
             self.announce(done)
         await _answer(send, 201 if kind == "subscribe" else 200, dumps(done.body))
+
+    async def _owned(self, kind: str, sid_text: str | None, receive: Receive, reply: _Reply,
+                     principal: Principal) -> None:
+        """Submit a request of a publisher or subscriber token: the role and the path's id
+        checked here (before the body and before existence), the body's ids on the apply
+        thread (:class:`~roadpubsub.service.access.Guard`)."""
+        guard = self.guard
+        if kind == "publish":
+            guard.check(principal, "publish")
+            body = await _body(receive, **self._decode)
+            self.applier.call(lambda: guard.publish(principal, body), reply=reply,
+                              kind=kind, concurrent=True)
+        elif kind == "subscribe":
+            guard.check(principal, "subscribe")
+            body = await _body(receive, **self._decode)
+            self.applier.call(lambda: guard.subscribe(principal, body), reply=reply,
+                              kind=kind, concurrent=True)
+        else:
+            sid = parse_ids(sid_text or "")
+            guard.check(principal, kind, [sid])
+            if kind == "move":
+                self.applier.move(await _body(receive, **self._decode), path_id=sid, reply=reply,
+                                  concurrent=True)
+            else:
+                ids = np.array([sid], dtype=np.int64)
+                self.applier.call(lambda: self.state.unsubscribe(ids), reply=reply,
+                                  kind=kind, concurrent=True)

@@ -5,6 +5,8 @@ Topics (``prefix`` is ``roadpubsub`` by default); bodies are those of the HTTP A
 =====================================  =================================================
 ``{prefix}/subscriptions``             subscribe (one object or an array)
 ``{prefix}/moves``                     moves (``{"id", "lon", "lat"}`` or u/v/offset ...)
+``{prefix}/moves/{subscription}``      one vehicle's moves (every row's id must be that
+                                       id): a broker ACL lets each vehicle write here only
 ``{prefix}/unsubscriptions``           ``{"id": ID}`` or an array of them
 ``{prefix}/messages``                  publish (one object or an array, each with an id)
 ``{prefix}/deliveries/{subscription}`` each delivery, published by the service (QoS 1)
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from index.events import BodyParser, RequestError
+from index.events import BodyParser, RequestError, parse_ids
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.hotpath import decode_body
@@ -61,11 +63,16 @@ class MqttConnector:
         deliveries to WebSocket clients too.
     prefix
         Topic prefix.
+    username, password
+        The service's broker credentials (None: anonymous).
+    tls_ca
+        A CA certificate file: connect over TLS, checking the broker's certificate.
     """
 
     def __init__(self, host: str, port: int, *, state: ServiceState, applier: Applier,
                  parser: BodyParser, on_applied: Callable[[Applied], None] | None = None,
-                 prefix: str = "roadpubsub") -> None:
+                 prefix: str = "roadpubsub", username: str | None = None,
+                 password: str | None = None, tls_ca: str | None = None) -> None:
         import paho.mqtt.client as mqtt
 
         self.state = state
@@ -76,6 +83,7 @@ class MqttConnector:
         self.received = 0
         self.refused = 0
         self._connected = threading.Event()
+        self._refused: str | None = None
         # acknowledgements and deliveries leave in arrival order, off the network thread
         self._out = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqtt-ack")
         # A persistent session named after the service's folder: after a crash the broker
@@ -84,6 +92,10 @@ class MqttConnector:
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
                                   client_id=f"roadpubsub-serve-{name}",
                                   clean_session=False, manual_ack=True)
+        if username is not None:
+            self.client.username_pw_set(username, password)
+        if tls_ca is not None:
+            self.client.tls_set(ca_certs=tls_ca)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.host, self.port = host, port
@@ -99,6 +111,11 @@ class MqttConnector:
         if not self._connected.wait(timeout):
             self.client.loop_stop()
             msg = f"the MQTT broker at {self.host}:{self.port} did not accept the connection"
+            raise ConnectionError(msg)
+        if self._refused is not None:
+            self.client.loop_stop()
+            msg = (f"the MQTT broker at {self.host}:{self.port} refused the connection: "
+                   f"{self._refused} (check --mqtt-user and the password)")
             raise ConnectionError(msg)
 
     def stop(self) -> None:
@@ -117,8 +134,10 @@ class MqttConnector:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
                     properties: Any) -> None:
         if getattr(reason, "is_failure", False):
+            self._refused = str(reason)  # e.g. "Not authorized": start() says so at once
+            self._connected.set()
             return
-        for topic in ("subscriptions", "moves", "unsubscriptions", "messages"):
+        for topic in ("subscriptions", "moves", "moves/+", "unsubscriptions", "messages"):
             client.subscribe(f"{self.prefix}/{topic}", qos=1)
         self._connected.set()
 
@@ -139,6 +158,13 @@ class MqttConnector:
             return self.applier.publish(body)
         if topic == "moves":
             return self.applier.move(body)
+        if topic.startswith("moves/"):  # one vehicle's own topic: only its own id
+            sid = parse_ids(topic[6:])
+            rows = body if isinstance(body, list) else [body]
+            if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
+                msg = f"the topic {self.prefix}/{topic} takes moves of subscription {sid} only"
+                raise RequestError(msg, status=403)
+            return self.applier.move([{**r, "id": sid} for r in rows])
         if topic == "subscriptions":
             return self.applier.call(lambda: state.subscribe(parser.subscriptions(body)))
         if topic == "unsubscriptions":

@@ -304,6 +304,7 @@ def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
                                       **_errors(400, 426)}},
                 **_options("GET, HEAD, OPTIONS")},
             "/health": {"get": {"summary": "status and log position (no rate limit)",
+                                "security": [],
                                 "responses": {"200": _answer("Health", "status"),
                                               **_errors(auth=False)}},
                         **_options("GET, HEAD, OPTIONS")},
@@ -313,5 +314,10 @@ def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
                                      **_errors()}},
                          **_options("GET, HEAD, OPTIONS")},
         },
-        "components": {"schemas": _schemas(dmax_m)},
+        "components": {"schemas": _schemas(dmax_m), "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "a token of 'roadpubsub token create' (admin, publisher or "
+                           "subscriber); WebSocket: this header, or the subprotocols "
+                           "'bearer' and the token"}}},
+        "security": [{"bearer": []}],
     }

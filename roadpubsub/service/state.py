@@ -261,6 +261,10 @@ class ServiceState:
         self.expiry = Expiry()
         self.messages: dict[int, tuple[int, float, Deliveries]] = {}
         self.topk_of: dict[int, TopkFound] = {}  # top-k events per message that caused any
+        # access (roadpubsub.service.access): token id owning a subscription a subscriber
+        # token created, or a message a publisher token published; only owned ids
+        self.owners: dict[int, str] = {}
+        self.message_owners: dict[int, str] = {}
         self.dlog = DeliveriesLog(state_dir / "deliveries")
         self.tlog = TopkLog(state_dir / "topk")
         self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
@@ -351,11 +355,16 @@ class ServiceState:
         self.topk = LiveTopk.from_arrays(ix.spatial, ix.weights,
                                          {k[2:]: v for k, v in a.items() if k[:2] == "t_"},
                                          dmax_m=ix.dmax_m, window=self.window)
+        if "o_ids" in a:  # owners (access); absent in folders made before them
+            self.owners = dict(zip(a["o_ids"].tolist(), a["o_tok"].tolist(), strict=True))
+            self.message_owners = dict(zip(a["om_ids"].tolist(), a["om_tok"].tolist(),
+                                           strict=True))
 
     def _kinds_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """What :meth:`_load_kinds` reads (called in the snapshot's writer)."""
         return {**{"b_" + k: v for k, v in self.boolean.arrays().items()},
-                **{"t_" + k: v for k, v in self.topk.arrays().items()}}
+                **{"t_" + k: v for k, v in self.topk.arrays().items()},
+                **_owner_arrays("o_", self.owners), **_owner_arrays("om_", self.message_owners)}
 
     def _load_messages(self, published: Published, deliveries: Deliveries) -> None:
         mids = deliveries.message_id
@@ -386,6 +395,8 @@ class ServiceState:
         op = rec["op"]
         ids = np.asarray(rec["id"], dtype=np.int64)
         seq = int(rec["seq"])
+        if "owner" in rec:
+            self._own(op, ids, rec["owner"])
         if op == "subscribe":
             kind = radius = k = None
             if "kind" in rec:
@@ -635,8 +646,15 @@ class ServiceState:
             msg = f"unknown subscription ids: {names}"
             raise RequestError(msg, status=404)
 
-    def subscribe(self, batch: SubscriptionBatch) -> Applied:
-        """Add a batch of subscriptions (their ids must be new)."""
+    def _own(self, op: str, ids: IntArray, owner: str) -> None:
+        """Record the token owning new subscriptions or messages (the first owner stays)."""
+        owners = self.owners if op == "subscribe" else self.message_owners
+        for i in ids.tolist():
+            owners.setdefault(i, owner)
+
+    def subscribe(self, batch: SubscriptionBatch, *, owner: str = "") -> Applied:
+        """Add a batch of subscriptions (their ids must be new); ``owner``: the token
+        id owning them (kept in the log record and the snapshots)."""
         self._check_alive()
         clash = self._contains(batch.ids)
         if clash.any():
@@ -656,6 +674,9 @@ class ServiceState:
             assert batch.kind is not None and batch.radius is not None and batch.k is not None
             record.update(kind=[SUBSCRIPTION_KIND_NAMES[c] for c in batch.kind.tolist()],
                           radius=_tolist(batch.radius), k=_tolist(batch.k))
+        if owner:
+            record["owner"] = owner
+            self._own("subscribe", batch.ids, owner)
         seq = self._log(record)
         return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
 
@@ -685,10 +706,12 @@ class ServiceState:
                          "offset": np.ascontiguousarray(batch.points.offset, np.float64)})
         return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
 
-    def publish(self, batch: MessageBatch, *, now: float | None = None) -> Applied:
+    def publish(self, batch: MessageBatch, *, now: float | None = None, owner: str = ""
+                ) -> Applied:
         """Match new messages; repeated ids get their recorded deliveries. ``now``: the
         server's clock (epoch seconds; default ``time.time()``), which purges expired
-        subscriptions and stands in for absent message times."""
+        subscriptions and stands in for absent message times; ``owner``: the token id
+        owning the new ones (kept in the log record and the snapshots)."""
         self._check_alive()
         seen = np.fromiter((m in self.messages for m in batch.ids.tolist()), dtype=bool,
                            count=len(batch))
@@ -704,9 +727,13 @@ class ServiceState:
             keywords = batch.keywords if every else [batch.keywords[i] for i in new.tolist()]
             points = batch.points if every else batch.points[new]
             fresh, top = self._publish(ids, points, keywords, times, purge_at=clock)
-            seq = self._log({"op": "publish", "id": ids.tolist(),
-                             "edge": points.edge.tolist(), "offset": points.offset.tolist(),
-                             "keywords": keywords, "time": times.tolist(), "now": clock})
+            record = {"op": "publish", "id": ids.tolist(), "edge": points.edge.tolist(),
+                      "offset": points.offset.tolist(), "keywords": keywords,
+                      "time": times.tolist(), "now": clock}
+            if owner:
+                record["owner"] = owner
+                self._own("publish", ids, owner)
+            seq = self._log(record)
             self._record(seq, ids, times, fresh, top, replay=False)
         else:
             top = TopkFound.empty()
@@ -893,6 +920,12 @@ def _lock_folder(folder: Path) -> int:
         msg = f"{folder}: another roadpubsub service is running on this folder"
         raise ServiceBusyError(msg) from exc
     return fd
+
+
+def _owner_arrays(prefix: str, owners: dict[int, str]) -> dict[str, npt.NDArray[Any]]:
+    """An owner map as two columns of a snapshot (ids, token ids)."""
+    return {prefix + "ids": np.fromiter(owners.keys(), dtype=np.int64, count=len(owners)),
+            prefix + "tok": np.array(list(owners.values()), dtype=str)}
 
 
 def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:

@@ -1,6 +1,38 @@
 // The live map: roads from /network.geojson, subscriptions from /subscriptions, messages
 // and their deliveries from the /events WebSocket. No tile server: works offline.
+// The token (an admin's: /events carries every message) is never in the page: it comes
+// from the URL fragment (/#token=TOKEN, which a browser never sends to the server; taken
+// out of the address bar at once) or the form, and is kept in sessionStorage (this tab).
 "use strict";
+const KEY = "roadpubsub-token";
+function takeFragment() {
+  const m = location.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (!m) return false;
+  sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+takeFragment();
+// a fragment typed on an open page does not reload it: start again with the token
+window.addEventListener("hashchange", () => { if (takeFragment()) location.reload(); });
+const token = () => sessionStorage.getItem(KEY);
+class NeedToken extends Error {}
+async function api(path) {
+  const t = token();
+  const r = await fetch(path, { headers: t ? { Authorization: `Bearer ${t}` } : {} });
+  if (r.status === 401 || r.status === 403) throw new NeedToken(`${path}: ${r.status}`);
+  return r.json();
+}
+function askToken(why) {
+  statusLine.textContent = why;
+  const form = document.getElementById("login");
+  form.hidden = false;
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(KEY, document.getElementById("token").value.trim());
+    location.reload();
+  };
+}
 const canvas = document.getElementById("map");
 const ctx = canvas.getContext("2d");
 const statusLine = document.getElementById("status");
@@ -49,16 +81,22 @@ async function loadSubscriptions() {
   let after = null;
   for (;;) {
     const q = after === null ? "" : `&after=${after}`;
-    const page = (await (await fetch(`/subscriptions?limit=5000${q}`)).json()).subscriptions;
+    const page = (await api(`/subscriptions?limit=5000${q}`)).subscriptions;
     if (!page.length) return;
     for (const s of page) subs.set(s.id, s);
     after = page[page.length - 1].id;
   }
 }
 function connect() {
-  const ws = new WebSocket(`ws://${location.host}/events`);
-  ws.onopen = () => { statusLine.textContent = `live: ${subs.size} subscriptions`; };
-  ws.onclose = () => { statusLine.textContent = "disconnected; retrying"; setTimeout(connect, 1000); };
+  const t = token();  // browsers cannot set headers on a WebSocket: the subprotocols
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}/events`, t ? ["bearer", t] : []);
+  let opened = false;
+  ws.onopen = () => { opened = true; statusLine.textContent = `live: ${subs.size} subscriptions`; };
+  ws.onclose = () => {
+    if (!opened) { askToken("the /events stream needs an admin token"); return; }
+    statusLine.textContent = "disconnected; retrying"; setTimeout(connect, 1000);
+  };
   ws.onmessage = (ev) => {
     const e = JSON.parse(ev.data);
     if (e.type !== "message") return;
@@ -75,14 +113,25 @@ function connect() {
 }
 async function main() {
   fit();
-  const gj = await (await fetch("/network.geojson")).json();
+  let gj;
+  try {
+    gj = await api("/network.geojson");
+  } catch (e) {
+    if (e instanceof NeedToken) { askToken("this service needs a token (an admin's)"); return; }
+    throw e;
+  }
   roads = gj.features[0].geometry.coordinates;
   box = [Infinity, Infinity, -Infinity, -Infinity];
   for (const seg of roads) for (const [x, y] of seg) {
     box[0] = Math.min(box[0], x); box[1] = Math.min(box[1], y);
     box[2] = Math.max(box[2], x); box[3] = Math.max(box[3], y);
   }
-  await loadSubscriptions();
+  try {
+    await loadSubscriptions();
+  } catch (e) {
+    if (e instanceof NeedToken) { askToken("this token may not see every subscription"); return; }
+    throw e;
+  }
   draw();
   connect();
   window.addEventListener("resize", () => { fit(); draw(); });
