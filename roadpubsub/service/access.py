@@ -46,7 +46,7 @@ from index.events import RequestError
 from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
 
-__all__ = ["ADMIN", "OPEN", "PRINCIPAL", "PUBLISHER", "ROLES", "SUBSCRIBER", "TOKENS_FILE",
+__all__ = ["ADMIN", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER", "ROLES", "SUBSCRIBER", "TOKENS_FILE",
            "WS_BEARER", "AccessGate", "Guard", "Principal", "TokenRecord", "TokenStore",
            "Unauthenticated", "authorize", "bearer_of", "hash_token"]
 
@@ -87,6 +87,9 @@ class Principal:
 
 #: The caller of a service with no token (every request, as admin).
 OPEN = Principal("", ADMIN)
+#: The caller of a request that needs no token and carries none of its rights: ``OPTIONS``
+#: (the methods of a path; CORS preflights come without credentials anyway).
+NOBODY = Principal("", "none")
 
 
 class Unauthenticated(RequestError):  # noqa: N818 (an answer, like RequestError)
@@ -413,6 +416,9 @@ class AccessGate:
             scope["roadpubsub.cors"] = origin
         if scope["path"] in self.open_paths and method in ("GET", "HEAD"):
             scope[PRINCIPAL] = OPEN
+            return True
+        if method == "OPTIONS":  # the path's methods only: no data, no rights
+            scope[PRINCIPAL] = NOBODY
             return True
         try:
             principal = self.store.authenticate(bearer_of(auth))
