@@ -46,9 +46,9 @@ from index.events import RequestError
 from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
 
-__all__ = ["ADMIN", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER", "ROLES", "SUBSCRIBER", "TOKENS_FILE",
-           "WS_BEARER", "AccessGate", "Guard", "Principal", "TokenRecord", "TokenStore",
-           "Unauthenticated", "authorize", "bearer_of", "hash_token"]
+__all__ = ["ADMIN", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER", "ROLES", "SUBSCRIBER",
+           "TOKENS_FILE", "WS_BEARER", "AccessGate", "Guard", "Principal", "TokenRecord",
+           "TokenStore", "Unauthenticated", "authorize", "bearer_of", "hash_token"]
 
 ADMIN, PUBLISHER, SUBSCRIBER = "admin", "publisher", "subscriber"
 ROLES = (ADMIN, PUBLISHER, SUBSCRIBER)
