@@ -51,12 +51,25 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0)
 
 
 def run_live(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
-             port: int, work: Path, server_path: str | None = None) -> dict[str, Any]:
-    """Serve a copy of ``template``, run the load generator against it, stop the server."""
+             port: int, work: Path, server_path: str | None = None, auth: bool = False
+             ) -> dict[str, Any]:
+    """Serve a copy of ``template``, run the load generator against it, stop the server.
+
+    ``auth``: the copy gets an admin token (so the server authenticates every request) and
+    the load generator sends it; otherwise the copy has no token (loopback, open)."""
     state = work / "state"
     shutil.rmtree(state, ignore_errors=True)
-    shutil.copytree(template, state)
+    shutil.copytree(template, state, ignore=shutil.ignore_patterns("tokens.json*"))
     env = {**os.environ}
+    env.pop("ROADPUBSUB_TOKEN", None)
+    if auth:
+        from roadpubsub.service.access import ADMIN, TokenStore
+
+        _, token = TokenStore(state).create(ADMIN)
+        token_file = work / "token"
+        token_file.write_text(token, encoding="utf-8")
+        token_file.chmod(0o600)
+        load_args = [*load_args, "--token-file", str(token_file)]
     url = f"http://127.0.0.1:{port}"
     with (work / "serve.log").open("wb") as log:
         srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
@@ -138,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-pythonpath", default=None, metavar="DIR",
                    help="run the server from another source tree (e.g. an export of an "
                         "older commit), alternating with this one: old, new, old, new...")
+    p.add_argument("--auth", action="store_true",
+                   help="alternate runs without tokens and with an admin token (every "
+                        "request authenticated): off, on, off, on...")
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
                    "--seconds 30", help="'loadgen' arguments")
@@ -151,13 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="roadpubsub-live-") as tmp:
         trees: list[str | None] = [None] if args.server_pythonpath is None \
             else [args.server_pythonpath, None]
+        modes = [False, True] if args.auth else [False]
         for _ in range(args.runs):
             for tree in trees:
-                res = run_live(template=args.template, network=args.network,
-                               serve_args=args.serve_args.split(),
-                               load_args=args.load_args.split(), port=args.port,
-                               work=Path(tmp), server_path=tree)
-                print(json.dumps({"server": tree or "this tree", **res}), flush=True)
+                for auth in modes:
+                    res = run_live(template=args.template, network=args.network,
+                                   serve_args=args.serve_args.split(),
+                                   load_args=args.load_args.split(), port=args.port,
+                                   work=Path(tmp), server_path=tree, auth=auth)
+                    print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
+                          flush=True)
     return 0
 
 

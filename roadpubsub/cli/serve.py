@@ -154,6 +154,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--seconds", type=float, default=DEFAULTS.loadgen_seconds,
                    help="most seconds to run (default 60)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--token-file", metavar="FILE", default=None,
+                   help="a file holding an admin token sent with every request (default: "
+                        "$ROADPUBSUB_TOKEN, else none)")
     g.set_defaults(func=run_loadgen)
 
 
@@ -189,13 +192,29 @@ def run_loadgen(args: argparse.Namespace) -> int:
                           first_new_id=first, seed=args.seed)
     report = run_load(args.url, stream, existing=args.existing, clients=args.clients,
                       batch=args.batch, events=args.events, seconds=args.seconds,
-                      seed=args.seed, first_message_id=first)
+                      seed=args.seed, first_message_id=first, token=_loadgen_token(args))
     after = get_health(args.url)
     out = {**report.summary(), "clients": args.clients,
            "batch": args.batch, "server_before": before, "server_after": after}
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def _loadgen_token(args: argparse.Namespace) -> str | None:
+    """The admin token of ``loadgen --token-file`` (else ``ROADPUBSUB_TOKEN``; never argv,
+    where other users of the machine can read it)."""
+    if args.token_file is None:
+        return os.environ.get("ROADPUBSUB_TOKEN") or None
+    try:
+        token = Path(args.token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeError) as exc:
+        msg = f"{args.token_file}: cannot read the token: {exc}"
+        raise InputError(msg) from exc
+    if not token:
+        msg = f"{args.token_file}: the file holds no token"
+        raise InputError(msg)
+    return token
 
 
 def _add_access_arguments(p: argparse.ArgumentParser) -> None:

@@ -130,11 +130,12 @@ class _Client(asyncio.Protocol):
 class _Connection:
     """One keep-alive HTTP/1.1 connection."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None = None) -> None:
         self.host = host
         self.port = port
         self.proto: _Client | None = None
-        self.prefix = f"HTTP/1.1\r\nHost: {host}\r\n".encode()
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        self.prefix = f"HTTP/1.1\r\nHost: {host}\r\n{auth}".encode()
 
     def encode(self, method: str, path: str, body: bytes | None = None) -> bytes:
         """The bytes of one request."""
@@ -312,11 +313,11 @@ async def _batch_client(conn: _Connection, bodies: list[bytes], report: LoadRepo
 
 async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: int,
                events: int, seconds: float, mix: tuple[float, float, float], seed: int,
-               first_message_id: int) -> LoadReport:
+               first_message_id: int, token: str | None) -> LoadReport:
     host, port = check_loopback(url)
     report = LoadReport()
     budget = [events]
-    conns = [_Connection(host, port) for _ in range(clients)]
+    conns = [_Connection(host, port, token) for _ in range(clients)]
     state: dict[str, Any] = {"message_id": first_message_id, "live": [], "next_sub": 0}
     bodies: list[bytes] = []
     if batch > 1:  # encoded before the clock starts, as the single events are built
@@ -347,7 +348,7 @@ async def _run(url: str, stream: Stream, *, existing: int, clients: int, batch: 
 def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch: int = 1,
              events: int = 10_000, seconds: float = 60.0,
              mix: tuple[float, float, float] = (0.80, 0.15, 0.05), seed: int = 0,
-             first_message_id: int = 10**12) -> LoadReport:
+             first_message_id: int = 10**12, token: str | None = None) -> LoadReport:
     """Drive the service at ``url`` (loopback only) and measure it.
 
     Parameters
@@ -367,6 +368,9 @@ def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch
         Most rows to send (> 0); ``seconds`` bounds the run too.
     mix
         Shares of moves, publishes and subscribe/unsubscribe events.
+    token
+        A bearer token sent with every request (an admin's: the stream touches any id);
+        None for a service without tokens.
     """
     if events < 1 or seconds <= 0 or clients < 1 or batch < 1:
         msg = "events, clients and batch must be >= 1 and seconds > 0"
@@ -374,6 +378,7 @@ def run_load(url: str, stream: Stream, *, existing: int, clients: int = 8, batch
     try:
         return asyncio.run(_run(url, stream, existing=existing, clients=clients,
                                 batch=batch, events=events, seconds=seconds, mix=mix,
-                                seed=seed, first_message_id=first_message_id))
+                                seed=seed, first_message_id=first_message_id,
+                                token=token))
     except OSError as exc:  # refused, reset: the service is down or went away
         raise _down(url, exc) from exc

@@ -62,3 +62,35 @@ def test_the_cli_runs_without_httpx(serve: Any, workload: Workload, andorra: Roa
     out = json.loads(done.stdout)
     assert out["requests"] == 60 and out["errors"] == {}
     assert out["server_after"]["seq"] > out["server_before"]["seq"]
+
+
+def test_a_token_goes_with_every_request(serve: Any, workload: Workload,
+                                         andorra: RoadNetwork, andorra_path: Any,
+                                         service_dir: Any, tmp_path: Any) -> None:
+    """Against a service with tokens, loadgen's requests carry ``--token-file``'s token
+    (the authenticated figure of bench.live --auth); without it every request is 401."""
+    import json
+    import subprocess
+    import sys
+
+    from roadpubsub.service.access import ADMIN, TokenStore
+
+    _, token = TokenStore(service_dir).create(ADMIN)
+    server = serve()
+    with server.client() as c:
+        rows = subscription_rows(workload, andorra)[:50]
+        assert c.post("/subscriptions", json=rows,
+                      headers={"Authorization": f"Bearer {token}"}).status_code == 201
+    stream = build_stream(andorra, n_points=200, n_messages=20, first_new_id=10**9, seed=2)
+    refused = run_load(server.url, stream, existing=50, clients=2, events=40, seconds=60)
+    assert refused.summary()["errors"] == {401: 40}
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    done = subprocess.run([sys.executable, "-m", "roadpubsub", "loadgen", "--url",
+                           server.url, "--network", str(andorra_path),
+                           "--existing", "50", "--clients", "2", "--events", "60",
+                           "--token-file", str(token_file)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["requests"] == 60 and out["errors"] == {}
