@@ -49,6 +49,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
+from roadpubsub.service import faults
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.geo import lonlat_of, roads_geojson
@@ -56,6 +57,7 @@ from roadpubsub.service.hotpath import HotRoutes, decode_body
 from roadpubsub.service.metrics import Metrics, rss_bytes, thread_cpu
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
+from roadpubsub.service.resilience import Watchman
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["DeliveryHub", "build_app"]
@@ -176,6 +178,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     parser = BodyParser(state.index.network, max_snap_m=state.options.max_snap_m, kinds=True,
                         dmax_m=state.index.dmax_m)
     applier = Applier(state, parser, group_max=group_max)
+    watchman = Watchman(state, applier)
     metrics = Metrics()
     hub = DeliveryHub()
     events = DeliveryHub()  # the live map's stream: messages with their deliveries
@@ -197,6 +200,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def apply(kind: str, fut: Future[Applied], t0: float) -> Applied:
         applied = await bridge(fut)
         await state.wal.wait_durable(applied.seq)
+        if faults.armed:
+            faults.fault("before-answer")
         metrics.observe(kind, time.perf_counter() - t0)
         return applied
 
@@ -284,8 +289,13 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return _JSONResponse(found)
 
     async def health(request: Request) -> Response:
+        status, reason = state.health()
         return _JSONResponse({
-            "status": "ok" if state.failed is None else "failed",
+            "status": status, "reason": reason,
+            "log_bytes": state.wal.size, "max_log_bytes": state.options.max_log_bytes,
+            "recoveries": state.recoveries, "disk_probes": watchman.probes,
+            "last_probe_error": watchman.last_probe_error,
+            "snapshot_failures": state.snapshots.failures,
             "seq": state.wal.next_seq - 1, "durable_seq": state.wal.durable_seq,
             "snapshot_seq": state.snapshot_seq,
             "subscriptions": sum(state.subscription_count().values()),
@@ -303,7 +313,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             "apply_cpu_seconds": {k: round(v, 4) for k, v in applier.cpu_seconds.items()},
             "apply_requests": dict(applier.requests), "thread_cpu_seconds": thread_cpu(),
             "fsyncs": state.wal.fsyncs,
-            "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
+            "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m},
+            status_code=503 if status == "failed" else 200)
 
     async def metrics_text(request: Request) -> Response:
         return PlainTextResponse(metrics.render(state),
@@ -394,9 +405,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                               on_applied=from_broker, prefix=mqtt_prefix)
             await asyncio.to_thread(c.start)
             connector.append(c)
+        watchman.start()
         try:
             yield
         finally:
+            await asyncio.to_thread(watchman.stop)
             if connector:
                 await asyncio.to_thread(connector[0].stop)
             await run(state.close)
@@ -429,4 +442,5 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     app.state.hub = hub
     app.state.metrics = metrics
     app.state.applier = applier
+    app.state.watchman = watchman
     return app

@@ -37,9 +37,12 @@ from typing import Any
 
 import orjson
 
+from index.events import RequestError
 from roadnet.errors import RoadPubSubError
+from roadpubsub.service import faults
 
-__all__ = ["WalCorruptError", "WriteAheadLog", "fsync_path", "read_records"]
+__all__ = ["LogUnavailableError", "WalCorruptError", "WriteAheadLog", "fsync_path",
+           "read_records"]
 
 _HEADER = struct.Struct("<cII")
 _MAGIC = b"R"
@@ -47,6 +50,25 @@ _MAGIC = b"R"
 
 class WalCorruptError(RoadPubSubError, RuntimeError):
     """A log segment that cannot be read past a point that is not its tail."""
+
+
+class LogUnavailableError(RequestError):
+    """The log cannot take records now (a write or an fsync failed, or it is full): the
+    request was not applied for good; the answer is 503."""
+
+    def __init__(self, message: str, *, status: int = 503, hint: str | None = None) -> None:
+        super().__init__(message, status=status, hint=hint)
+
+
+def unavailable(exc: BaseException) -> LogUnavailableError:
+    """The 503 a request gets when the log failed with ``exc`` (an I/O error)."""
+    if isinstance(exc, LogUnavailableError):
+        return exc
+    msg = (f"not applied: the log could not be written ({exc}); the service reloads its "
+           "state once the disk accepts writes again (GET /health says ok)")
+    err = LogUnavailableError(msg)
+    err.__cause__ = exc
+    return err
 
 
 def fsync_path(path: Path) -> None:
@@ -171,6 +193,8 @@ class WriteAheadLog:
         self.bytes_written = 0
         self.fsyncs = 0
         existing = segments(self.dir)
+        #: Bytes in every segment (kept up to date here, instead of a stat per segment).
+        self.size = sum(p.stat().st_size for _, p in existing)
         # After a restart the (repaired) last segment takes the next records.
         first = existing[-1][1] if existing else self.dir / _segment_name(next_seq)
         self._fd = self._open_segment(first)
@@ -188,7 +212,20 @@ class WriteAheadLog:
 
     def size_bytes(self) -> int:
         """Bytes in every segment."""
-        return sum(p.stat().st_size for _, p in segments(self.dir))
+        return self.size
+
+    @property
+    def error(self) -> BaseException | None:
+        """The write or fsync error that stopped the log, or None."""
+        return self._error
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop acknowledging: every waiting record is refused with ``exc`` (records
+        written and not yet durable may or may not survive; none is answered)."""
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+        self._fail_waiters(exc)
 
     def rotate(self) -> int:
         """Start a new segment at the next sequence number (returns it); older segments can
@@ -211,6 +248,7 @@ class WriteAheadLog:
                 n += 1
         if n:
             fsync_path(self.dir)
+            self.size = sum(p.stat().st_size for _, p in segments(self.dir))
         return n
 
     # ------------------------------------------------------------------ appending
@@ -220,20 +258,29 @@ class WriteAheadLog:
         Not thread-safe with itself: the service appends from one thread, in event order.
         """
         if self._error is not None:
-            msg = f"the write-ahead log failed earlier: {self._error}"
-            raise RuntimeError(msg) from self._error
+            raise unavailable(self._error)
         seq = self.next_seq
         record["seq"] = seq
         # orjson writes the shortest decimal that reads back as the same double, as the
         # json module does, so a replayed location or time is bit-identical
         frame = _frame(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
         with self._io:
-            written = os.write(self._fd, frame)
-            if written != len(frame):  # a full disk: nothing after this may be acknowledged
-                self._error = OSError(f"short write to {self.path}")
-                raise self._error
+            try:
+                written = os.write(self._fd, frame)
+            except OSError as exc:  # a full disk: nothing after this may be acknowledged
+                self.fail(exc)
+                raise
+            if written != len(frame):  # a torn frame at the tail: recovery cuts it
+                self.size += written
+                short = OSError(f"short write to {self.path} ({written} of {len(frame)} "
+                                "bytes: the disk is full?)")
+                self.fail(short)
+                raise short
+            if faults.armed:
+                faults.fault("after-write")
         self.next_seq = seq + 1
         self.bytes_written += len(frame)
+        self.size += len(frame)
         with self._cond:
             self._written = seq
             if self._idle:
@@ -247,6 +294,8 @@ class WriteAheadLog:
         with self._cond:
             if self._durable >= seq:
                 fut.set_result(None)
+            elif self._error is not None:
+                fut.set_exception(unavailable(self._error))
             else:
                 self._waiters.append((seq, fut, loop, None))
                 self._work.notify()
@@ -263,7 +312,7 @@ class WriteAheadLog:
                 self._waiters.append((seq, fut, loop, value))  # the append woke a thread
                 return
         if error is not None:
-            loop.call_soon_threadsafe(_reject, fut, error)
+            loop.call_soon_threadsafe(_reject, fut, unavailable(error))
         else:
             loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
 
@@ -287,8 +336,7 @@ class WriteAheadLog:
             self._work.notify()
             while self._durable < seq:
                 if self._error is not None:
-                    msg = f"the write-ahead log failed: {self._error}"
-                    raise RuntimeError(msg) from self._error
+                    raise unavailable(self._error)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     msg = f"record {seq} not durable after {timeout:g} s"
@@ -318,15 +366,18 @@ class WriteAheadLog:
                 with self._io:
                     fd = os.dup(self._fd)
                 try:
+                    if faults.armed:
+                        faults.fault("before-fsync")
                     if self.fsync_enabled:
                         t0 = time.perf_counter()
                         os.fdatasync(fd)
                         self.last_fsync_s = time.perf_counter() - t0
+                    if faults.armed:
+                        faults.fault("after-fsync")
                 finally:
                     os.close(fd)
             except OSError as exc:  # nothing after this is acknowledged
-                self._error = exc
-                self._fail_waiters(exc)
+                self.fail(exc)
                 return
             with self._cond:
                 if self._error is not None:  # another fsync failed: never durable again
@@ -351,12 +402,19 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
+        err = unavailable(exc)
         for _, fut, loop, _value in waiters:
-            loop.call_soon_threadsafe(_reject, fut, exc)
+            loop.call_soon_threadsafe(_reject, fut, err)
 
-    def close(self) -> None:
-        """Flush, stop the fsync thread and close the segment."""
-        self.sync()
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless ``flush`` is False: a failed log being given up), stop the fsync
+        threads and close the segment."""
+        if self._fd < 0:
+            return
+        if flush:
+            self.sync()
+        else:
+            self.fail(self._error or OSError("the log was closed"))
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -365,6 +423,7 @@ class WriteAheadLog:
             t.join(timeout=5)
         with self._io:
             os.close(self._fd)
+            self._fd = -1
 
 
 def _resolve_all(futs: list[tuple[asyncio.Future[Any], Any]]) -> None:
