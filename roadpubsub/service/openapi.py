@@ -141,8 +141,13 @@ def openapi_document() -> dict[str, Any]:
                                    "object, pushed once durable; ?subscription=ID for one "
                                    "subscription's",
                         "responses": {"101": {"description": "switching protocols"}}}},
-            "/health": {"get": {"summary": "status and log position",
-                                "responses": {"200": {"description": "ok"}}}},
+            "/health": {"get": {"summary": "status (ok, degraded: snapshots failing or the "
+                                           "log at its size limit; failed: the log cannot "
+                                           "be written, events refused until the disk "
+                                           "accepts writes and the state is reloaded), the "
+                                           "reason, the log's position and size",
+                                "responses": {"200": {"description": "ok or degraded"},
+                                              "503": {"description": "failed"}}}},
             "/metrics": {"get": {"summary": "Prometheus text format",
                                  "responses": {"200": {"description": "metrics"}}}},
         },

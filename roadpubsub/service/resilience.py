@@ -66,6 +66,7 @@ class Watchman:
         self.last_probe_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_line = ""
 
     def start(self) -> None:
         """Start the thread."""
@@ -83,7 +84,10 @@ class Watchman:
             try:
                 self.tick()
             except Exception as exc:  # the watchman keeps watching
-                print(f"roadpubsub serve: {format_error(exc)}", file=sys.stderr, flush=True)
+                line = f"roadpubsub serve: {format_error(exc)}"
+                if line != self._last_line:  # once, not every second
+                    print(line, file=sys.stderr, flush=True)
+                    self._last_line = line
 
     def tick(self) -> None:
         """One round: probe and recover when failed, else maintain."""

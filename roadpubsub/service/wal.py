@@ -241,14 +241,17 @@ class WriteAheadLog:
     def drop_through(self, seq: int) -> int:
         """Delete segments whose records all have ``seq`` or less; returns how many."""
         segs = segments(self.dir)
-        n = 0
+        n = removed = 0
         for (_first, path), (nxt, _) in itertools.pairwise(segs):
             if nxt - 1 <= seq and path != self.path:
+                size = path.stat().st_size
                 path.unlink()
+                removed += size
                 n += 1
         if n:
+            with self._io:  # appends add to the size under the same lock
+                self.size -= removed
             fsync_path(self.dir)
-            self.size = sum(p.stat().st_size for _, p in segments(self.dir))
         return n
 
     # ------------------------------------------------------------------ appending
@@ -276,11 +279,11 @@ class WriteAheadLog:
                                 "bytes: the disk is full?)")
                 self.fail(short)
                 raise short
+            self.size += len(frame)
             if faults.armed:
                 faults.fault("after-write")
         self.next_seq = seq + 1
         self.bytes_written += len(frame)
-        self.size += len(frame)
         with self._cond:
             self._written = seq
             if self._idle:
