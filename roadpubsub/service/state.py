@@ -827,6 +827,8 @@ class ServiceState:
         if self.failure is None:
             return False
         self.snapshots.stop()
+        if self.wal.error is None:  # another write failed: what the log took is answered
+            self.wal.sync()
         self.wal.close(flush=False)
         # Bytes of a failed writeback may sit in the page cache only: the disk accepts
         # writes now, so sync them before anything is read back and built upon.

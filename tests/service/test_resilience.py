@@ -241,3 +241,23 @@ def test_the_log_size_limit_refuses_writes_until_a_snapshot_drops_segments(
         health = _wait_health(c, "ok", timeout=90)
         assert health["log_bytes"] < 4000
         assert c.post("/subscriptions", json=[next(rows)]).status_code == 201
+
+
+def test_a_stop_whose_snapshot_fails_keeps_the_log_and_exits_0(
+        serve: Callable[..., Server], service_dir: Path, workload: Workload,
+        andorra: RoadNetwork) -> None:
+    server = serve("--snapshot-every", "100000")
+    rows = subscription_rows(workload, andorra)
+    repair = _break_snapshots(service_dir)
+    with server.client() as c:
+        for k in range(5):
+            assert c.post("/subscriptions", json=rows[10 * k:10 * k + 10]).status_code == 201
+    server.stop()
+    assert server.proc is not None and server.proc.returncode == 0
+    text = server.log.read_text()
+    assert "the closing snapshot failed" in text and "Traceback" not in text
+    repair()
+    server.start()  # the log, kept, is replayed
+    with server.client() as c:
+        health = c.get("/health").json()
+        assert health["subscriptions"] == 50 and health["snapshot_seq"] == 0
