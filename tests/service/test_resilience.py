@@ -261,3 +261,56 @@ def test_a_stop_whose_snapshot_fails_keeps_the_log_and_exits_0(
     with server.client() as c:
         health = c.get("/health").json()
         assert health["subscriptions"] == 50 and health["snapshot_seq"] == 0
+
+
+def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
+        service_dir: Path, workload: Workload, andorra: RoadNetwork,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync error (EIO, as a failing disk gives; a tmpfs never fails one) is injected
+    into the log's fsync threads: the event waiting for it is refused with 503, the state
+    says failed, later events are refused, and ``recover`` reloads what the log holds."""
+    import asyncio
+
+    from index.events import BodyParser
+    from roadpubsub.service import wal as wal_module
+    from roadpubsub.service.state import ServiceState
+    from roadpubsub.service.wal import LogUnavailableError
+
+    state = ServiceState.open(service_dir)
+    parser = BodyParser(state.index.network, max_snap_m=250.0, kinds=True,
+                        dmax_m=state.index.dmax_m)
+    rows = subscription_rows(workload, andorra)
+
+    async def subscribe(batch: list[dict[str, Any]]) -> int:
+        applied = state.subscribe(parser.subscriptions(batch))
+        await state.wal.wait_durable(applied.seq)
+        return applied.seq
+
+    try:
+        assert asyncio.run(subscribe(rows[:10])) == 1
+        real = os.fdatasync
+
+        def failing(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(wal_module.os, "fdatasync", failing)
+        with pytest.raises(LogUnavailableError, match="not applied") as refused:
+            asyncio.run(subscribe(rows[10:20]))
+        assert refused.value.status == 503
+        assert state.health()[0] == "failed"
+        with pytest.raises(LogUnavailableError, match="stopped accepting events"):
+            asyncio.run(subscribe(rows[20:30]))
+        monkeypatch.setattr(wal_module.os, "fdatasync", real)
+        assert state.recover()
+        assert state.health() == ("ok", None) and state.recoveries == 1
+        # the refused batch's record was written: read back, it is there (in flight: it
+        # was not acknowledged, and may be either); the one refused before it is not
+        assert state.subscription_count()["threshold"] == 20
+        assert asyncio.run(subscribe(rows[30:40])) == 3
+    finally:
+        state.close()
+    again = ServiceState.open(service_dir)
+    try:
+        assert again.subscription_count()["threshold"] == 30
+    finally:
+        again.close()
