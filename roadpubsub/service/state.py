@@ -584,12 +584,25 @@ class ServiceState:
     def _log(self, record: dict[str, Any]) -> int:
         try:
             return self.wal.append(record)
-        except Exception as exc:
+        except OSError as exc:
             # The event is applied but not logged: refuse everything until the state is
-            # reloaded from the log (recover), so no answer reflects a state the log
-            # cannot rebuild.
+            # reloaded from the log (recover, once the disk takes writes again), so no
+            # answer reflects a state the log cannot rebuild.
             self.failed = exc
             raise unavailable(exc) from exc
+        except Exception as exc:
+            # Not an I/O error: the record could not be encoded, nothing was written and
+            # the disk is fine. The event is applied in memory only, so the state is
+            # reloaded from the log at once (this is the apply thread) and the request
+            # alone fails; the service does not enter the failed state.
+            self.failed = exc
+            try:
+                self.recover()
+            except OSError as io:  # the disk failed meanwhile: the watchman takes over
+                self.failed = io
+                raise unavailable(io) from exc
+            msg = f"not applied: the event cannot be logged ({format_error(exc)})"
+            raise RequestError(msg, status=422) from exc
 
     def _check_alive(self) -> None:
         failure = self.failure

@@ -314,3 +314,46 @@ def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
         assert again.subscription_count()["threshold"] == 30
     finally:
         again.close()
+
+
+def test_an_event_that_cannot_be_encoded_fails_alone(
+        service_dir: Path, workload: Workload, andorra: RoadNetwork,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record the log cannot encode (not an I/O error: the validation should have
+    refused it) is refused alone with 422, the state is reloaded at once (the event was
+    applied in memory) and the service does not enter the failed state."""
+    import asyncio
+
+    import orjson
+
+    from index.events import BodyParser, RequestError
+    from roadpubsub.service import wal as wal_module
+    from roadpubsub.service.state import ServiceState
+
+    state = ServiceState.open(service_dir)
+    try:
+        parser = BodyParser(state.index.network, max_snap_m=250.0, kinds=True,
+                            dmax_m=state.index.dmax_m)
+        rows = subscription_rows(workload, andorra)
+
+        async def subscribe(batch: list[dict[str, Any]]) -> int:
+            applied = state.subscribe(parser.subscriptions(batch))
+            await state.wal.wait_durable(applied.seq)
+            return applied.seq
+
+        assert asyncio.run(subscribe(rows[:10])) == 1
+        real = orjson.dumps
+
+        def refuse(*args: Any, **kwargs: Any) -> bytes:
+            raise TypeError("Type is not JSON serializable: Poison")
+
+        monkeypatch.setattr(wal_module.orjson, "dumps", refuse)
+        with pytest.raises(RequestError, match="cannot be logged") as refused:
+            asyncio.run(subscribe(rows[10:20]))
+        assert refused.value.status == 422
+        monkeypatch.setattr(wal_module.orjson, "dumps", real)
+        assert state.health() == ("ok", None) and state.recoveries == 1
+        assert state.subscription_count()["threshold"] == 10  # the refused ones undone
+        assert asyncio.run(subscribe(rows[10:20])) == 2  # the same ids, now accepted
+    finally:
+        state.close()
