@@ -598,9 +598,9 @@ class ServiceState:
             self.failed = exc
             try:
                 self.recover()
-            except OSError as io:  # the disk failed meanwhile: the watchman takes over
-                self.failed = io
-                raise unavailable(io) from exc
+            except Exception as again:  # e.g. the disk failed meanwhile: the watchman
+                self.failed = again     # retries the reload
+                raise unavailable(again) from exc
             msg = f"not applied: the event cannot be logged ({format_error(exc)})"
             raise RequestError(msg, status=422) from exc
 
@@ -787,8 +787,9 @@ class ServiceState:
     def maintain(self) -> None:
         """Start a snapshot when a failed one is due for its retry, or when the log is at
         its size limit (its segments are dropped once a snapshot covers them)."""
-        if self.snapshots.running or self.wal.next_seq - 1 <= self.snapshot_seq:
-            return
+        if self.failure is not None or self.snapshots.running or \
+                self.wal.next_seq - 1 <= self.snapshot_seq:
+            return  # (failed: memory may be ahead of the log, nothing to snapshot)
         if self.snapshots.last_error is not None:
             if time.monotonic() >= self.snapshots.retry_at:
                 self.start_snapshot()
