@@ -148,6 +148,11 @@ def test_a_full_disk_refuses_writes_then_resumes_without_a_restart(
             assert r.status_code == 503 and "not applied" in r.json()["error"], r.text
         assert c.get(f"/subscriptions/{acked[0][1][0]['id']}").status_code == 200
         assert 'roadpubsub_health{status="failed"} 1' in c.get("/metrics").text
+        time.sleep(2.5)  # the probes keep failing while the disk is full
+        health = c.get("/health").json()
+        assert health["status"] == "failed" and health["disk_probes"] >= 2
+        assert "No space left" in health["last_probe_error"]
+        assert subscribe(c).status_code == 503
         (small_disk / "filler").unlink()
         health = _wait_health(c, "ok", timeout=60).copy()
         assert health["recoveries"] == 1 and health["reason"] is None
