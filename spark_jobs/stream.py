@@ -485,6 +485,8 @@ files:
   the sink: OUT/batch_id=<id>/part-*.parquet (message_id, subscription_id, distance, score;
   spark.read.parquet(OUT) adds batch_id), each batch committed once by a directory rename;
   restart on the same --checkpoint after any crash.
+  SIGTERM or Ctrl-C to the driver's process: the micro-batch under way is committed, none
+  starts after it, the job exits 0 with one line; a restart on the same --checkpoint goes on.
 
 example:
   roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\
