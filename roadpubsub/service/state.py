@@ -841,7 +841,7 @@ class ServiceState:
         if self.failure is None:
             return False
         self.snapshots.stop()
-        if self.wal.error is None:  # another write failed: what the log took is answered
+        if self.wal.fsync_error is None:  # what the log took before the failure is answered
             self.wal.sync()
         self.wal.close(flush=False)
         # Bytes of a failed writeback may sit in the page cache only: the disk accepts
@@ -863,8 +863,8 @@ class ServiceState:
 
     def _snapshot_done(self, seq: int, seconds: float) -> None:
         self.wal.sync()  # the manifest never runs ahead of the log
-        if self.wal.error is not None:
-            raise unavailable(self.wal.error)
+        if self.wal.fsync_error is not None:
+            raise unavailable(self.wal.fsync_error)
         write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds})
         self.manifest = {**self.manifest, "seq": seq}
         self.snapshot_seq = seq
@@ -892,7 +892,7 @@ class ServiceState:
                 print(f"roadpubsub serve: the closing snapshot failed ({format_error(exc)});"
                       " the log is kept and the next start replays it", file=sys.stderr,
                       flush=True)
-        self.wal.close(flush=self.failure is None)
+        self.wal.close(flush=self.wal.fsync_error is None)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

@@ -71,6 +71,17 @@ def unavailable(exc: BaseException) -> LogUnavailableError:
     return err
 
 
+def uncertain(exc: BaseException) -> LogUnavailableError:
+    """The 503 of a request whose record was written but whose fsync failed with ``exc``:
+    the record may or may not survive (the page cache may still hold it)."""
+    msg = (f"not acknowledged: the log's fsync failed ({exc}), so this event may or may "
+           "not have been applied; read it back once GET /health says ok (the service "
+           "reloads its state by itself once the disk accepts writes again)")
+    err = LogUnavailableError(msg)
+    err.__cause__ = exc
+    return err
+
+
 def fsync_path(path: Path) -> None:
     """fsync ``path``: a file's bytes, or a folder's renames and new entries."""
     fd = os.open(path, os.O_RDONLY)
@@ -189,7 +200,10 @@ class WriteAheadLog:
         self._waiters: list[tuple[int, asyncio.Future[Any], asyncio.AbstractEventLoop,
                                   Any]] = []
         self._closed = False
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # an fsync failed: nothing more is durable
+        # a write failed: no more appends (records written before it are still fsynced
+        # and acknowledged, a torn frame it left at the tail is cut by recovery)
+        self._broken: BaseException | None = None
         self.bytes_written = 0
         self.fsyncs = 0
         existing = segments(self.dir)
@@ -217,6 +231,11 @@ class WriteAheadLog:
     @property
     def error(self) -> BaseException | None:
         """The write or fsync error that stopped the log, or None."""
+        return self._error if self._error is not None else self._broken
+
+    @property
+    def fsync_error(self) -> BaseException | None:
+        """The fsync error after which nothing is acknowledged, or None."""
         return self._error
 
     def fail(self, exc: BaseException) -> None:
@@ -260,8 +279,8 @@ class WriteAheadLog:
 
         Not thread-safe with itself: the service appends from one thread, in event order.
         """
-        if self._error is not None:
-            raise unavailable(self._error)
+        if self.error is not None:
+            raise unavailable(self.error)
         seq = self.next_seq
         record["seq"] = seq
         # orjson writes the shortest decimal that reads back as the same double, as the
@@ -270,14 +289,14 @@ class WriteAheadLog:
         with self._io:
             try:
                 written = os.write(self._fd, frame)
-            except OSError as exc:  # a full disk: nothing after this may be acknowledged
-                self.fail(exc)
+            except OSError as exc:  # a full disk: nothing is appended after this
+                self._broken = exc
                 raise
             if written != len(frame):  # a torn frame at the tail: recovery cuts it
                 self.size += written
                 short = OSError(f"short write to {self.path} ({written} of {len(frame)} "
                                 "bytes: the disk is full?)")
-                self.fail(short)
+                self._broken = short
                 raise short
             self.size += len(frame)
             if faults.armed:
@@ -298,7 +317,7 @@ class WriteAheadLog:
             if self._durable >= seq:
                 fut.set_result(None)
             elif self._error is not None:
-                fut.set_exception(unavailable(self._error))
+                fut.set_exception(uncertain(self._error))
             else:
                 self._waiters.append((seq, fut, loop, None))
                 self._work.notify()
@@ -315,7 +334,7 @@ class WriteAheadLog:
                 self._waiters.append((seq, fut, loop, value))  # the append woke a thread
                 return
         if error is not None:
-            loop.call_soon_threadsafe(_reject, fut, unavailable(error))
+            loop.call_soon_threadsafe(_reject, fut, uncertain(error))
         else:
             loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
 
@@ -339,7 +358,7 @@ class WriteAheadLog:
             self._work.notify()
             while self._durable < seq:
                 if self._error is not None:
-                    raise unavailable(self._error)
+                    raise uncertain(self._error)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     msg = f"record {seq} not durable after {timeout:g} s"
@@ -405,7 +424,7 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
-        err = unavailable(exc)
+        err = uncertain(exc)
         for _, fut, loop, _value in waiters:
             loop.call_soon_threadsafe(_reject, fut, err)
 
