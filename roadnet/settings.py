@@ -167,6 +167,19 @@ class Settings:
     token_reload_s
         Seconds (> 0) between two looks of a running service at its token file
         (``roadpubsub token revoke`` takes effect within this time).
+    service_max_log_bytes
+        Largest size, in bytes, of the live service's write-ahead log (>= 1; ``roadpubsub
+        serve --max-log-bytes``). Past it events are refused with 503 until a snapshot lets
+        the covered segments be dropped (snapshots keep the log far below it; the limit
+        bites when snapshots keep failing). Default 2 GiB.
+    service_snapshot_retry_s
+        Seconds before a failed background snapshot of the service is retried (> 0); the
+        wait doubles after each further failure in a row.
+    service_snapshot_retry_max_s
+        Longest wait, in seconds, between snapshot retries (>= service_snapshot_retry_s).
+    service_probe_interval_s
+        Seconds between the failed service's probes of its disk (a small file written and
+        fsynced in the state folder); the first probe that succeeds reloads the state.
     """
 
     snap_distance_m: float = 250.0
@@ -233,6 +246,11 @@ class Settings:
     time_max: float = 253_402_300_799.0
     # --- access ---
     token_reload_s: float = 1.0
+    # --- runtime resilience ---
+    service_max_log_bytes: int = 2 * 1024**3
+    service_snapshot_retry_s: float = 1.0
+    service_snapshot_retry_max_s: float = 60.0
+    service_probe_interval_s: float = 1.0
 
 
 DEFAULTS = Settings()

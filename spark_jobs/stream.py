@@ -172,6 +172,10 @@ class StreamDriver:
         self.last_end = time.time()
         self.batches = 0
         self.rows = 0
+        self.last_batch: int | None = None
+        # A stop asked for (SIGTERM): the batch under way completes, none starts after it.
+        self.stopping = threading.Event()
+        self._busy = threading.Lock()
         log(f"stream: {len(self.index):,} subscriptions at version {self.version} "
             f"({len(self.consumed)} change files in the log) in "
             f"{time.perf_counter() - t0:.1f} s")
@@ -240,7 +244,23 @@ class StreamDriver:
 
     # ------------------------------------------------------------------ a micro-batch
     def process(self, frame: DataFrame, batch_id: int) -> None:
-        """foreachBatch function: apply the batch's changes, match, commit the sink file."""
+        """foreachBatch function: apply the batch's changes, match, commit the sink file
+        (a batch that starts once a stop was asked for fails before it does anything, so
+        the next start runs it from the checkpoint)."""
+        if self.stopping.is_set():
+            msg = f"micro-batch {batch_id} not started: the stream is stopping"
+            raise SparkJobError(msg)
+        with self._busy:
+            self._process(frame, batch_id)
+            self.last_batch = batch_id
+
+    def wait_idle(self) -> None:
+        """Return once no micro-batch is being processed (after ``stopping`` is set, none
+        starts again)."""
+        with self._busy:
+            pass
+
+    def _process(self, frame: DataFrame, batch_id: int) -> None:
         t0 = time.time()
         kafka = "value" in frame.columns
         paths = [] if kafka else sorted(str(_local_path(r[0]))
@@ -379,28 +399,44 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
     stop = threading.Event()
     watcher = threading.Thread(target=_progress, args=(query, stop), daemon=True)
     watcher.start()
-
-    def _terminate(signum: int, _frame: Any) -> None:
-        log(f"stream: signal {signum}, stopping after the current micro-batch")
-        query.stop()
-
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    # The handler only notes the signal: it runs on the main thread between two bytecodes,
+    # possibly inside a py4j call reading the gateway's socket, and a py4j call from it
+    # (query.stop) re-entered that reader ("reentrant call inside BufferedReader") and
+    # crashed the driver. The main thread polls the flag and stops the query itself.
+    signals: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _f: signals.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     t0 = time.perf_counter()
     from pyspark.errors import StreamingQueryException
 
     try:
-        query.awaitTermination()
+        while not query.awaitTermination(1):
+            if signals:
+                _stop_after_batch(query, driver)
     except StreamingQueryException as exc:  # one line, as the other errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = f"the streaming query stopped: {first}"
-        raise SparkJobError(msg) from exc
+        if not signals:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() \
+                else type(exc).__name__
+            msg = f"the streaming query stopped: {first}"
+            raise SparkJobError(msg) from exc
+        # the stop made a batch that was starting fail: the checkpoint re-runs it
     finally:
         stop.set()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     dt = time.perf_counter() - t0
-    log(f"stream: stopped; {driver.batches} micro-batches, {driver.rows:,} messages in "
-        f"{dt:.1f} s")
+    how = f" on {signal.Signals(signals[0]).name}" if signals else ""
+    last = "none" if driver.last_batch is None else str(driver.last_batch)
+    log(f"stream: stopped{how}; {driver.batches} micro-batches (last committed: {last}), "
+        f"{driver.rows:,} messages in {dt:.1f} s")
     return 0
+
+
+def _stop_after_batch(query: StreamingQuery, driver: StreamDriver) -> None:
+    """Stop the query once the micro-batch under way (if any) is committed."""
+    driver.stopping.set()
+    driver.wait_idle()
+    query.stop()
 
 
 def start_stream(spark: SparkSession, args: argparse.Namespace
@@ -450,6 +486,8 @@ files:
   the sink: OUT/batch_id=<id>/part-*.parquet (message_id, subscription_id, distance, score;
   spark.read.parquet(OUT) adds batch_id), each batch committed once by a directory rename;
   restart on the same --checkpoint after any crash.
+  SIGTERM or Ctrl-C to the driver's process: the micro-batch under way is committed, none
+  starts after it, the job exits 0 with one line; a restart on the same --checkpoint goes on.
 
 example:
   roadpubsub spark stream --index-file work/rome/eia.npz --messages in/messages \\

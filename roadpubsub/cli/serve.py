@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import signal
 import struct
 import sys
 import time
@@ -25,6 +27,17 @@ example:
   TOKEN=$(roadpubsub token create --state work/live --role admin | tail -n 1)
   curl -s localhost:8000/subscriptions -H "Authorization: Bearer $TOKEN"
   roadpubsub serve --state work/live --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
+
+Reopening with the creating command line works too (what a supervisor does): every
+creation flag given must equal what DIR holds (file flags by content, sha256), else one
+line per differing flag and exit 2. SIGTERM or Ctrl-C: in-flight requests are answered,
+a snapshot is written, exit 0.
+
+Resilience: when a log write or fsync fails (a full disk), events get 503 and /health
+says "failed" (503); the disk is probed every second and, once it takes writes again, the
+state is reloaded from DIR in-process and events resume. A failed snapshot turns /health
+to "degraded" (200, with the reason) and is retried with backoff. Past --max-log-bytes
+events get 503 until a snapshot lets older log segments be dropped.
 
 The network, keyword weights (--weights, or idf over --corpus), Dmax, --directed and the
 top-k --window are fixed when DIR is created (or taken from --index-file, an index built
@@ -129,6 +142,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    metavar="BYTES", help="decode larger request bodies on a worker thread "
                                          f"(default {DEFAULTS.decode_thread_bytes:,})")
     _add_access_arguments(p)
+    # --- runtime resilience ---
+    p.add_argument("--max-log-bytes", type=int, default=DEFAULTS.service_max_log_bytes,
+                   metavar="N", help="largest write-ahead log, bytes: past it events are "
+                   "refused (503) until a snapshot lets older segments be dropped "
+                   f"(default {DEFAULTS.service_max_log_bytes:,})")
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -319,6 +337,82 @@ def _creation_flags(args: argparse.Namespace) -> list[str]:
         if value is not None]
 
 
+_FILE_FLAGS = ("--network", "--subscriptions", "--weights", "--corpus", "--index-file")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_record(value: str | None) -> dict[str, str] | None:
+    """A creation file's path and content hash (a folder: its path only)."""
+    if value is None:
+        return None
+    path = Path(value)
+    out = {"path": str(path.resolve())}
+    if path.is_file():
+        out["sha256"] = _sha256(path)
+    return out
+
+
+def _created_with(args: argparse.Namespace, *, dmax: float | None, window: int
+                  ) -> dict[str, Any]:
+    """What the creating flags were, for the reopening comparison (manifest
+    ``created_with``)."""
+    out: dict[str, Any] = {f: _file_record(getattr(args, f[2:].replace("-", "_")))
+                           for f in _FILE_FLAGS}
+    out.update({"--dmax": dmax, "--directed": bool(args.directed), "--window": window,
+                "--exact-keywords": bool(args.exact_keywords)})
+    return out
+
+
+def _differences(args: argparse.Namespace, manifest: dict[str, Any]) -> list[str]:
+    """One line per creation flag given that differs from what the folder holds."""
+    held = manifest.get("created_with")
+    out: list[str] = []
+    for flag in _creation_flags(args):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if flag == "--dmax":
+            if float(value) != float(manifest["dmax_m"]):
+                out.append(f"--dmax {value:g}: DIR holds Dmax {manifest['dmax_m']:g} m")
+        elif flag == "--directed":
+            if not manifest.get("network", {}).get("directed", False):
+                out.append("--directed: DIR was created without --directed")
+        elif flag == "--window":
+            if int(value) != int(manifest.get("window", 0)):
+                out.append(f"--window {value}: DIR holds window {manifest.get('window')}")
+        elif held is None:  # a folder made before the creation record: its source path
+            if flag not in ("--network", "--index-file") or not manifest.get("source") or \
+                    Path(manifest["source"]).resolve() != Path(value).resolve():
+                out.append(f"{flag} {value}: DIR does not record this flag's file (made by "
+                           "an older version)")
+        else:
+            out.extend(_file_difference(flag, value, held.get(flag)))
+    if args.exact_keywords and held is not None and not held.get("--exact-keywords"):
+        out.append("--exact-keywords: DIR was created without --exact-keywords")
+    return out
+
+
+def _file_difference(flag: str, value: str, held: dict[str, str] | None) -> list[str]:
+    if held is None:
+        return [f"{flag} {value}: DIR was created without {flag}"]
+    path = Path(value)
+    if "sha256" not in held or not path.is_file():
+        if not path.exists():
+            return [f"{flag} {value}: no such file (DIR was created from {held['path']})"]
+        same = str(path.resolve()) == held["path"]
+        return [] if same else [f"{flag} {value}: DIR was created from {held['path']}"]
+    digest = _sha256(path)
+    if digest != held["sha256"]:
+        return [f"{flag} {value}: its content (sha256 {digest[:12]}...) differs from the "
+                f"file DIR was created from ({held['path']}, sha256 {held['sha256'][:12]}...)"]
+    return []
+
+
 def _create(args: argparse.Namespace, folder: Path) -> None:
     import numpy as np
 
@@ -345,7 +439,9 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
         if not isinstance(index, EnhancedIndex):
             msg = f"--index-file {args.index_file}: the service needs an EIA index"
             raise InputError(msg)
-        about = {"source": str(args.index_file)}
+        about = {"source": str(args.index_file),
+                 "created_with": _created_with(args, dmax=None, window=DEFAULT_WINDOW
+                                               if args.window is None else args.window)}
     else:
         if not args.network:
             msg = f"{folder} holds no service yet: give --network (or --index-file) to create it"
@@ -364,7 +460,9 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
             subs = Subscriptions(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0),
                                  np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
         index = EnhancedIndex(SpatialIndex.build(network), subs, weights, dmax_m=dmax)
-        about = {"source": str(args.network)}
+        about = {"source": str(args.network),
+                 "created_with": _created_with(args, dmax=dmax, window=DEFAULT_WINDOW
+                                               if args.window is None else args.window)}
     create_state(folder, index, about=about, boolean=boolean, topk=topk,
                  window=DEFAULT_WINDOW if args.window is None else check_window(args.window))
 
@@ -389,6 +487,9 @@ def run(args: argparse.Namespace) -> int:
         msg = f"--max-json-depth must be >= 3 (a batch of rows nests 3 deep), got " \
               f"{args.max_json_depth}"
         raise InputError(msg)
+    if args.max_log_bytes < 1:
+        msg = f"--max-log-bytes must be >= 1, got {args.max_log_bytes}"
+        raise InputError(msg)
     if args.compact_delta is not None and args.compact_delta < 1:
         msg = f"--compact-delta must be >= 1, got {args.compact_delta}"
         raise InputError(msg)
@@ -411,12 +512,16 @@ def run(args: argparse.Namespace) -> int:
     gate, tls = _access(args, folder)  # before anything is created: refused at once
     mqtt_options = _mqtt_options(args)
     t0 = time.perf_counter()
-    if read_manifest(folder) is None:
+    manifest = read_manifest(folder)
+    if manifest is None:
         _create(args, folder)
-    elif _creation_flags(args):
-        msg = (f"{folder} already holds a service (its network, weights and Dmax are fixed); "
-               f"drop {', '.join(_creation_flags(args))}")
-        raise InputError(msg)
+    else:  # a supervisor reruns the creating command line: fine if nothing differs
+        differ = _differences(args, manifest)
+        if differ:
+            msg = (f"{folder} already holds a service created with other settings; drop "
+                   "these flags or give another --state:\n  " + "\n  ".join(
+                       d.replace("DIR", str(folder)) for d in differ))
+            raise InputError(msg)
     options = ServiceOptions(snapshot_every=args.snapshot_every, flush_every=args.flush_every,
                              fsync=not args.no_fsync, max_snap_m=args.max_snap,
                              background_compaction=not args.inline_compaction,
@@ -425,7 +530,8 @@ def run(args: argparse.Namespace) -> int:
                              max_keyword_bytes=args.max_keyword_bytes,
                              max_batch_rows=args.max_batch_rows,
                              max_json_depth=args.max_json_depth,
-                             decode_thread_bytes=args.decode_thread_bytes)
+                             decode_thread_bytes=args.decode_thread_bytes,
+                             max_log_bytes=args.max_log_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
@@ -444,6 +550,12 @@ def run(args: argparse.Namespace) -> int:
                     ws_buffer_bytes=limits.ws_buffer_bytes, gate=gate,
                     mqtt_options=mqtt_options)
     served = TransportLimitsMiddleware(app, limits)  # outermost: before any route
+    # uvicorn drains in-flight requests on SIGTERM/SIGINT (the app's shutdown then writes
+    # a snapshot), restores the handlers it found and raises the signal again: these
+    # handlers note it, so that a stop a supervisor asked for exits 0, not 143 or 130.
+    stopped_by: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _f: stopped_by.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         # no proxy-headers middleware (a loopback service; the app reads no client
         # address) and no "server" header: less of the event loop's time per request
@@ -451,8 +563,14 @@ def run(args: argparse.Namespace) -> int:
                     access_log=False, timeout_graceful_shutdown=10, proxy_headers=False,
                     server_header=False, **uvicorn_options(limits), **tls)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if qos is not None:
             os.close(qos)  # the request ends with its descriptor
+    if not args.quiet or stopped_by:
+        how = f" on {signal.Signals(stopped_by[0]).name}" if stopped_by else ""
+        print(f"serve: stopped{how}; log at seq {state.wal.next_seq - 1}, snapshot at seq "
+              f"{state.snapshot_seq}", file=sys.stderr, flush=True)
     return 0
 
 

@@ -62,6 +62,7 @@ from index.events import BodyParser, RequestError, parse_ids
 from pruning.deliveries import Deliveries
 from roadnet.errors import InputError, format_error
 from roadnet.settings import DEFAULTS
+from roadpubsub.service import faults
 from roadpubsub.service.access import ADMIN, OPEN, PRINCIPAL, AccessGate, Guard, Principal
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
@@ -70,6 +71,7 @@ from roadpubsub.service.hotpath import HotRoutes, decode_body_async
 from roadpubsub.service.metrics import Metrics, rss_bytes, thread_cpu
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
+from roadpubsub.service.resilience import Watchman
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["DeliveryHub", "build_app"]
@@ -310,6 +312,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     def who(conn: Request | WebSocket) -> Principal:
         principal: Principal = conn.scope.get(PRINCIPAL, OPEN)
         return principal
+    watchman = Watchman(state, applier)
     metrics = Metrics()
     hub = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
     # the live map's stream: messages with their deliveries
@@ -332,6 +335,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     async def apply(kind: str, fut: Future[Applied], t0: float) -> Applied:
         applied = await bridge(fut)
         await state.wal.wait_durable(applied.seq)
+        if faults.armed:
+            faults.fault("before-answer")
         metrics.observe(kind, time.perf_counter() - t0)
         return applied
 
@@ -444,8 +449,13 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         return _JSONResponse(found)
 
     async def health(request: Request) -> Response:
+        status, reason = state.health()
         return _JSONResponse({
-            "status": "ok" if state.failed is None else "failed",
+            "status": status, "reason": reason,
+            "log_bytes": state.wal.size, "max_log_bytes": state.options.max_log_bytes,
+            "recoveries": state.recoveries, "disk_probes": watchman.probes,
+            "last_probe_error": watchman.last_probe_error,
+            "snapshot_failures": state.snapshots.failures,
             "seq": state.wal.next_seq - 1, "durable_seq": state.wal.durable_seq,
             "snapshot_seq": state.snapshot_seq,
             "subscriptions": sum(state.subscription_count().values()),
@@ -463,7 +473,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             "apply_cpu_seconds": {k: round(v, 4) for k, v in applier.cpu_seconds.items()},
             "apply_requests": dict(applier.requests), "thread_cpu_seconds": thread_cpu(),
             "fsyncs": state.wal.fsyncs,
-            "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m})
+            "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m},
+            status_code=503 if status == "failed" else 200)
 
     async def metrics_text(request: Request) -> Response:
         guard.check(who(request), "metrics")
@@ -598,9 +609,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                               **(mqtt_options or {}))
             await asyncio.to_thread(c.start)
             connector.append(c)
+        watchman.start()
         try:
             yield
         finally:
+            await asyncio.to_thread(watchman.stop)
             if connector:
                 await asyncio.to_thread(connector[0].stop)
             await run(state.close)
@@ -641,4 +654,5 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     app.state.hub = hub
     app.state.metrics = metrics
     app.state.applier = applier
+    app.state.watchman = watchman
     return app

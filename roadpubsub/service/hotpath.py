@@ -28,6 +28,7 @@ import orjson
 from index.events import RequestError, parse_ids
 from roadnet.errors import InputError, format_error
 from roadnet.settings import DEFAULTS
+from roadpubsub.service import faults
 from roadpubsub.service.access import ADMIN, OPEN, Guard, Principal
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
@@ -224,6 +225,8 @@ class HotRoutes:
         except _DisconnectedError:
             return
         self.metrics.observe(kind, time.perf_counter() - t0)
+        if faults.armed:
+            faults.fault("before-answer")
         if kind == "publish":
             self.announce(done)
         await _answer(send, 201 if kind == "subscribe" else 200, dumps(done.body))

@@ -132,6 +132,17 @@ class Metrics:
         out.append(f"roadpubsub_snapshot_seconds {state.snapshots.last_seconds!r}")
         head("roadpubsub_log_bytes", "gauge", "Bytes in the write-ahead log's segments.")
         out.append(f"roadpubsub_log_bytes {state.wal.size_bytes()}")
+        head("roadpubsub_log_max_bytes", "gauge",
+             "The log's size limit (--max-log-bytes): events are refused past it.")
+        out.append(f"roadpubsub_log_max_bytes {state.options.max_log_bytes}")
+        status, _ = state.health()
+        head("roadpubsub_health", "gauge",
+             "1 for the service's current status (ok, degraded, failed), 0 for the others.")
+        out += [f'roadpubsub_health{{status="{s}"}} {int(s == status)}'
+                for s in ("ok", "degraded", "failed")]
+        head("roadpubsub_recoveries_total", "counter",
+             "In-process reloads of the state after a log failure (the disk came back).")
+        out.append(f"roadpubsub_recoveries_total {state.recoveries}")
         head("roadpubsub_log_seq", "gauge", "Last logged sequence number.")
         out.append(f"roadpubsub_log_seq {state.wal.next_seq - 1}")
         head("roadpubsub_fsyncs_total", "counter", "fsync calls of the log (group commits).")

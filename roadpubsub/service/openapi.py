@@ -303,7 +303,12 @@ def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
                         "responses": {"101": {"description": "switching protocols"},
                                       **_errors(400, 426)}},
                 **_options("GET, HEAD, OPTIONS")},
-            "/health": {"get": {"summary": "status and log position (no rate limit)",
+            "/health": {"get": {"summary": "status (ok, degraded: snapshots failing or the "
+                                           "log at its size limit; failed (503): the log "
+                                           "cannot be written, events refused until the "
+                                           "disk accepts writes and the state is "
+                                           "reloaded), the reason, the log's position and "
+                                           "size (no rate limit)",
                                 "security": [],
                                 "responses": {"200": _answer("Health", "status"),
                                               **_errors(auth=False)}},

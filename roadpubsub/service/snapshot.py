@@ -37,7 +37,7 @@ import numpy as np
 from numba.core.compiler_lock import global_compiler_lock
 
 from index.base import SubscriptionIndex
-from roadnet.errors import InputError
+from roadnet.errors import InputError, format_error
 from roadnet.files import atomic_paths
 from roadpubsub.service.wal import fsync_path
 
@@ -149,6 +149,31 @@ class SnapshotWorker:
         self.completed = 0
         self.last_seconds = 0.0
         self._thread: threading.Thread | None = None
+        # failures in a row: the last one's reason and seq, and when to retry
+        self.last_error: str | None = None
+        self.failed_seq = 0
+        self.consecutive_failures = 0
+        self.retry_at = 0.0  # time.monotonic()
+        self.retry_s = 1.0
+        self.retry_max_s = 60.0
+        self._stopped = False
+
+    def configure(self, *, retry_s: float, retry_max_s: float) -> None:
+        """Retry a failed snapshot after ``retry_s`` seconds, doubling per further
+        failure, up to ``retry_max_s``."""
+        self.retry_s, self.retry_max_s = float(retry_s), float(retry_max_s)
+
+    def note_failure(self, seq: int, reason: str) -> None:
+        """Count a failed snapshot of ``seq`` and schedule its retry (backoff)."""
+        self.failures += 1
+        self.consecutive_failures += 1
+        self.last_error = reason
+        self.failed_seq = seq
+        self.retry_at = time.monotonic() + min(
+            self.retry_max_s, self.retry_s * 2.0 ** (self.consecutive_failures - 1))
+        print(f"roadpubsub serve: snapshot of seq {seq} failed ({reason}); the log is kept, "
+              f"retry in {self.retry_at - time.monotonic():.0f} s", file=sys.stderr,
+              flush=True)
 
     @property
     def running(self) -> bool:
@@ -170,14 +195,20 @@ class SnapshotWorker:
         # lock doing the same; the child then waited forever and no snapshot ever
         # completed again. Forking with the lock held by this thread (released on both
         # sides) means no other thread holds it.
+        reason_r, reason_w = os.pipe()  # the child's one-line reason when it fails
         global_compiler_lock.acquire()
         try:
             pid = os.fork()
+        except OSError:
+            os.close(reason_r)
+            os.close(reason_w)
+            raise
         finally:
             global_compiler_lock.release()
         if pid == 0:  # pragma: no cover - the child (measured by the crash test)
             code = 1
             try:
+                os.close(reason_r)
                 _die_with_parent()
                 _close_sockets()
                 for fd in close_fds:  # e.g. the folder's lock: it must die with the parent
@@ -185,35 +216,44 @@ class SnapshotWorker:
                         os.close(fd)
                 write_snapshot(self.state_dir, seq, index, expiry, kinds)
                 code = 0
-            except BaseException:
+            except BaseException as exc:
                 traceback.print_exc()
+                with contextlib.suppress(BaseException):
+                    os.write(reason_w, format_error(exc).encode()[:2000])
             finally:
                 os._exit(code)
+        os.close(reason_w)
         self.pid = pid
-        self._thread = threading.Thread(target=self._watch, args=(pid, seq, t0),
+        self._thread = threading.Thread(target=self._watch, args=(pid, seq, t0, reason_r),
                                         name="snapshot-watch", daemon=True)
         self._thread.start()
 
-    def _watch(self, pid: int, seq: int, t0: float) -> None:
+    def _watch(self, pid: int, seq: int, t0: float, reason_fd: int) -> None:
         _, status = os.waitpid(pid, 0)
         self.pid = None
-        if os.waitstatus_to_exitcode(status) != 0:
-            self.failures += 1
-            print(f"roadpubsub serve: snapshot of seq {seq} failed (status {status}); "
-                  "the log is kept", file=sys.stderr, flush=True)
+        with os.fdopen(reason_fd, "rb") as fh:  # the child has exited: no wait
+            reason = fh.read().decode(errors="replace").strip()
+        if self._stopped:  # killed by stop(): not a failure
+            return
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            self.note_failure(seq, reason or why)
             return
         seconds = time.perf_counter() - t0
         try:
             self.on_done(seq, seconds)
-        except Exception:
-            self.failures += 1
-            traceback.print_exc()
+        except Exception as exc:
+            self.note_failure(seq, format_error(exc))
             return
         self.completed += 1
         self.last_seconds = seconds
+        self.last_error = None
+        self.consecutive_failures = 0
 
     def stop(self) -> None:
         """Kill a running child and wait for the watcher (its files are cleaned later)."""
+        self._stopped = True
         pid = self.pid
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -44,6 +44,7 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,7 @@ from pruning.kinds_reference import check_window
 from pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
 from pruning.live_topk import LiveTopk
 from pruning.topk_events import TopkEvents
-from roadnet.errors import InputError, RoadPubSubError, describe_rows
+from roadnet.errors import InputError, RoadPubSubError, describe_rows, format_error
 from roadnet.locations import EdgePoints
 from roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
@@ -89,7 +90,14 @@ from roadpubsub.service.snapshot import (
     write_manifest,
     write_snapshot,
 )
-from roadpubsub.service.wal import WriteAheadLog, read_records
+from roadpubsub.service.wal import (
+    LogUnavailableError,
+    WriteAheadLog,
+    fsync_path,
+    read_records,
+    segments,
+    unavailable,
+)
 
 __all__ = ["Applied", "ServiceBusyError", "ServiceOptions", "ServiceState", "create_state"]
 
@@ -211,6 +219,13 @@ class ServiceOptions:
         Limits on request bodies (:class:`~roadnet.settings.Settings`): keywords per row,
         UTF-8 bytes per keyword after normalisation, rows per body, nesting depth, and the
         body size above which it is decoded on a worker thread.
+    max_log_bytes
+        Largest size of the write-ahead log (bytes, >= 1): past it events are refused
+        (503) until a snapshot lets covered segments be dropped
+        (``DEFAULTS.service_max_log_bytes``).
+    snapshot_retry_s, snapshot_retry_max_s
+        A failed snapshot is retried after ``snapshot_retry_s`` seconds, doubling after
+        each further failure up to ``snapshot_retry_max_s``.
     """
 
     snapshot_every: int = DEFAULTS.snapshot_every
@@ -225,6 +240,10 @@ class ServiceOptions:
     max_batch_rows: int = DEFAULTS.max_batch_rows
     max_json_depth: int = DEFAULTS.max_json_depth
     decode_thread_bytes: int = DEFAULTS.decode_thread_bytes
+    # --- runtime resilience ---
+    max_log_bytes: int = DEFAULTS.service_max_log_bytes
+    snapshot_retry_s: float = DEFAULTS.service_snapshot_retry_s
+    snapshot_retry_max_s: float = DEFAULTS.service_snapshot_retry_max_s
 
 
 @dataclass
@@ -280,25 +299,29 @@ class ServiceState:
         self.failed: BaseException | None = None
         self.wal: WriteAheadLog
         self.snapshots = SnapshotWorker(state_dir, self._snapshot_done)
+        self.snapshots.configure(retry_s=options.snapshot_retry_s,
+                                 retry_max_s=options.snapshot_retry_max_s)
         self.compactor = Compactor(index, delta_rows=options.compact_delta,
                                    background=options.background_compaction)
         self.recovery_seconds = 0.0
+        self.recoveries = 0  # in-process reloads after a log failure (:meth:`recover`)
         self._lock: int | None = None
         self.match_seconds = Histogram()  # matcher calls (a batch or a run of requests)
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, state_dir: str | Path, options: ServiceOptions | None = None
-             ) -> ServiceState:
+    def open(cls, state_dir: str | Path, options: ServiceOptions | None = None, *,
+             lock: int | None = None) -> ServiceState:
         """Open a folder made by :func:`create_state`: load the snapshot, replay the log,
-        complete the deliveries log, and start logging."""
+        complete the deliveries log, and start logging (``lock``: the folder's lock, held
+        already by this process, as :meth:`recover` passes it)."""
         t0 = time.perf_counter()
         folder = Path(state_dir)
         manifest = read_manifest(folder)
         if manifest is None:
             msg = f"{folder}: no roadpubsub service here (manifest.json missing)"
             raise FileNotFoundError(msg)
-        lock = _lock_folder(folder)
+        lock = _lock_folder(folder) if lock is None else lock
         seq = int(manifest["seq"])
         clean_snapshots(folder, seq)
         index_path, expiry_path = snapshot_paths(folder, seq)
@@ -620,16 +643,40 @@ class ServiceState:
     def _log(self, record: dict[str, Any]) -> int:
         try:
             return self.wal.append(record)
-        except BaseException as exc:
-            # The event is applied but not logged: refuse everything from now on, so no
+        except OSError as exc:
+            # The event is applied but not logged: refuse everything until the state is
+            # reloaded from the log (recover, once the disk takes writes again), so no
             # answer reflects a state the log cannot rebuild.
             self.failed = exc
-            raise
+            raise unavailable(exc) from exc
+        except Exception as exc:
+            # Not an I/O error: the record could not be encoded, nothing was written and
+            # the disk is fine. The event is applied in memory only, so the state is
+            # reloaded from the log at once (this is the apply thread) and the request
+            # alone fails; the service does not enter the failed state.
+            self.failed = exc
+            try:
+                self.recover()
+            except Exception as again:  # e.g. the disk failed meanwhile: the watchman
+                self.failed = again     # retries the reload
+                raise unavailable(again) from exc
+            msg = f"not applied: the event cannot be logged ({format_error(exc)})"
+            raise RequestError(msg, status=422) from exc
 
     def _check_alive(self) -> None:
-        if self.failed is not None:
-            msg = f"the service stopped accepting events after a log failure: {self.failed}"
-            raise RequestError(msg, status=503)
+        failure = self.failure
+        if failure is not None:
+            if self.failed is None:
+                self.failed = failure
+            msg = (f"not applied: the service stopped accepting events after a log "
+                   f"failure ({failure}); it reloads its state by itself once the disk "
+                   "accepts writes again (GET /health says ok)")
+            raise LogUnavailableError(msg)
+        if self.log_full():
+            msg = (f"not applied: the log holds {self.wal.size:,} bytes, at its limit of "
+                   f"{self.options.max_log_bytes:,} bytes (--max-log-bytes); events resume "
+                   "once a snapshot lets its older segments be dropped (GET /health)")
+            raise LogUnavailableError(msg)
 
     def _contains(self, ids: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each id is a live subscription of any kind."""
@@ -758,15 +805,22 @@ class ServiceState:
         # about a millisecond to replay, a row of a large batch about 1/25 of that (511,000
         # moved rows in 10,700 records replayed in 8.7 s on Rome at 1M subscriptions).
         self.events_since_snapshot += 1 + rows // 25
-        if self._pending_messages >= self.options.flush_every:
-            self.flush_deliveries()
-        if self.compactor.step():
-            self.compactions += 1
-        # A snapshot waits for a running compaction (both would share the CPU, and the
-        # snapshot child compacts too), unless the log has grown to twice its due size.
-        if self.events_since_snapshot >= self.options.snapshot_every * (
-                2 if self.compactor.running else 1):
-            self.start_snapshot()
+        try:
+            if self._pending_messages >= self.options.flush_every:
+                self.flush_deliveries()
+            if self.compactor.step():
+                self.compactions += 1
+            # A snapshot waits for a running compaction (both would share the CPU, and the
+            # snapshot child compacts too), unless the log has grown to twice its due size.
+            if self.events_since_snapshot >= self.options.snapshot_every * (
+                    2 if self.compactor.running else 1):
+                self.start_snapshot()
+            else:
+                self.maintain()
+        except OSError as exc:
+            # The event is logged (its answer waits for its fsync as usual); what failed
+            # is derived from the log, which a reload rebuilds (see recover).
+            self.failed = exc
         return applied
 
     # ------------------------------------------------------------------ durability
@@ -798,14 +852,97 @@ class ServiceState:
         self.wal.rotate()
         self.flush_deliveries()
         self.flushed_through = max(self.flushed_through, seq)
-        self.snapshots.start(seq, self.index, self.expiry.arrays(),
-                             close_fds=() if self._lock is None else (self._lock,),
-                             kinds=self._kinds_arrays)
         self.events_since_snapshot = 0
+        try:
+            self.snapshots.start(seq, self.index, self.expiry.arrays(),
+                                 close_fds=() if self._lock is None else (self._lock,),
+                                 kinds=self._kinds_arrays)
+        except OSError as exc:  # no fork (memory, processes): retried like a failed child
+            self.snapshots.note_failure(seq, f"could not start: {exc}")
+            return False
+        return True
+
+    def maintain(self) -> None:
+        """Start a snapshot when a failed one is due for its retry, or when the log is at
+        its size limit (its segments are dropped once a snapshot covers them)."""
+        if self.failure is not None or self.snapshots.running or \
+                self.wal.next_seq - 1 <= self.snapshot_seq:
+            return  # (failed: memory may be ahead of the log, nothing to snapshot)
+        if self.snapshots.last_error is not None:
+            if time.monotonic() >= self.snapshots.retry_at:
+                self.start_snapshot()
+        elif self.log_full():
+            self.start_snapshot()
+
+    def log_full(self) -> bool:
+        """Whether the log has reached ``options.max_log_bytes``."""
+        return self.wal.size >= self.options.max_log_bytes
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The I/O error that stopped the events (the log's or another write's), or None."""
+        return self.failed if self.failed is not None else self.wal.error
+
+    def health(self) -> tuple[str, str | None]:
+        """("ok" | "degraded" | "failed", the reason or None): failed while the log cannot
+        be written (events refused, a reload follows once the disk accepts writes);
+        degraded while snapshots fail (retried with backoff) or the log is full."""
+        failure = self.failure
+        if failure is not None:
+            return "failed", (f"the log could not be written ({failure}): events are "
+                              "refused until the disk accepts writes again and the state "
+                              "is reloaded from it")
+        reasons = []
+        snaps = self.snapshots
+        if snaps.last_error is not None:
+            wait = max(0.0, snaps.retry_at - time.monotonic())
+            reasons.append(f"{snaps.consecutive_failures} snapshot(s) in a row failed, the "
+                           f"last one of seq {snaps.failed_seq}: {snaps.last_error}; the "
+                           f"log is kept ({self.wal.size:,} bytes) and the snapshot retried "
+                           f"in {wait:.0f} s")
+        if self.log_full():
+            reasons.append(f"the log holds {self.wal.size:,} bytes, at its limit of "
+                           f"{self.options.max_log_bytes:,} (--max-log-bytes): events are "
+                           "refused until a snapshot lets its older segments be dropped")
+        return ("degraded", "; ".join(reasons)) if reasons else ("ok", None)
+
+    def recover(self) -> bool:
+        """After a log failure, once the disk accepts writes again: rebuild the state from
+        the folder (the recovery of :meth:`open`, into this object, so that every holder of
+        it sees the reloaded state) and resume; call it on the apply thread. False when
+        there is nothing to recover.
+
+        Memory ran ahead of the log (an event is applied before its record is written), so
+        the state is read back from what the log holds; a torn frame the failed write left
+        at the log's tail is cut by the recovery as any torn tail.
+        """
+        if self.failure is None:
+            return False
+        self.snapshots.stop()
+        if self.wal.fsync_error is None:  # what the log took before the failure is answered
+            self.wal.sync()
+        self.wal.close(flush=False)
+        # Bytes of a failed writeback may sit in the page cache only: the disk accepts
+        # writes now, so sync them before anything is read back and built upon.
+        for _, path in segments(self.dir / "wal"):
+            fsync_path(path)
+        fresh = type(self).open(self.dir, self.options, lock=self._lock)
+        old, recoveries = self.snapshots, self.recoveries + 1
+        self.__dict__.update(fresh.__dict__)
+        self.snapshots = SnapshotWorker(self.dir, self._snapshot_done)  # bound to self
+        self.snapshots.configure(retry_s=self.options.snapshot_retry_s,
+                                 retry_max_s=self.options.snapshot_retry_max_s)
+        self.snapshots.completed, self.snapshots.failures = old.completed, old.failures
+        self.recoveries = recoveries
+        print(f"roadpubsub serve: the disk accepts writes again; state reloaded at log seq "
+              f"{self.wal.next_seq - 1} in {self.recovery_seconds:.1f} s", file=sys.stderr,
+              flush=True)
         return True
 
     def _snapshot_done(self, seq: int, seconds: float) -> None:
         self.wal.sync()  # the manifest never runs ahead of the log
+        if self.wal.fsync_error is not None:
+            raise unavailable(self.wal.fsync_error)
         write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds})
         self.manifest = {**self.manifest, "seq": seq}
         self.snapshot_seq = seq
@@ -816,18 +953,24 @@ class ServiceState:
         """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
         snapshot (so the next start replays nothing), and close the log."""
         self.snapshots.stop()
-        if self.compactor.finish():
-            self.compactions += 1
-        self.flush_deliveries()
-        seq = self.wal.next_seq - 1
-        if seq > self.snapshot_seq and self.failed is None:
-            self.wal.rotate()
-            self.wal.sync()
-            t0 = time.perf_counter()
-            write_snapshot(self.dir, seq, self.index, self.expiry.arrays(),
-                           self._kinds_arrays)
-            self._snapshot_done(seq, time.perf_counter() - t0)
-        self.wal.close()
+        if self.failure is None:
+            if self.compactor.finish():
+                self.compactions += 1
+            try:
+                self.flush_deliveries()
+                seq = self.wal.next_seq - 1
+                if seq > self.snapshot_seq:
+                    self.wal.rotate()
+                    self.wal.sync()
+                    t0 = time.perf_counter()
+                    write_snapshot(self.dir, seq, self.index, self.expiry.arrays(),
+                                   self._kinds_arrays)
+                    self._snapshot_done(seq, time.perf_counter() - t0)
+            except Exception as exc:  # the log holds everything: say so
+                print(f"roadpubsub serve: the closing snapshot failed ({format_error(exc)});"
+                      " the log is kept and the next start replays it", file=sys.stderr,
+                      flush=True)
+        self.wal.close(flush=self.wal.fsync_error is None)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

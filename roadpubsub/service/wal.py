@@ -37,9 +37,12 @@ from typing import Any
 
 import orjson
 
+from index.events import RequestError
 from roadnet.errors import RoadPubSubError
+from roadpubsub.service import faults
 
-__all__ = ["WalCorruptError", "WriteAheadLog", "fsync_path", "read_records"]
+__all__ = ["LogUnavailableError", "WalCorruptError", "WriteAheadLog", "fsync_path",
+           "read_records"]
 
 _HEADER = struct.Struct("<cII")
 _MAGIC = b"R"
@@ -47,6 +50,36 @@ _MAGIC = b"R"
 
 class WalCorruptError(RoadPubSubError, RuntimeError):
     """A log segment that cannot be read past a point that is not its tail."""
+
+
+class LogUnavailableError(RequestError):
+    """The log cannot take records now (a write or an fsync failed, or it is full): the
+    request was not applied for good; the answer is 503."""
+
+    def __init__(self, message: str, *, status: int = 503, hint: str | None = None) -> None:
+        super().__init__(message, status=status, hint=hint)
+
+
+def unavailable(exc: BaseException) -> LogUnavailableError:
+    """The 503 a request gets when the log failed with ``exc`` (an I/O error)."""
+    if isinstance(exc, LogUnavailableError):
+        return exc
+    msg = (f"not applied: the log could not be written ({exc}); the service reloads its "
+           "state once the disk accepts writes again (GET /health says ok)")
+    err = LogUnavailableError(msg)
+    err.__cause__ = exc
+    return err
+
+
+def uncertain(exc: BaseException) -> LogUnavailableError:
+    """The 503 of a request whose record was written but whose fsync failed with ``exc``:
+    the record may or may not survive (the page cache may still hold it)."""
+    msg = (f"not acknowledged: the log's fsync failed ({exc}), so this event may or may "
+           "not have been applied; read it back once GET /health says ok (the service "
+           "reloads its state by itself once the disk accepts writes again)")
+    err = LogUnavailableError(msg)
+    err.__cause__ = exc
+    return err
 
 
 def fsync_path(path: Path) -> None:
@@ -167,10 +200,15 @@ class WriteAheadLog:
         self._waiters: list[tuple[int, asyncio.Future[Any], asyncio.AbstractEventLoop,
                                   Any]] = []
         self._closed = False
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # an fsync failed: nothing more is durable
+        # a write failed: no more appends (records written before it are still fsynced
+        # and acknowledged, a torn frame it left at the tail is cut by recovery)
+        self._broken: BaseException | None = None
         self.bytes_written = 0
         self.fsyncs = 0
         existing = segments(self.dir)
+        #: Bytes in every segment (kept up to date here, instead of a stat per segment).
+        self.size = sum(p.stat().st_size for _, p in existing)
         # After a restart the (repaired) last segment takes the next records.
         first = existing[-1][1] if existing else self.dir / _segment_name(next_seq)
         self._fd = self._open_segment(first)
@@ -188,7 +226,25 @@ class WriteAheadLog:
 
     def size_bytes(self) -> int:
         """Bytes in every segment."""
-        return sum(p.stat().st_size for _, p in segments(self.dir))
+        return self.size
+
+    @property
+    def error(self) -> BaseException | None:
+        """The write or fsync error that stopped the log, or None."""
+        return self._error if self._error is not None else self._broken
+
+    @property
+    def fsync_error(self) -> BaseException | None:
+        """The fsync error after which nothing is acknowledged, or None."""
+        return self._error
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop acknowledging: every waiting record is refused with ``exc`` (records
+        written and not yet durable may or may not survive; none is answered)."""
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+        self._fail_waiters(exc)
 
     def rotate(self) -> int:
         """Start a new segment at the next sequence number (returns it); older segments can
@@ -204,12 +260,16 @@ class WriteAheadLog:
     def drop_through(self, seq: int) -> int:
         """Delete segments whose records all have ``seq`` or less; returns how many."""
         segs = segments(self.dir)
-        n = 0
+        n = removed = 0
         for (_first, path), (nxt, _) in itertools.pairwise(segs):
             if nxt - 1 <= seq and path != self.path:
+                size = path.stat().st_size
                 path.unlink()
+                removed += size
                 n += 1
         if n:
+            with self._io:  # appends add to the size under the same lock
+                self.size -= removed
             fsync_path(self.dir)
         return n
 
@@ -219,19 +279,28 @@ class WriteAheadLog:
 
         Not thread-safe with itself: the service appends from one thread, in event order.
         """
-        if self._error is not None:
-            msg = f"the write-ahead log failed earlier: {self._error}"
-            raise RuntimeError(msg) from self._error
+        if self.error is not None:
+            raise unavailable(self.error)
         seq = self.next_seq
         record["seq"] = seq
         # orjson writes the shortest decimal that reads back as the same double, as the
         # json module does, so a replayed location or time is bit-identical
         frame = _frame(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
         with self._io:
-            written = os.write(self._fd, frame)
-            if written != len(frame):  # a full disk: nothing after this may be acknowledged
-                self._error = OSError(f"short write to {self.path}")
-                raise self._error
+            try:
+                written = os.write(self._fd, frame)
+            except OSError as exc:  # a full disk: nothing is appended after this
+                self._broken = exc
+                raise
+            if written != len(frame):  # a torn frame at the tail: recovery cuts it
+                self.size += written
+                short = OSError(f"short write to {self.path} ({written} of {len(frame)} "
+                                "bytes: the disk is full?)")
+                self._broken = short
+                raise short
+            self.size += len(frame)
+            if faults.armed:
+                faults.fault("after-write")
         self.next_seq = seq + 1
         self.bytes_written += len(frame)
         with self._cond:
@@ -247,6 +316,8 @@ class WriteAheadLog:
         with self._cond:
             if self._durable >= seq:
                 fut.set_result(None)
+            elif self._error is not None:
+                fut.set_exception(uncertain(self._error))
             else:
                 self._waiters.append((seq, fut, loop, None))
                 self._work.notify()
@@ -263,7 +334,7 @@ class WriteAheadLog:
                 self._waiters.append((seq, fut, loop, value))  # the append woke a thread
                 return
         if error is not None:
-            loop.call_soon_threadsafe(_reject, fut, error)
+            loop.call_soon_threadsafe(_reject, fut, uncertain(error))
         else:
             loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
 
@@ -287,8 +358,7 @@ class WriteAheadLog:
             self._work.notify()
             while self._durable < seq:
                 if self._error is not None:
-                    msg = f"the write-ahead log failed: {self._error}"
-                    raise RuntimeError(msg) from self._error
+                    raise uncertain(self._error)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     msg = f"record {seq} not durable after {timeout:g} s"
@@ -318,15 +388,18 @@ class WriteAheadLog:
                 with self._io:
                     fd = os.dup(self._fd)
                 try:
+                    if faults.armed:
+                        faults.fault("before-fsync")
                     if self.fsync_enabled:
                         t0 = time.perf_counter()
                         os.fdatasync(fd)
                         self.last_fsync_s = time.perf_counter() - t0
+                    if faults.armed:
+                        faults.fault("after-fsync")
                 finally:
                     os.close(fd)
             except OSError as exc:  # nothing after this is acknowledged
-                self._error = exc
-                self._fail_waiters(exc)
+                self.fail(exc)
                 return
             with self._cond:
                 if self._error is not None:  # another fsync failed: never durable again
@@ -351,12 +424,19 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
+        err = uncertain(exc)
         for _, fut, loop, _value in waiters:
-            loop.call_soon_threadsafe(_reject, fut, exc)
+            loop.call_soon_threadsafe(_reject, fut, err)
 
-    def close(self) -> None:
-        """Flush, stop the fsync thread and close the segment."""
-        self.sync()
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless ``flush`` is False: a failed log being given up), stop the fsync
+        threads and close the segment."""
+        if self._fd < 0:
+            return
+        if flush:
+            self.sync()
+        else:
+            self.fail(self._error or OSError("the log was closed"))
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -365,6 +445,7 @@ class WriteAheadLog:
             t.join(timeout=5)
         with self._io:
             os.close(self._fd)
+            self._fd = -1
 
 
 def _resolve_all(futs: list[tuple[asyncio.Future[Any], Any]]) -> None:
