@@ -20,7 +20,8 @@ from roadnet.files import release_output_locks
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMAND_MODULES = ("demo", "network", "generate", "index", "match", "serve", "bench", "spark")
+COMMAND_MODULES = ("demo", "network", "generate", "index", "match", "serve", "bench", "spark",
+                   "state")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,17 +72,26 @@ from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
 from roadpubsub.service.expiry import Expiry
+from roadpubsub.service.integrity import StateDamageError, move_aside
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
     clean_snapshots,
     kinds_path,
     read_manifest,
+    snapshot_files,
     snapshot_paths,
+    verify_snapshot,
     write_manifest,
     write_snapshot,
 )
-from roadpubsub.service.wal import WriteAheadLog, read_records
+from roadpubsub.service.wal import (
+    LogRecovery,
+    WriteAheadLog,
+    check_log,
+    create_segment,
+    recover_log,
+)
 
 __all__ = ["Applied", "ServiceBusyError", "ServiceOptions", "ServiceState", "create_state"]
 
@@ -272,28 +282,25 @@ class ServiceState:
         complete the deliveries log, and start logging."""
         t0 = time.perf_counter()
         folder = Path(state_dir)
-        manifest = read_manifest(folder)
+        manifest = read_manifest(folder)  # damaged: StateDamageError
         if manifest is None:
             msg = f"{folder}: no roadpubsub service here (manifest.json missing)"
             raise FileNotFoundError(msg)
         lock = _lock_folder(folder)
-        seq = int(manifest["seq"])
-        clean_snapshots(folder, seq)
-        index_path, expiry_path = snapshot_paths(folder, seq)
-        state = cls(folder, load_index(index_path), manifest, options or ServiceOptions())
+        try:
+            state, log = cls._load(folder, manifest, options or ServiceOptions())
+        except BaseException:
+            os.close(lock)
+            raise
         state._lock = lock
-        with np.load(expiry_path) as z:
-            state.expiry.add(z["ids"], z["expires_at"])
-        state._load_kinds(kinds_path(folder, seq))
-        published, deliveries, state.flushed_through = state.dlog.read_all()
-        state._load_messages(published, deliveries)
-        table = state.tlog.read_all(state.dlog)
-        if table is not None:
-            state.topk_of.update(TopkFound.from_table(table).by_arrival())
+        seq = state.snapshot_seq
+        if log.torn_bytes:  # everything else verified: only now is anything changed
+            recover_log(folder / "wal", after=seq, named=state.manifest.get("wal"))
+            _note(log.torn_message())
         last = seq
         rows = records = 0
         moves: list[dict[str, Any]] = []
-        for rec in read_records(folder / "wal", after=seq):
+        for rec in log.records:
             if rec["op"] == "move":
                 moves.append(rec)  # consecutive moves are replayed as one
             else:
@@ -313,6 +320,52 @@ class ServiceState:
         state.events_since_snapshot = records + rows // 25
         state.recovery_seconds = time.perf_counter() - t0
         return state
+
+    @classmethod
+    def _load(cls, folder: Path, manifest: dict[str, Any], options: ServiceOptions
+              ) -> tuple[ServiceState, LogRecovery]:
+        """The snapshot (the previous one when the current is damaged and the previous
+        and the log since it are intact) and the deliveries log, each file checked; the
+        log after the snapshot, read without changing it."""
+        entry, log = manifest, None
+        try:
+            verify_snapshot(folder, manifest)
+            log = check_log(folder / "wal", after=int(manifest["seq"]),
+                            named=manifest.get("wal"))
+        except StateDamageError as exc:
+            previous = manifest.get("previous")
+            if previous is None or exc.path.parent.name != "snapshots":
+                raise
+            try:
+                verify_snapshot(folder, previous)
+                log = check_log(folder / "wal", after=int(previous["seq"]),
+                                named=previous.get("wal"))
+            except StateDamageError:
+                raise exc from None
+            entry = {**manifest, **previous}
+            entry.pop("previous", None)
+            moved = move_aside(folder, snapshot_files(folder, int(manifest["seq"])))
+            _note(f"{exc} -> moved to {moved}; starting from the previous snapshot of seq "
+                  f"{previous['seq']} and replaying the log since it")
+        seq = int(entry["seq"])
+        clean_snapshots(folder, seq, *([int(entry["previous"]["seq"])]
+                                       if "previous" in entry else []))
+        index_path, expiry_path = snapshot_paths(folder, seq)
+        state = cls(folder, _checked_load(index_path, load_index), entry, options)
+        state.dlog.legacy = manifest.get("format") == 1
+        def expiry(path: Path) -> None:
+            with np.load(path) as z:
+                state.expiry.add(z["ids"], z["expires_at"])
+
+        _checked_load(expiry_path, expiry)
+        _checked_load(kinds_path(folder, seq), state._load_kinds)
+        published, deliveries, state.flushed_through = state.dlog.read_all()
+        state._load_messages(published, deliveries)
+        table = state.tlog.read_all(state.dlog)
+        if table is not None:
+            state.topk_of.update(TopkFound.from_table(table).by_arrival())
+        assert log is not None
+        return state, log
 
     def _load_kinds(self, path: Path) -> None:
         """The boolean and top-k state of a snapshot (none when the file is absent)."""
@@ -727,11 +780,16 @@ class ServiceState:
 
     def _snapshot_done(self, seq: int, seconds: float) -> None:
         self.wal.sync()  # the manifest never runs ahead of the log
-        write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds})
-        self.manifest = {**self.manifest, "seq": seq}
+        # The snapshot before this one and the log since it stay (a fall-back when this
+        # one is damaged); older ones go.
+        previous = self.manifest
+        write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds},
+                       previous=previous)
+        self.manifest = read_manifest(self.dir) or {**self.manifest, "seq": seq}
         self.snapshot_seq = seq
-        clean_snapshots(self.dir, seq)
-        self.wal.drop_through(seq)
+        before = int(previous["seq"]) if int(previous["seq"]) != seq else seq
+        clean_snapshots(self.dir, seq, before)
+        self.wal.drop_through(before)
 
     def close(self) -> None:
         """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
@@ -843,6 +901,25 @@ def _lock_folder(folder: Path) -> int:
     return fd
 
 
+def _note(line: str) -> None:
+    """One line on stderr about what the start did with damage or a torn tail."""
+    print(f"roadpubsub: {line}", file=sys.stderr, flush=True)
+
+
+def _checked_load(path: Path, load: Any) -> Any:
+    """``load(path)`` with any failure named as damage of the file (one line)."""
+    try:
+        return load(path)
+    except StateDamageError:
+        raise
+    except FileNotFoundError as exc:
+        msg = f"{path}: missing snapshot file"
+        raise StateDamageError(msg, path=path) from exc
+    except Exception as exc:
+        msg = f"{path}: unreadable snapshot file ({type(exc).__name__}: {exc})"
+        raise StateDamageError(msg, path=path) from exc
+
+
 def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:
     """Deliveries as the objects of the HTTP answers and the WebSocket stream."""
     return [{"message_id": m, "subscription_id": s, "distance": x, "score": y}
@@ -897,6 +974,7 @@ def create_state(state_dir: str | Path, index: SubscriptionIndex, *,
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("snapshots", "wal", "deliveries", "topk"):
         (folder / sub).mkdir(exist_ok=True)
+    create_segment(folder / "wal", 1)  # the manifest names it: a deleted log is damage
     w = check_window(window)
     b = LiveBoolean(index.spatial, index.weights, dmax_m=index.dmax_m, subs=boolean)
     t = LiveTopk(index.spatial, index.weights, dmax_m=index.dmax_m, window=w, subs=topk)
