@@ -24,7 +24,7 @@ from roadpubsub.service.deliveries_log import (
     TOPK_COLUMNS,
     read_checked,
 )
-from roadpubsub.service.integrity import SUM_SUFFIX, StateDamageError, move_aside
+from roadpubsub.service.integrity import SUM_SUFFIX, StateDamageError, crc32_file, move_aside
 from roadpubsub.service.snapshot import read_manifest, verify_snapshot, write_manifest
 from roadpubsub.service.wal import (
     SegmentScan,
@@ -138,14 +138,17 @@ def check_folder(folder: Path) -> FolderReport:
         [manifest] + ([manifest["previous"]] if "previous" in manifest else [])
     snapshot_ok = []
     for entry in entries:
-        for rel in entry.get("files") or {}:
-            one = {"seq": entry["seq"], "files": {rel: entry["files"][rel]}}
-            try:
-                verify_snapshot(folder, one)
-                report.files.append(FileStatus(folder / rel, "ok",
-                                               f"snapshot of seq {entry['seq']}"))
-            except StateDamageError as exc:
-                report.files.append(FileStatus(folder / rel, "damaged", str(exc)))
+        for rel, want in (entry.get("files") or {}).items():
+            path = folder / rel
+            if not path.exists():
+                report.files.append(FileStatus(path, "damaged", "missing"))
+                continue
+            size, crc = crc32_file(path)
+            ok = size == int(want["size"]) and f"{crc:08x}" == want["crc32"]
+            report.files.append(FileStatus(
+                path, "ok" if ok else "damaged", f"snapshot of seq {entry['seq']}" if ok else
+                f"checksum mismatch ({size:,} bytes, the manifest says "
+                f"{int(want['size']):,}): the snapshot of seq {entry['seq']} is damaged"))
         try:
             verify_snapshot(folder, entry)
             snapshot_ok.append(True)
@@ -182,6 +185,16 @@ def check_folder(folder: Path) -> FolderReport:
             report.start_seq = int(entry["seq"])
             report.fallback = k > 0
             report.blocker = ""
+        if k == 0 and len(entries) > 1:  # what a fall-back would need: reported only
+            try:
+                check_log(folder / "wal", after=int(entries[1]["seq"]),
+                          named=entries[1].get("wal"), scans=scans)
+            except WalCorruptError as exc:
+                if not any(f.path == exc.path and f.status == "damaged"
+                           for f in report.files):
+                    report.files.append(FileStatus(
+                        exc.path, "damaged", f"{exc} (only a fall-back to the previous "
+                                             "snapshot reads it)"))
         break
     return report
 
