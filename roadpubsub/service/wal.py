@@ -405,12 +405,10 @@ def check_log(wal_dir: Path, *, after: int, named: str | None = None,
                            f"it); {lost_after(kk, [])}")
                     raise WalCorruptError(msg, path=nxt, offset=0, hint=hint)
                 if s.footer is None:
-                    # a crash while rotating: the next segment has its header and nothing
-                    # else; any other segment without its footer was cut short
+                    # a crash while rotating leaves the footer out, nothing else: the next
+                    # segment must go on where this one ends, or records were cut off
                     follower = scan(nxt_path)
-                    if not (k + 1 == len(chosen) - 1 and follower.framing == 2
-                            and not follower.records and follower.damage is None
-                            and follower.footer is None):
+                    if follower.first_seq is not None and follower.first_seq != expect:
                         off = s.size
                         msg = (f"{path}: the segment ends at byte {off:,} without its "
                                f"footer (cut short); {lost_after(kk, [])}")

@@ -172,14 +172,22 @@ def test_an_empty_or_deleted_segment_is_refused(folder: Path, how: str,
     assert ("empty" if how == "empty" else "missing") in line
 
 
-def test_an_older_segment_cut_short_is_refused(folder: Path) -> None:
+@pytest.mark.parametrize("cut", ["footer", "record boundary", "mid-record"])
+def test_an_older_segment_cut_short_is_refused(folder: Path, cut: str) -> None:
     old = segments(folder / "wal")[0][1]
     scan = scan_segment(old)
     assert scan.footer_offset is not None
-    with old.open("r+b") as fh:  # the footer is gone: the segment was cut
-        fh.truncate(scan.footer_offset)
-    with pytest.raises(StateDamageError, match="without its footer"):
+    at = {"footer": scan.footer_offset, "record boundary": scan.records[-1][0],
+          "mid-record": scan.footer_offset - 10}[cut]
+    with old.open("r+b") as fh:
+        fh.truncate(at)
+    if cut == "footer":  # no record lost: a crash while rotating looks the same
+        assert recover_log(folder / "wal", after=0, named=old.name).last_seq == LAST
+        return
+    what = "without its footer" if cut == "record boundary" else "not the newest"
+    with pytest.raises(StateDamageError, match=f"{old.name}: .*{what}"):
         recover_log(folder / "wal", after=0, named=old.name)
+    assert old.stat().st_size == at
     assert SEG_FOOTER == 3
 
 
@@ -254,3 +262,17 @@ def test_acknowledged_records_are_all_recovered(folder: Path,
 
 
 Check = Callable[[Path], Any]
+
+
+def test_every_flipped_byte_of_the_manifest_is_refused(folder: Path) -> None:
+    path = folder / "manifest.json"
+    data = path.read_bytes()
+    for k in range(len(data)):
+        for mask in (0x01, 0x5A):
+            damaged = bytearray(data)
+            damaged[k] ^= mask
+            if damaged[k:k + 1].isspace() and data[k:k + 1].isspace():
+                continue  # one blank for another: the same manifest
+            path.write_bytes(bytes(damaged))
+            with pytest.raises(StateDamageError, match=r"manifest\.json"):
+                read_manifest(folder)

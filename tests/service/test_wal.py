@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from roadpubsub.service.wal import WalCorruptError, WriteAheadLog, read_records, segments
+from roadpubsub.service.wal import (
+    WalCorruptError,
+    WriteAheadLog,
+    create_segment,
+    read_records,
+    recover_log,
+    segments,
+)
 
 
 def _write(folder: Path, n: int, *, start: int = 1) -> WriteAheadLog:
@@ -98,3 +106,45 @@ def test_many_writers_share_fsyncs(tmp_path: Path) -> None:
     assert wal.durable_seq == 2000
     assert wal.fsyncs < 2000  # group commit
     wal.close()
+
+
+def _old_frame(payload: bytes) -> bytes:
+    import struct
+    import zlib
+    return struct.pack("<cII", b"R", len(payload), zlib.crc32(payload)) + payload
+
+
+def test_segments_of_the_old_framing_are_still_read(tmp_path: Path) -> None:
+    old = b"".join(_old_frame(json.dumps({"seq": s, "op": "move", "id": [s]}).encode())
+                   for s in range(1, 6))
+    (tmp_path / "00000000000000000001.log").write_bytes(old)
+    assert [r["seq"] for r in read_records(tmp_path, after=0)] == [1, 2, 3, 4, 5]
+    wal = WriteAheadLog(tmp_path, next_seq=6)  # new records: a new segment, new framing
+    assert wal.append({"op": "move", "id": [6]}) == 6
+    wal.close()
+    assert [f for f, _ in segments(tmp_path)] == [1, 6]
+    assert (tmp_path / "00000000000000000001.log").read_bytes() == old
+    assert [r["seq"] for r in read_records(tmp_path, after=0)] == [1, 2, 3, 4, 5, 6]
+    assert [r["seq"] for r in read_records(tmp_path, after=3)] == [4, 5, 6]
+
+
+def test_zeros_after_the_last_record_are_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    _write(tmp_path, 5).close()
+    (_, path), = segments(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data + bytes(3))
+    with pytest.raises(WalCorruptError, match=f"bad frame header .* at byte {len(data):,}"):
+        recover_log(tmp_path, after=0)
+    assert path.read_bytes() == data + bytes(3)
+
+
+def test_a_crash_while_rotating_leaves_a_readable_log(tmp_path: Path) -> None:
+    wal = _write(tmp_path, 5)
+    wal.close()
+    create_segment(tmp_path, 6)  # the new segment exists; the old one has no footer yet
+    log = recover_log(tmp_path, after=0)
+    assert log.last_seq == 5 and log.torn_bytes == 0
+    wal = WriteAheadLog(tmp_path, next_seq=6)
+    wal.append({"op": "move", "id": [6]})
+    wal.close()
+    assert recover_log(tmp_path, after=0).last_seq == 6
