@@ -24,6 +24,7 @@ from index.workload import Workload
 from roadnet.errors import RoadPubSubError
 from roadnet.network import RoadNetwork
 from roadpubsub.service.integrity import StateDamageError
+from roadpubsub.service.repair import check_folder
 from roadpubsub.service.snapshot import read_manifest
 from roadpubsub.service.state import ServiceState
 from roadpubsub.service.wal import SEG_FOOTER, recover_log, scan_segment, segments
@@ -276,3 +277,21 @@ def test_every_flipped_byte_of_the_manifest_is_refused(folder: Path) -> None:
             path.write_bytes(bytes(damaged))
             with pytest.raises(StateDamageError, match=r"manifest\.json"):
                 read_manifest(folder)
+
+
+def test_check_reports_damage_only_a_fall_back_needs(folder: Path) -> None:
+    manifest = read_manifest(folder)
+    assert manifest is not None
+    rel = next(r for r in manifest["previous"]["files"] if r.endswith("0000.npz"))
+    _flip(folder / rel, 500)
+    old = segments(folder / "wal")[0][1]
+    _flip(old, scan_segment(old).records[10][0] + 20)
+    before = _digest(folder)
+    report = check_folder(folder)
+    assert report.starts and report.start_seq == FIRST_RUN  # the current state is intact
+    bad = {f.path.name: f.detail for f in report.files if f.status == "damaged"}
+    assert set(bad) == {Path(rel).name, old.name}, bad
+    assert "at byte" in bad[old.name]
+    assert _digest(folder) == before
+    state = _open_quietly(folder)  # the start reads neither
+    assert state.wal.next_seq == LAST + 1
