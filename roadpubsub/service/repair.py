@@ -252,7 +252,12 @@ def repair_folder(folder: Path) -> list[str]:
     try:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         lines: list[str] = []
-        manifest = read_manifest(folder)  # damaged: raised, nothing can be trusted
+        try:
+            manifest = read_manifest(folder)
+        except StateDamageError as exc:  # nothing says which snapshot is current
+            msg = f"{exc}; it cannot be repaired from the folder"
+            raise StateDamageError(msg, path=exc.path, hint="restore manifest.json from a "
+                                   "backup of the folder") from exc
         if manifest is None:
             msg = f"{folder / 'manifest.json'}: missing"
             raise StateDamageError(msg, path=folder / "manifest.json")

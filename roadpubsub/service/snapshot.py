@@ -76,8 +76,26 @@ def snapshot_files(state_dir: Path, seq: int) -> list[Path]:
             if p.exists()]
 
 
-def _manifest_check(body: Manifest) -> str:
-    return f"{crc32_bytes(json.dumps(body, sort_keys=True).encode()):08x}"
+_BLANK = '"checksum": "00000000"'
+
+
+def _manifest_text(body: Manifest) -> str:
+    """The manifest's text: ``body`` with a crc32 of the text itself (its own value
+    blanked), over the bytes as written: a number whose digits change but that reads
+    back as the same double changes the checksum too."""
+    text = json.dumps({**body, "checksum": "00000000"}, indent=1)
+    crc = crc32_bytes(text.encode())
+    return text.replace(_BLANK, f'"checksum": "{crc:08x}"')
+
+
+def _checksum_holds(raw: bytes, manifest: Manifest) -> bool:
+    value = manifest.get("checksum")
+    if not isinstance(value, str) or len(value) != 8:
+        return False
+    mark = f'"checksum": "{value}"'.encode()
+    if raw.count(mark) != 1:
+        return False
+    return f"{crc32_bytes(raw.replace(mark, _BLANK.encode())):08x}" == value
 
 
 def read_manifest(state_dir: Path) -> Manifest | None:
@@ -91,8 +109,9 @@ def read_manifest(state_dir: Path) -> Manifest | None:
     path = state_dir / "manifest.json"
     if not path.exists():
         return None
+    raw = path.read_bytes()
     try:
-        manifest: Manifest = json.loads(path.read_bytes())
+        manifest: Manifest = json.loads(raw)
         if not isinstance(manifest, dict):
             raise ValueError
     except ValueError as exc:
@@ -106,8 +125,7 @@ def read_manifest(state_dir: Path) -> Manifest | None:
         if fmt == 1 or "checksum" in manifest:  # a flipped digit of a checksummed one
             raise StateDamageError(msg + " (damaged)", path=path)
         raise InputError(msg)
-    body = {k: v for k, v in manifest.items() if k != "checksum"}
-    if manifest.get("checksum") != _manifest_check(body):
+    if not _checksum_holds(raw, manifest):
         msg = f"{path}: damaged manifest (checksum mismatch); the folder's snapshot is unknown"
         raise StateDamageError(msg, path=path)
     return manifest
@@ -138,9 +156,8 @@ def write_manifest(state_dir: Path, manifest: Manifest, *,
     if previous is not None and int(previous["seq"]) != int(manifest["seq"]):
         body["previous"] = {k: previous[k] for k in ("seq", "files", "wal") if k in previous}
     body["format"] = _FORMAT
-    body["checksum"] = _manifest_check(body)
     with atomic_paths(target) as (tmp,):
-        tmp.write_text(json.dumps(body, indent=1))
+        tmp.write_text(_manifest_text(body))
         fsync_path(tmp)
     fsync_path(state_dir)
 

@@ -279,7 +279,20 @@ class ServiceState:
     def open(cls, state_dir: str | Path, options: ServiceOptions | None = None
              ) -> ServiceState:
         """Open a folder made by :func:`create_state`: load the snapshot, replay the log,
-        complete the deliveries log, and start logging."""
+        complete the deliveries log, and start logging.
+
+        Every file read is checked against its checksum first. A torn tail of the newest
+        log segment is cut, and a damaged current snapshot falls back to the previous one
+        (its files moved to ``DIR/damaged/<time>/``); each says so in one line on stderr.
+
+        Raises
+        ------
+        StateDamageError
+            Any other damage (one line: the file, the offset, what would be lost); nothing
+            on disk was changed.
+        ServiceBusyError
+            Another service holds the folder.
+        """
         t0 = time.perf_counter()
         folder = Path(state_dir)
         manifest = read_manifest(folder)  # damaged: StateDamageError
@@ -328,6 +341,7 @@ class ServiceState:
         and the log since it are intact) and the deliveries log, each file checked; the
         log after the snapshot, read without changing it."""
         entry, log = manifest, None
+        fell_back: StateDamageError | None = None
         try:
             verify_snapshot(folder, manifest)
             log = check_log(folder / "wal", after=int(manifest["seq"]),
@@ -345,12 +359,8 @@ class ServiceState:
                 raise exc from None
             entry = {**manifest, **previous}
             entry.pop("previous", None)
-            moved = move_aside(folder, snapshot_files(folder, int(manifest["seq"])))
-            _note(f"{exc} -> moved to {moved}; starting from the previous snapshot of seq "
-                  f"{previous['seq']} and replaying the log since it")
+            fell_back = exc
         seq = int(entry["seq"])
-        clean_snapshots(folder, seq, *([int(entry["previous"]["seq"])]
-                                       if "previous" in entry else []))
         index_path, expiry_path = snapshot_paths(folder, seq)
         state = cls(folder, _checked_load(index_path, load_index), entry, options)
         state.dlog.legacy = manifest.get("format") == 1
@@ -366,6 +376,14 @@ class ServiceState:
         if table is not None:
             state.topk_of.update(TopkFound.from_table(table).by_arrival())
         assert log is not None
+        # everything verified: only now is anything moved, and leftovers of interrupted
+        # snapshots removed
+        if fell_back is not None:
+            moved = move_aside(folder, snapshot_files(folder, int(manifest["seq"])))
+            _note(f"{fell_back} -> moved to {moved}; starting from the previous snapshot of "
+                  f"seq {seq} and replaying the log since it")
+        clean_snapshots(folder, seq, *([int(entry["previous"]["seq"])]
+                                       if "previous" in entry else []))
         return state, log
 
     def _load_kinds(self, path: Path) -> None:
