@@ -188,3 +188,30 @@ def test_repair_refuses_a_folder_a_running_service_holds(folder: Path) -> None:
         assert not (folder / "damaged").exists()
     finally:
         server.stop()
+
+
+def test_serve_refuses_damage_in_one_line_and_reports_a_torn_tail(folder: Path) -> None:
+    newest = segments(folder / "wal")[-1][1]
+    scan = scan_segment(newest)
+    intact = newest.read_bytes()
+    _flip(newest, scan.records[5][0] + 30)
+    before = _digest(folder)
+    r = subprocess.run([sys.executable, "-m", "roadpubsub", "serve", "--state", str(folder),
+                        "--port", "0", "--quiet"], capture_output=True, text=True,
+                       timeout=300, env=os.environ)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and newest.name in err[0] and f"at byte {scan.records[5][0]:,}" \
+        in err[0] and "state repair" in err[0], err
+    assert _digest(folder) == before
+    newest.write_bytes(intact[:scan.records[-1][0] + 9])  # a crash in mid-write instead
+    server = Server(folder)
+    server.start()
+    try:
+        with server.client() as c:
+            assert c.get("/health").json()["seq"] == LAST - 1
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    assert f"{newest.name}: cut an incomplete last record at byte " \
+           f"{scan.records[-1][0]:,} (9 bytes dropped" in log
