@@ -21,7 +21,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES = ("demo", "network", "generate", "index", "match", "serve", "bench", "spark",
-                   "token")
+                   "token", "state")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,9 @@ A segment covers the log sequence numbers ``(first, last]`` and is two files:
 * ``<first>-<last>.parquet``: the deliveries, with the columns of the deliveries file
   (``message_id``, ``subscription_id``, ``distance``, ``score``), written second.
 
-Each file is written under a temporary name, fsynced and renamed. A segment counts only
+Each file is written under a temporary name, fsynced, given its checksum record
+``<file>.sum`` (size and crc32, itself checksummed; written durably before the rename)
+and renamed; reading checks it (:func:`read_checked`). A segment counts only
 when both files exist; a lone ``.published`` file (a crash between the two) is deleted
 and its range recomputed from the write-ahead log, which is kept until a segment covers
 it. The service writes a segment every few hundred publishes, at each snapshot and at a
@@ -34,11 +36,20 @@ import pyarrow.parquet as pq
 
 from pruning.deliveries import Deliveries
 from roadnet.files import atomic_paths
+from roadpubsub.service.integrity import (
+    SUM_SUFFIX,
+    StateDamageError,
+    read_sum,
+    verified_bytes,
+    write_sum,
+)
 from roadpubsub.service.wal import fsync_path
 
-__all__ = ["DeliveriesLog", "Published", "TopkLog"]
+__all__ = ["DELIVERY_COLUMNS", "DeliveriesLog", "Published", "TopkLog", "read_checked"]
 
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+#: Columns of a deliveries segment.
+DELIVERY_COLUMNS = ("message_id", "subscription_id", "distance", "score")
 
 
 @dataclass
@@ -58,15 +69,47 @@ def _write_fsynced(table: pa.Table, target: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        write_sum(tmp, name=target.name)  # durable before the file counts
+
+
+def read_checked(path: Path, *, what: str, legacy: bool = False,
+                 columns: tuple[str, ...] = ()) -> pa.Table:
+    """A Parquet file of the folder, checked against its side checksum record.
+
+    ``legacy``: a folder made before checksums, whose files may have none (they are then
+    read as they are and sealed with one).
+
+    Raises
+    ------
+    StateDamageError
+        The file or its checksum record is missing or damaged, or it is unreadable.
+    """
+    expected = read_sum(path)
+    if expected is None and not legacy:
+        msg = f"{path}: its checksum record {path.name}{SUM_SUFFIX} is missing ({what})"
+        raise StateDamageError(msg, path=path.with_name(path.name + SUM_SUFFIX))
+    data = verified_bytes(path, expected, what=what)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise KeyError(", ".join(missing))
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        msg = f"{path}: unreadable Parquet ({type(exc).__name__}: {exc}; {what})"
+        raise StateDamageError(msg, path=path) from exc
+    if expected is None:
+        write_sum(path)
+    return table
 
 
 class DeliveriesLog:
     """Reads and appends the segments of ``folder``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, legacy: bool = False) -> None:
         self.dir = folder
         self.dir.mkdir(parents=True, exist_ok=True)
         self.segments = 0
+        self.legacy = legacy  # files without checksum records are read (and sealed)
 
     def _ranges(self) -> list[tuple[int, int, Path]]:
         out = []
@@ -85,6 +128,7 @@ class DeliveriesLog:
                 base = p.name[: -len(".published.parquet")] + ".parquet"
                 if not (self.dir / base).exists():
                     p.unlink(missing_ok=True)
+                    p.with_name(p.name + SUM_SUFFIX).unlink(missing_ok=True)
 
     def read_all(self) -> tuple[Published, Deliveries, int]:
         """Every segment: published messages, deliveries and the last covered seq."""
@@ -93,9 +137,13 @@ class DeliveriesLog:
         dels: list[pa.Table] = []
         last = 0
         ranges = self._ranges()
-        for _first, end, path in ranges:
-            pubs.append(pq.read_table(path.with_name(path.stem + ".published.parquet")))
-            dels.append(pq.read_table(path))
+        for first, end, path in ranges:
+            what = f"the deliveries of the messages of seq {first + 1}-{end}"
+            pubs.append(read_checked(path.with_name(path.stem + ".published.parquet"),
+                                     what=what, legacy=self.legacy,
+                                     columns=("message_id", "seq", "time")))
+            dels.append(read_checked(path, what=what, legacy=self.legacy,
+                                     columns=DELIVERY_COLUMNS))
             last = max(last, end)
         self.segments = len(ranges)
         if not pubs:
@@ -152,9 +200,15 @@ class TopkLog:
                 p.unlink(missing_ok=True)
             elif _NAME.match(p.name):
                 if p.name in kept:
-                    tables.append(pq.read_table(p))
+                    m = _NAME.match(p.name)
+                    assert m is not None
+                    what = (f"the top-k events of the messages of seq {int(m.group(1)) + 1}"
+                            f"-{int(m.group(2))}")
+                    tables.append(read_checked(p, what=what, legacy=deliveries.legacy,
+                                               columns=TOPK_COLUMNS))
                 else:  # a crash before its deliveries segment: recomputed from the log
                     p.unlink(missing_ok=True)
+                    p.with_name(p.name + SUM_SUFFIX).unlink(missing_ok=True)
         return pa.concat_tables(tables) if tables else None
 
     def write(self, first: int, last: int, columns: dict[str, npt.NDArray[np.generic]]

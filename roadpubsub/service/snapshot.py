@@ -14,7 +14,12 @@ copy-on-write image of the index at one sequence number, so the service keeps ap
 events on its own core while the child compacts and saves. The child dies with its parent
 (``PR_SET_PDEATHSIG``) and closes its copies of the listening sockets, so a killed service
 restarts on the same port at once. Only when the child has exited successfully does the
-parent write the manifest and drop the log segments the snapshot covers.
+parent write the manifest and drop what the snapshot before it made unnecessary.
+
+Integrity: the manifest (format 2) holds the size and crc32 of every file of its snapshot,
+the log segment starting after it (``wal``), the same for the previous snapshot
+(``previous``), and a crc32 of its own content (``checksum``). The previous snapshot and
+the log since it are kept, so a damaged snapshot falls back to the previous one.
 """
 
 from __future__ import annotations
@@ -39,16 +44,19 @@ from numba.core.compiler_lock import global_compiler_lock
 from index.base import SubscriptionIndex
 from roadnet.errors import InputError, format_error
 from roadnet.files import atomic_paths
-from roadpubsub.service.wal import fsync_path
+from roadpubsub.service.integrity import StateDamageError, crc32_bytes, crc32_file
+from roadpubsub.service.wal import fsync_path, segment_name
 
-__all__ = ["KindsArrays", "Manifest", "SnapshotWorker", "kinds_path", "read_manifest",
-           "snapshot_paths", "write_manifest", "write_snapshot"]
+__all__ = ["KindsArrays", "Manifest", "SnapshotWorker", "clean_snapshots", "kinds_path",
+           "read_manifest", "snapshot_entry", "snapshot_files", "snapshot_paths",
+           "verify_snapshot", "write_manifest", "write_snapshot"]
 
 Manifest = dict[str, Any]
 #: The boolean and top-k state of a snapshot, made in the writing process (the forked
 #: child: its memory is the parent's at the snapshot's seq).
 KindsArrays = Callable[[], dict[str, np.ndarray]]
-_FORMAT = 1
+_FORMAT = 2
+_NEW_KEYS = {"checksum", "files", "wal", "previous"}
 
 
 def snapshot_paths(state_dir: Path, seq: int) -> tuple[Path, Path]:
@@ -62,25 +70,123 @@ def kinds_path(state_dir: Path, seq: int) -> Path:
     return state_dir / "snapshots" / f"{seq:020d}.kinds.npz"
 
 
+def snapshot_files(state_dir: Path, seq: int) -> list[Path]:
+    """The files of the snapshot at ``seq`` that exist (index, expiry, kinds)."""
+    return [p for p in (*snapshot_paths(state_dir, seq), kinds_path(state_dir, seq))
+            if p.exists()]
+
+
+_BLANK = '"checksum": "00000000"'
+
+
+def _manifest_text(body: Manifest) -> str:
+    """The manifest's text: ``body`` with a crc32 of the text itself (its own value
+    blanked), over the bytes as written: a number whose digits change but that reads
+    back as the same double changes the checksum too."""
+    text = json.dumps({**body, "checksum": "00000000"}, indent=1)
+    crc = crc32_bytes(text.encode())
+    return text.replace(_BLANK, f'"checksum": "{crc:08x}"')
+
+
+def _checksum_holds(raw: bytes, manifest: Manifest) -> bool:
+    value = manifest.get("checksum")
+    if not isinstance(value, str) or len(value) != 8:
+        return False
+    mark = f'"checksum": "{value}"'.encode()
+    if raw.count(mark) != 1:
+        return False
+    return f"{crc32_bytes(raw.replace(mark, _BLANK.encode())):08x}" == value
+
+
 def read_manifest(state_dir: Path) -> Manifest | None:
-    """The manifest of ``state_dir``, or None when the folder holds no service."""
+    """The manifest of ``state_dir``, or None when the folder holds no service.
+
+    Raises
+    ------
+    StateDamageError
+        The manifest does not verify (its checksum, or it is no JSON at all).
+    """
     path = state_dir / "manifest.json"
     if not path.exists():
         return None
-    manifest: Manifest = json.loads(path.read_text())
-    if manifest.get("format") != _FORMAT:
+    raw = path.read_bytes()
+    try:
+        manifest: Manifest = json.loads(raw)
+        if not isinstance(manifest, dict):
+            raise ValueError
+    except ValueError as exc:
+        msg = f"{path}: damaged manifest (not JSON); the folder's snapshot is unknown"
+        raise StateDamageError(msg, path=path) from exc
+    fmt = manifest.get("format")
+    if fmt == 1 and not _NEW_KEYS & manifest.keys():
+        return manifest  # a folder made before checksums
+    if fmt != _FORMAT:
         msg = f"{path}: not a roadpubsub service manifest of format {_FORMAT}"
+        if fmt == 1 or "checksum" in manifest:  # a flipped digit of a checksummed one
+            raise StateDamageError(msg + " (damaged)", path=path)
         raise InputError(msg)
+    if not _checksum_holds(raw, manifest):
+        msg = f"{path}: damaged manifest (checksum mismatch); the folder's snapshot is unknown"
+        raise StateDamageError(msg, path=path)
     return manifest
 
 
-def write_manifest(state_dir: Path, manifest: Manifest) -> None:
-    """Replace the manifest atomically and durably."""
+def snapshot_entry(state_dir: Path, seq: int) -> Manifest:
+    """The manifest's description of the snapshot at ``seq``: its seq, the log segment
+    that starts after it (when it exists) and the size and crc32 of each of its files."""
+    files = {}
+    for p in snapshot_files(state_dir, seq):
+        size, crc = crc32_file(p)
+        files[str(p.relative_to(state_dir))] = {"size": size, "crc32": f"{crc:08x}"}
+    entry: Manifest = {"seq": seq, "files": files}
+    wal = state_dir / "wal" / segment_name(seq + 1)
+    if wal.exists():
+        entry["wal"] = wal.name
+    return entry
+
+
+def write_manifest(state_dir: Path, manifest: Manifest, *,
+                   previous: Manifest | None = None) -> None:
+    """Replace the manifest atomically and durably, with the checksums of the snapshot
+    at ``manifest["seq"]`` (and ``previous``, the snapshot before it, still kept)."""
     target = state_dir / "manifest.json"
+    body = {k: v for k, v in manifest.items()
+            if k not in ("checksum", "files", "wal", "previous", "format")}
+    body.update(snapshot_entry(state_dir, int(manifest["seq"])))
+    if previous is not None and int(previous["seq"]) != int(manifest["seq"]):
+        body["previous"] = {k: previous[k] for k in ("seq", "files", "wal") if k in previous}
+    body["format"] = _FORMAT
     with atomic_paths(target) as (tmp,):
-        tmp.write_text(json.dumps({**manifest, "format": _FORMAT}, indent=1))
+        tmp.write_text(_manifest_text(body))
         fsync_path(tmp)
     fsync_path(state_dir)
+
+
+def verify_snapshot(state_dir: Path, entry: Manifest) -> None:
+    """Check every file of a snapshot entry of the manifest against its checksum.
+
+    Raises
+    ------
+    StateDamageError
+        A file is missing or differs.
+    """
+    seq = int(entry["seq"])
+    for rel, want in (entry.get("files") or {}).items():
+        path = state_dir / rel
+        what = f"the snapshot of seq {seq}"
+        if not path.exists():
+            msg = f"{path}: missing ({what})"
+            raise StateDamageError(msg, path=path)
+        size, crc = crc32_file(path)
+        if size != int(want["size"]) or f"{crc:08x}" != want["crc32"]:
+            msg = (f"{path}: checksum mismatch ({size:,} bytes, the manifest says "
+                   f"{int(want['size']):,}); {what} is damaged")
+            raise StateDamageError(msg, path=path)
+    if entry.get("files") is not None:
+        index_path = snapshot_paths(state_dir, seq)[0]
+        if str(index_path.relative_to(state_dir)) not in entry["files"]:
+            msg = f"{index_path}: missing from the manifest (the snapshot of seq {seq})"
+            raise StateDamageError(msg, path=index_path)
 
 
 def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
@@ -103,13 +209,15 @@ def write_snapshot(state_dir: Path, seq: int, index: SubscriptionIndex,
     fsync_path(index_path.parent)
 
 
-def clean_snapshots(state_dir: Path, keep_seq: int) -> None:
-    """Delete temporary files and every snapshot but the one of ``keep_seq``."""
+def clean_snapshots(state_dir: Path, keep_seq: int, *also: int) -> None:
+    """Delete temporary files and every snapshot but those of ``keep_seq`` and ``also``
+    (the previous one, kept for a fall-back)."""
     folder = state_dir / "snapshots"
-    keep = {p.name for p in (*snapshot_paths(state_dir, keep_seq),
-                             kinds_path(state_dir, keep_seq))}
+    keep = set()
+    for seq in (keep_seq, *also):
+        keep |= {p.name for p in (*snapshot_paths(state_dir, seq), kinds_path(state_dir, seq))}
     for p in folder.iterdir():
-        if p.name not in keep:
+        if p.name not in keep and p.is_file():
             p.unlink(missing_ok=True)
 
 

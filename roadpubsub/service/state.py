@@ -80,21 +80,27 @@ from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
 from roadpubsub.service.expiry import Expiry
+from roadpubsub.service.integrity import StateDamageError, move_aside
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
     clean_snapshots,
     kinds_path,
     read_manifest,
+    snapshot_files,
     snapshot_paths,
+    verify_snapshot,
     write_manifest,
     write_snapshot,
 )
 from roadpubsub.service.wal import (
+    LogRecovery,
     LogUnavailableError,
     WriteAheadLog,
+    check_log,
+    create_segment,
     fsync_path,
-    read_records,
+    recover_log,
     segments,
     unavailable,
 )
@@ -314,31 +320,43 @@ class ServiceState:
              lock: int | None = None) -> ServiceState:
         """Open a folder made by :func:`create_state`: load the snapshot, replay the log,
         complete the deliveries log, and start logging (``lock``: the folder's lock, held
-        already by this process, as :meth:`recover` passes it)."""
+        already by this process, as :meth:`recover` passes it).
+
+        Every file read is checked against its checksum first. A torn tail of the newest
+        log segment is cut, and a damaged current snapshot falls back to the previous one
+        (its files moved to ``DIR/damaged/<time>/``); each says so in one line on stderr.
+
+        Raises
+        ------
+        StateDamageError
+            Any other damage (one line: the file, the offset, what would be lost); nothing
+            on disk was changed.
+        ServiceBusyError
+            Another service holds the folder.
+        """
         t0 = time.perf_counter()
         folder = Path(state_dir)
-        manifest = read_manifest(folder)
+        manifest = read_manifest(folder)  # damaged: StateDamageError
         if manifest is None:
             msg = f"{folder}: no roadpubsub service here (manifest.json missing)"
             raise FileNotFoundError(msg)
+        own_lock = lock is None
         lock = _lock_folder(folder) if lock is None else lock
-        seq = int(manifest["seq"])
-        clean_snapshots(folder, seq)
-        index_path, expiry_path = snapshot_paths(folder, seq)
-        state = cls(folder, load_index(index_path), manifest, options or ServiceOptions())
+        try:
+            state, log = cls._load(folder, manifest, options or ServiceOptions())
+        except BaseException:
+            if own_lock:  # a reload keeps the lock its process holds
+                os.close(lock)
+            raise
         state._lock = lock
-        with np.load(expiry_path) as z:
-            state.expiry.add(z["ids"], z["expires_at"])
-        state._load_kinds(kinds_path(folder, seq))
-        published, deliveries, state.flushed_through = state.dlog.read_all()
-        state._load_messages(published, deliveries)
-        table = state.tlog.read_all(state.dlog)
-        if table is not None:
-            state.topk_of.update(TopkFound.from_table(table).by_arrival())
+        seq = state.snapshot_seq
+        if log.torn_bytes:  # everything else verified: only now is anything changed
+            recover_log(folder / "wal", after=seq, named=state.manifest.get("wal"))
+            _note(log.torn_message())
         last = seq
         rows = records = 0
         moves: list[dict[str, Any]] = []
-        for rec in read_records(folder / "wal", after=seq):
+        for rec in log.records:
             if rec["op"] == "move":
                 moves.append(rec)  # consecutive moves are replayed as one
             else:
@@ -358,6 +376,58 @@ class ServiceState:
         state.events_since_snapshot = records + rows // 25
         state.recovery_seconds = time.perf_counter() - t0
         return state
+
+    @classmethod
+    def _load(cls, folder: Path, manifest: dict[str, Any], options: ServiceOptions
+              ) -> tuple[ServiceState, LogRecovery]:
+        """The snapshot (the previous one when the current is damaged and the previous
+        and the log since it are intact) and the deliveries log, each file checked; the
+        log after the snapshot, read without changing it."""
+        entry, log = manifest, None
+        fell_back: StateDamageError | None = None
+        try:
+            verify_snapshot(folder, manifest)
+            log = check_log(folder / "wal", after=int(manifest["seq"]),
+                            named=manifest.get("wal"))
+        except StateDamageError as exc:
+            previous = manifest.get("previous")
+            if previous is None or not previous.get("files") \
+                    or exc.path.parent.name != "snapshots":
+                raise
+            try:
+                verify_snapshot(folder, previous)
+                log = check_log(folder / "wal", after=int(previous["seq"]),
+                                named=previous.get("wal"))
+            except StateDamageError:
+                raise exc from None
+            entry = {**manifest, **previous}
+            entry.pop("previous", None)
+            fell_back = exc
+        seq = int(entry["seq"])
+        index_path, expiry_path = snapshot_paths(folder, seq)
+        state = cls(folder, _checked_load(index_path, load_index), entry, options)
+        state.dlog.legacy = manifest.get("format") == 1
+        def expiry(path: Path) -> None:
+            with np.load(path) as z:
+                state.expiry.add(z["ids"], z["expires_at"])
+
+        _checked_load(expiry_path, expiry)
+        _checked_load(kinds_path(folder, seq), state._load_kinds)
+        published, deliveries, state.flushed_through = state.dlog.read_all()
+        state._load_messages(published, deliveries)
+        table = state.tlog.read_all(state.dlog)
+        if table is not None:
+            state.topk_of.update(TopkFound.from_table(table).by_arrival())
+        assert log is not None
+        # everything verified: only now is anything moved, and leftovers of interrupted
+        # snapshots removed
+        if fell_back is not None:
+            moved = move_aside(folder, snapshot_files(folder, int(manifest["seq"])))
+            _note(f"{fell_back} -> moved to {moved}; starting from the previous snapshot of "
+                  f"seq {seq} and replaying the log since it")
+        clean_snapshots(folder, seq, *([int(entry["previous"]["seq"])]
+                                       if "previous" in entry else []))
+        return state, log
 
     def _load_kinds(self, path: Path) -> None:
         """The boolean and top-k state of a snapshot (none when the file is absent)."""
@@ -836,6 +906,9 @@ class ServiceState:
         times = np.concatenate([p[2] for p in self._pending])
         found = Deliveries.concat([p[3] for p in self._pending])
         top = TopkFound.concat(self._pending_topk)
+        # a segment never covers records the log could still lose in a crash (a restart
+        # would give their seqs to other records)
+        self.wal.sync()
         if len(top):  # before the deliveries segment, which makes both count
             self.tlog.write(first, last, top.columns())
         self.dlog.write(first, last, Published(ids, seqs, times), found)
@@ -943,11 +1016,16 @@ class ServiceState:
         self.wal.sync()  # the manifest never runs ahead of the log
         if self.wal.fsync_error is not None:
             raise unavailable(self.wal.fsync_error)
-        write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds})
-        self.manifest = {**self.manifest, "seq": seq}
+        # The snapshot before this one and the log since it stay (a fall-back when this
+        # one is damaged); older ones go.
+        previous = self.manifest
+        write_manifest(self.dir, {**self.manifest, "seq": seq, "snapshot_seconds": seconds},
+                       previous=previous)
+        self.manifest = read_manifest(self.dir) or {**self.manifest, "seq": seq}
         self.snapshot_seq = seq
-        clean_snapshots(self.dir, seq)
-        self.wal.drop_through(seq)
+        before = int(previous["seq"]) if int(previous["seq"]) != seq else seq
+        clean_snapshots(self.dir, seq, before)
+        self.wal.drop_through(before)
 
     def close(self) -> None:
         """A clean stop: flush the deliveries, snapshot what the log holds beyond the last
@@ -1071,6 +1149,25 @@ def _owner_arrays(prefix: str, owners: dict[int, str]) -> dict[str, npt.NDArray[
             prefix + "tok": np.array(list(owners.values()), dtype=str)}
 
 
+def _note(line: str) -> None:
+    """One line on stderr about what the start did with damage or a torn tail."""
+    print(f"roadpubsub: {line}", file=sys.stderr, flush=True)
+
+
+def _checked_load(path: Path, load: Any) -> Any:
+    """``load(path)`` with any failure named as damage of the file (one line)."""
+    try:
+        return load(path)
+    except StateDamageError:
+        raise
+    except FileNotFoundError as exc:
+        msg = f"{path}: missing snapshot file"
+        raise StateDamageError(msg, path=path) from exc
+    except Exception as exc:
+        msg = f"{path}: unreadable snapshot file ({type(exc).__name__}: {exc})"
+        raise StateDamageError(msg, path=path) from exc
+
+
 def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:
     """Deliveries as the objects of the HTTP answers and the WebSocket stream."""
     return [{"message_id": m, "subscription_id": s, "distance": x, "score": y}
@@ -1125,6 +1222,7 @@ def create_state(state_dir: str | Path, index: SubscriptionIndex, *,
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("snapshots", "wal", "deliveries", "topk"):
         (folder / sub).mkdir(exist_ok=True)
+    create_segment(folder / "wal", 1)  # the manifest names it: a deleted log is damage
     w = check_window(window)
     b = LiveBoolean(index.spatial, index.weights, dmax_m=index.dmax_m, subs=boolean)
     t = LiveTopk(index.spatial, index.weights, dmax_m=index.dmax_m, window=w, subs=topk)

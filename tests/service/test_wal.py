@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from roadpubsub.service.wal import WalCorruptError, WriteAheadLog, read_records, segments
+from roadpubsub.service.wal import (
+    WalCorruptError,
+    WriteAheadLog,
+    create_segment,
+    read_records,
+    recover_log,
+    segments,
+)
 
 
 def _write(folder: Path, n: int, *, start: int = 1) -> WriteAheadLog:
@@ -48,14 +56,15 @@ def test_a_torn_tail_is_cut_and_appending_resumes(tmp_path: Path, cut: int) -> N
     assert [r["seq"] for r in read_records(tmp_path, after=0)] == list(range(1, 11))
 
 
-def test_a_flipped_byte_ends_the_log_there(tmp_path: Path) -> None:
+def test_a_flipped_byte_stops_the_log_and_changes_nothing(tmp_path: Path) -> None:
     _write(tmp_path, 10).close()
     (_, path), = segments(tmp_path)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    seqs = [r["seq"] for r in read_records(tmp_path, after=0)]
-    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < 10
+    with pytest.raises(WalCorruptError, match=r"checksum mismatch at byte \d+; \d+ readable"):
+        list(read_records(tmp_path, after=0))
+    assert path.read_bytes() == bytes(data)
 
 
 def test_damage_before_the_last_segment_is_an_error(tmp_path: Path) -> None:
@@ -67,7 +76,7 @@ def test_damage_before_the_last_segment_is_an_error(tmp_path: Path) -> None:
     first = segments(tmp_path)[0][1]
     with first.open("r+b") as fh:
         fh.truncate(first.stat().st_size - 3)
-    with pytest.raises(WalCorruptError, match="not the last"):
+    with pytest.raises(WalCorruptError, match="not the newest"):
         list(read_records(tmp_path, after=0))
 
 
@@ -79,7 +88,7 @@ def test_rotation_and_dropping_covered_segments(tmp_path: Path) -> None:
     assert wal.drop_through(4) == 0  # segment 1-5 still holds seq 5
     assert wal.drop_through(5) == 1
     wal.close()
-    assert [r["seq"] for r in read_records(tmp_path, after=0)] == [6]
+    assert [r["seq"] for r in read_records(tmp_path, after=5)] == [6]
     assert os.listdir(tmp_path) == ["00000000000000000006.log"]
 
 
@@ -97,3 +106,45 @@ def test_many_writers_share_fsyncs(tmp_path: Path) -> None:
     assert wal.durable_seq == 2000
     assert wal.fsyncs < 2000  # group commit
     wal.close()
+
+
+def _old_frame(payload: bytes) -> bytes:
+    import struct
+    import zlib
+    return struct.pack("<cII", b"R", len(payload), zlib.crc32(payload)) + payload
+
+
+def test_segments_of_the_old_framing_are_still_read(tmp_path: Path) -> None:
+    old = b"".join(_old_frame(json.dumps({"seq": s, "op": "move", "id": [s]}).encode())
+                   for s in range(1, 6))
+    (tmp_path / "00000000000000000001.log").write_bytes(old)
+    assert [r["seq"] for r in read_records(tmp_path, after=0)] == [1, 2, 3, 4, 5]
+    wal = WriteAheadLog(tmp_path, next_seq=6)  # new records: a new segment, new framing
+    assert wal.append({"op": "move", "id": [6]}) == 6
+    wal.close()
+    assert [f for f, _ in segments(tmp_path)] == [1, 6]
+    assert (tmp_path / "00000000000000000001.log").read_bytes() == old
+    assert [r["seq"] for r in read_records(tmp_path, after=0)] == [1, 2, 3, 4, 5, 6]
+    assert [r["seq"] for r in read_records(tmp_path, after=3)] == [4, 5, 6]
+
+
+def test_zeros_after_the_last_record_are_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    _write(tmp_path, 5).close()
+    (_, path), = segments(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data + bytes(3))
+    with pytest.raises(WalCorruptError, match=f"bad frame header .* at byte {len(data):,}"):
+        recover_log(tmp_path, after=0)
+    assert path.read_bytes() == data + bytes(3)
+
+
+def test_a_crash_while_rotating_leaves_a_readable_log(tmp_path: Path) -> None:
+    wal = _write(tmp_path, 5)
+    wal.close()
+    create_segment(tmp_path, 6)  # the new segment exists; the old one has no footer yet
+    log = recover_log(tmp_path, after=0)
+    assert log.last_seq == 5 and log.torn_bytes == 0
+    wal = WriteAheadLog(tmp_path, next_seq=6)
+    wal.append({"op": "move", "id": [6]})
+    wal.close()
+    assert recover_log(tmp_path, after=0).last_seq == 6
