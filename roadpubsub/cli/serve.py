@@ -292,9 +292,6 @@ def _access(args: argparse.Namespace, folder: Path) -> tuple[Any, dict[str, Any]
                    f"token create --state {folder} --role admin' (without tokens the "
                    "service serves loopback only)")
             raise InputError(msg)
-        print("serve: UNAUTHENTICATED: no token in the state folder, every loopback client "
-              "may do everything (create one: roadpubsub token create --state "
-              f"{folder} --role admin)", file=sys.stderr, flush=True)
     if (args.tls_cert is None) != (args.tls_key is None):
         msg = "--tls-cert and --tls-key go together"
         raise InputError(msg)
@@ -545,6 +542,10 @@ def run(args: argparse.Namespace) -> int:
     # (BENCHMARKS.md, single-event requests), so Python's 5 ms stays the default.
     sys.setswitchinterval(args.switch_interval / 1000.0)
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
+    if not gate.store.enabled:  # said once the folder is open, even with --quiet
+        print("serve: UNAUTHENTICATED: no token in the state folder, every loopback client "
+              "may do everything (create one: roadpubsub token create --state "
+              f"{folder} --role admin)", file=sys.stderr, flush=True)
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
                     ws_buffer_deliveries=limits.ws_buffer_deliveries,
                     ws_buffer_bytes=limits.ws_buffer_bytes, gate=gate,
