@@ -68,6 +68,8 @@ __all__ = [
 
 Resolver = Callable[[str, int], Sequence[str]]
 _METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+_PRIVATE_NETS = [ipaddress.ip_network(n) for n in
+                 ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")]
 _RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
 
 
@@ -98,9 +100,10 @@ def _refusal(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_private:
         return "the unspecified address"
     if addr.is_loopback:
         return "" if allow_private else "a loopback address (allowed with --webhook-allow-private)"
-    if addr.is_private:
+    if any(addr in net for net in _PRIVATE_NETS):
         return "" if allow_private else "a private address (allowed with --webhook-allow-private)"
-    if addr.is_reserved:
+    if addr.is_reserved or addr.is_private or not addr.is_global:
+        # documentation, benchmarking, shared (CGNAT) and future-use ranges among others
         return "a reserved address"
     return ""
 
@@ -236,7 +239,7 @@ def verify_signature(secret: bytes, timestamp: str, body: bytes, signature: str,
     return hmac.compare_digest(sign_body(secret, ts, body), signature)
 
 
-class _Failure(Exception):
+class _SendError(Exception):
     """A failed POST: whether to retry, and the Retry-After seconds if any."""
 
     def __init__(self, reason: str, *, retry: bool, retry_after: float | None = None) -> None:
@@ -397,7 +400,7 @@ class WebhookSender:
                 continue
             try:
                 await self._post(url, batch)
-            except _Failure as failure:
+            except _SendError as failure:
                 stats.last_error = failure.reason
                 attempt += 1
                 too_old = time.time() - batch[0].queued_at > s.webhook_max_age_s
@@ -408,7 +411,8 @@ class WebhookSender:
                     attempt = 0
                     continue
                 stats.retried += len(batch)
-                ceiling = min(s.webhook_backoff_cap_s, s.webhook_backoff_base_s * 2 ** (attempt - 1))
+                ceiling = min(s.webhook_backoff_cap_s,
+                              s.webhook_backoff_base_s * 2 ** (attempt - 1))
                 delay = self._random.uniform(0.0, ceiling)
                 if failure.retry_after is not None:
                     delay = max(delay, min(failure.retry_after, s.webhook_backoff_cap_s))
@@ -445,7 +449,7 @@ class WebhookSender:
                 None, lambda: _resolve(url, allow_private=self._allow_private,
                                        resolver=self._resolver))
         except WebhookURLError as exc:
-            raise _Failure(str(exc), retry=False) from exc
+            raise _SendError(str(exc), retry=False) from exc
         request = self._request(target, batch)
         tls = None
         if target.scheme == "https":
@@ -467,19 +471,19 @@ class WebhookSender:
                     name, _, value = line.decode("latin-1").partition(":")
                     headers[name.strip().lower()] = value.strip()
         except TimeoutError as exc:
-            raise _Failure(f"no answer within {self._settings.webhook_timeout_s} s",
+            raise _SendError(f"no answer within {self._settings.webhook_timeout_s} s",
                            retry=True) from exc
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            raise _Failure(f"connection failed: {exc!r}", retry=True) from exc
+            raise _SendError(f"connection failed: {exc!r}", retry=True) from exc
         finally:
             if writer is not None:
                 writer.close()
         fields = status_line.decode("latin-1").split()
         if len(fields) < 2 or not fields[1].isdigit():
-            raise _Failure(f"not an HTTP answer: {status_line[:80]!r}", retry=True)
+            raise _SendError(f"not an HTTP answer: {status_line[:80]!r}", retry=True)
         status = int(fields[1])
         if 200 <= status < 300:
             return
         retry = status in _RETRY_STATUSES or status >= 500
-        raise _Failure(f"HTTP {status}", retry=retry,
+        raise _SendError(f"HTTP {status}", retry=retry,
                        retry_after=_retry_after(headers.get("retry-after")))

@@ -44,7 +44,7 @@ def test_replay_requeues_dead_letters_durably(tmp_path: Path) -> None:
     box.append(_entries(1, 3))
     box.dead(A, box.peek(A, 2), "HTTP 404")
     ids = [row["id"] for row in box.dead_letters()]
-    assert box.replay(ids[:1] + [999]) == 1
+    assert box.replay([*ids[:1], 999]) == 1
     again = Outbox(tmp_path)
     assert _seqs(again, A) == [3, 1]  # the replayed one keeps its seq, queued after
     assert [row["seq"] for row in again.dead_letters()] == [2]
