@@ -244,9 +244,10 @@ class Outbox:
         return sorted(found)
 
     def _recover(self) -> None:
+        # Two passes so that memory stays bounded: acknowledgements first, then the entries
+        # still pending go through the same bounded in-memory head as appends.
         segments = self._segments()
         acked: dict[str, int] = {}
-        queued: list[tuple[int, Queued]] = []
         for i, (index, path) in enumerate(segments):
             last = i == len(segments) - 1
             frames, end = _read_frames(path, last=last)
@@ -260,11 +261,9 @@ class Outbox:
                         acked[url] = max(acked.get(url, 0), int(through))
                 elif kind == b"D":
                     for raw in payload["entries"]:
-                        q = Queued.from_json(raw)
-                        queued.append((index, q))
-                        self._next_pos = max(self._next_pos, q.pos + 1)
-                        url = q.entry.url
-                        maxima[url] = max(maxima.get(url, 0), q.pos)
+                        pos, url = int(raw["pos"]), str(raw["url"])
+                        self._next_pos = max(self._next_pos, pos + 1)
+                        maxima[url] = max(maxima.get(url, 0), pos)
                 elif kind == b"A":
                     url = str(payload["url"])
                     acked[url] = max(acked.get(url, 0), int(payload["through"]))
@@ -273,10 +272,18 @@ class Outbox:
                     raise OutboxDamagedError(msg)
         for url, through in acked.items():
             self._endpoint(url).acked = through
-        for index, q in queued:
-            ep = self._endpoint(q.entry.url)
-            if q.pos > ep.acked:
-                self._enqueue(ep, q, index)
+        for index, path in segments:
+            if not any(pos > acked.get(url, 0)
+                       for url, pos in self._segment_max[index].items()):
+                continue
+            frames, _ = _read_frames(path, last=True)
+            for kind, payload in frames:
+                if kind != b"D":
+                    continue
+                for raw in payload["entries"]:
+                    if int(raw["pos"]) > acked.get(str(raw["url"]), 0):
+                        q = Queued.from_json(raw)
+                        self._enqueue(self._endpoint(q.entry.url), q, index)
         dead_path = self.folder / _DEAD
         if dead_path.exists():
             frames, end = _read_frames(dead_path, last=True)

@@ -336,6 +336,7 @@ class WebhookSender:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await loop.shutdown_default_executor()  # outbox writes under way complete
 
         asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout)
         loop.call_soon_threadsafe(loop.stop)
@@ -365,6 +366,8 @@ class WebhookSender:
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per endpoint: ``queued``, ``sent``, ``retried``, ``dead``, ``oldest_queued_age_s``.
 
+        Also ``last_error``: why the last attempt failed ("" if none yet).
+
         ``sent``, ``retried`` and ``dead`` count deliveries since this sender started;
         ``queued`` counts the pending ones in the outbox.
         """
@@ -375,6 +378,7 @@ class WebhookSender:
             oldest = self.outbox.oldest_queued_at(url)
             out[url] = {"queued": self.outbox.pending(url), "sent": stats.sent,
                         "retried": stats.retried, "dead": stats.dead,
+                        "last_error": stats.last_error,
                         "oldest_queued_age_s": 0.0 if oldest is None else max(0.0, now - oldest)}
         return out
 
@@ -388,6 +392,15 @@ class WebhookSender:
 
     # --- sending -----------------------------------------------------------------------------
     async def _drain(self, url: str) -> None:
+        try:
+            await self._drain_loop(url)
+        except OSError as exc:
+            # The outbox could not be written: this endpoint stops; the failure is reported
+            # in ``metrics()`` and what was not acknowledged stays queued for the next start.
+            self._stat(url).last_error = f"outbox write failed: {exc}"
+            raise
+
+    async def _drain_loop(self, url: str) -> None:
         stats = self._stat(url)
         loop = asyncio.get_running_loop()
         s = self._settings

@@ -124,6 +124,9 @@ def test_memory_per_endpoint_is_bounded_and_the_rest_read_back(tmp_path: Path) -
     for i in range(30):
         box.append(_entries(1 + 3 * i, 3))
     assert box.in_memory(A) == 4 and box.pending(A) == 90
+    box.close()
+    box = Outbox(tmp_path, memory_per_endpoint=4, segment_bytes=2_000)  # recovery: bounded too
+    assert box.in_memory(A) == 4 and box.pending(A) == 90
     seen: list[int] = []
     while box.pending(A):
         batch = box.peek(A, 3)
