@@ -367,10 +367,11 @@ class Outbox:
     def _compact(self) -> None:
         """Delete the oldest segments whose deliveries are all acknowledged."""
         removed = False
-        for index, path in self._segments():
+        for index in sorted(self._segment_max):
             if index == self._index:
                 break
-            maxima = self._segment_max.get(index, {})
+            path = self.folder / f"{index:012d}.log"
+            maxima = self._segment_max[index]
             if any(pos > self._endpoints[url].acked for url, pos in maxima.items()):
                 break
             path.unlink()

@@ -54,11 +54,12 @@ import orjson
 
 from roadnet.errors import InputError, RoadPubSubError
 from roadnet.settings import DEFAULTS, Settings
-from roadpubsub.service.outbox import Outbox, Queued
+from roadpubsub.service.outbox import Outbox, OutboxEntry, Queued
 
 __all__ = [
     "WebhookSecretError",
     "WebhookSender",
+    "WebhookService",
     "WebhookURLError",
     "check_webhook_url",
     "load_webhook_secret",
@@ -500,3 +501,70 @@ class WebhookSender:
         retry = status in _RETRY_STATUSES or status >= 500
         raise _SendError(f"HTTP {status}", retry=retry,
                        retry_after=_retry_after(headers.get("retry-after")))
+
+
+class WebhookService:
+    """The service's one handle on webhooks: URL check, outbox and sender of a state folder.
+
+    Parameters
+    ----------
+    state_dir
+        The service's state folder; the outbox lives in ``state_dir/outbox``.
+    secret_file
+        ``--webhook-secret-file``; ``state_dir/webhook-secret`` (created, mode 0600) if None.
+    allow_private
+        ``--webhook-allow-private``.
+    settings
+        The ``webhook_*`` defaults.
+    resolver
+        ``(host, port) -> addresses``; the system's by default (tests stub it).
+
+    Raises
+    ------
+    WebhookSecretError
+        The secret file is unsafe or empty.
+    OutboxDamagedError
+        The outbox cannot be recovered (the message names the file and offset).
+    """
+
+    def __init__(self, state_dir: Path, *, secret_file: Path | None = None,
+                 allow_private: bool = DEFAULTS.webhook_allow_private,
+                 settings: Settings = DEFAULTS, resolver: Resolver | None = None) -> None:
+        state_dir = Path(state_dir)
+        secret = load_webhook_secret(secret_file or state_dir / "webhook-secret")
+        self._allow_private = allow_private
+        self._resolver = resolver
+        self.outbox = Outbox(state_dir / "outbox", segment_bytes=settings.webhook_segment_bytes,
+                             memory_per_endpoint=settings.webhook_memory_per_endpoint)
+        self.sender = WebhookSender(self.outbox, secret=secret, settings=settings,
+                                    allow_private=allow_private, resolver=resolver)
+
+    def check_url(self, url: str) -> str:
+        """:func:`check_webhook_url` with this service's options (call when subscribing)."""
+        return check_webhook_url(url, allow_private=self._allow_private,
+                                 resolver=self._resolver)
+
+    def queue(self, entries: Sequence[OutboxEntry]) -> None:
+        """Queue deliveries durably (fsynced); call before answering the publish."""
+        self.outbox.append(entries)
+
+    def start(self) -> None:
+        """Start sending (what the outbox recovered is sent first)."""
+        self.sender.start()
+
+    def stop(self) -> None:
+        """Stop sending and close the outbox files (pending deliveries stay queued)."""
+        self.sender.stop()
+        self.outbox.close()
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Per endpoint counters (see :meth:`WebhookSender.metrics`)."""
+        return self.sender.metrics()
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The dead-letter record, for ``GET /webhooks/dead``."""
+        return self.outbox.dead_letters()
+
+    def replay(self, ids: Sequence[int]) -> int:
+        """Re-queue dead letters by id; returns how many were found."""
+        return self.outbox.replay(ids)

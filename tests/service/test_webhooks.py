@@ -30,6 +30,7 @@ from roadpubsub.service.outbox import Outbox, OutboxEntry
 from roadpubsub.service.webhooks import (
     WebhookSecretError,
     WebhookSender,
+    WebhookService,
     WebhookURLError,
     check_webhook_url,
     load_webhook_secret,
@@ -172,7 +173,7 @@ def test_down_500_429_slow_receiver_gets_everything_in_order_once(
         assert first.bad_signatures == second.bad_signatures == 0
         assert any(r["ids"] and len(r["ids"]) > 1 for r in first.requests)  # batched
         assert max(len(r["ids"]) for r in first.requests) <= FAST.webhook_batch_max
-        _wait(lambda: sender.metrics()[first.url]["queued"] == 0, 10, "acknowledgements")
+        _wait(lambda: sender.metrics()[first.url]["sent"] == 100, 10, "acknowledgements")
         metrics = sender.metrics()[first.url]
         assert metrics["sent"] == 100 and metrics["dead"] == 0 and metrics["retried"] > 0
         assert metrics["oldest_queued_age_s"] == 0.0
@@ -284,10 +285,12 @@ def test_dead_endpoint_goes_to_dead_letters_and_does_not_slow_a_healthy_one(
             _wait(lambda i=i: 3 + 3 * i in healthy.accepted, 5, "the healthy delivery")
             latencies.append(time.monotonic() - sent_at)
         assert max(latencies) < 0.5, latencies  # the dead endpoint's 1 s timeouts never show
-        _wait(lambda: box.pending(refused_url) == 0, 30, "the refused endpoint given up")
+        _wait(lambda: sender.metrics()[refused_url]["dead"] == rounds, 30,
+              "the refused endpoint given up")
         refused = [row for row in sender.dead_letters() if row["url"] == refused_url]
         assert [row["seq"] for row in refused] == list(range(2, 3 * rounds, 3))
         assert "connection failed" in refused[0]["reason"] and "3 attempt" in refused[0]["reason"]
+        _wait(lambda: sender.metrics()[healthy.url]["sent"] == rounds, 5, "acknowledgements")
         metrics = sender.metrics()
         assert metrics[refused_url]["dead"] == rounds and metrics[refused_url]["queued"] == 0
         assert metrics[dead_url]["queued"] > 0 and metrics[dead_url]["oldest_queued_age_s"] > 0
@@ -442,3 +445,33 @@ def test_load_webhook_secret(tmp_path: Path) -> None:
     path.write_bytes(b"  \n")
     with pytest.raises(WebhookSecretError, match="empty"):
         load_webhook_secret(path)
+
+
+def test_webhook_service_facade(tmp_path: Path, receivers: list[Receiver]) -> None:
+    receiver = Receiver().start()
+    receivers.append(receiver)
+    state = tmp_path / "state"
+    WebhookService(state, settings=FAST).stop()  # creates the secret file, mode 0600
+    assert stat.S_IMODE((state / "webhook-secret").stat().st_mode) == 0o600
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(SECRET + b"\n")
+    secret_file.chmod(0o600)
+    service = WebhookService(state, secret_file=secret_file, allow_private=True, settings=FAST)
+    with pytest.raises(WebhookURLError, match="metadata"):
+        service.check_url("http://169.254.169.254/")
+    url = service.check_url(receiver.url)
+    service.start()
+    try:
+        service.queue(_entries(range(1, 8), url))
+        _wait(lambda: receiver.deduplicated() == list(range(1, 8)), 10, "the deliveries")
+        body = receiver.requests[0]["body"]
+        assert orjson.loads(body)["deliveries"][0] == {
+            "seq": 1, "subscription_id": "sub1", "message_id": "m1", "distance": 1.0,
+            "score": 0.25}
+        _wait(lambda: service.metrics()[url]["sent"] == 7, 10, "acknowledgements")
+        assert service.metrics()[url]["queued"] == 0
+        assert service.dead_letters() == [] and service.replay([1]) == 0
+    finally:
+        service.stop()
+    assert (state / "outbox").is_dir()
+    assert receiver.bad_signatures == 0  # signed with the secret file's secret
