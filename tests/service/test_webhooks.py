@@ -475,3 +475,55 @@ def test_webhook_service_facade(tmp_path: Path, receivers: list[Receiver]) -> No
         service.stop()
     assert (state / "outbox").is_dir()
     assert receiver.bad_signatures == 0  # signed with the secret file's secret
+
+
+def test_age_limit_moves_old_deliveries_to_dead_letters(tmp_path: Path) -> None:
+    refused_url = f"http://127.0.0.1:{_free_port()}/hook"
+    settings = replace(FAST, webhook_max_attempts=10_000, webhook_max_age_s=0.5,
+                       webhook_backoff_cap_s=0.1)
+    box = Outbox(tmp_path)
+    sender = WebhookSender(box, secret=SECRET, settings=settings, allow_private=True)
+    sender.start()
+    try:
+        started = time.monotonic()
+        box.append(_entries(range(1, 3), refused_url))
+        _wait(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
+        assert 0.5 <= time.monotonic() - started < 3.0
+        assert sender.metrics()[refused_url]["retried"] >= 2
+    finally:
+        sender.stop()
+
+
+@pytest.mark.parametrize("answer", [b"garbage\r\n\r\n", b"HTTP/1.1 200 OK" + b"A" * 200_000])
+def test_hostile_answers_are_failures_not_crashes(tmp_path: Path, answer: bytes) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(answer)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    settings = replace(FAST, webhook_max_attempts=2)
+    box = Outbox(tmp_path)
+    sender = WebhookSender(box, secret=SECRET, settings=settings, allow_private=True)
+    sender.start()
+    try:
+        box.append(_entries(range(1, 3), url))
+        _wait(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
+        assert "2 attempt" in sender.dead_letters()[0]["reason"]
+        assert sender.metrics()[url]["sent"] == 0
+    finally:
+        sender.stop()
+        server.close()
