@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -53,8 +54,10 @@ class Receiver:
     """A loopback HTTP receiver; ``script(n)`` -> (status, headers, delay) for request n."""
 
     def __init__(self, port: int | None = None, *,
-                 script: Callable[[int], tuple[int, dict[str, str], float]] | None = None) -> None:
+                 script: Callable[[int], tuple[int, dict[str, str], float]] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.port = port or _free_port()
+        self.tls = tls
         self.script = script or (lambda n: (200, {}, 0.0))
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []  # every request, including refused ones
@@ -92,6 +95,8 @@ class Receiver:
                 self.end_headers()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -527,3 +532,31 @@ def test_hostile_answers_are_failures_not_crashes(tmp_path: Path, answer: bytes)
     finally:
         sender.stop()
         server.close()
+
+
+def test_https_goes_to_the_checked_address_with_the_url_name_for_tls(
+        tmp_path: Path, receivers: list[Receiver]) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=hook.example", "-addext", "subjectAltName=DNS:hook.example",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    receiver = Receiver(tls=server_tls).start()
+    receivers.append(receiver)
+    client_tls = ssl.create_default_context(cafile=str(cert))
+    box = Outbox(tmp_path / "outbox")
+    good = f"https://hook.example:{receiver.port}/hook"
+    wrong = f"https://other.example:{receiver.port}/hook"  # same address, name not in the cert
+    sender = WebhookSender(box, secret=SECRET, settings=replace(FAST, webhook_max_attempts=2),
+                           allow_private=True, resolver=lambda host, port: ["127.0.0.1"],
+                           ssl_context=client_tls)
+    sender.start()
+    try:
+        box.append(_entries(range(1, 3), good) + _entries(range(3, 4), wrong))
+        _wait(lambda: receiver.deduplicated() == [1, 2], 10, "the TLS deliveries")
+        _wait(lambda: len(sender.dead_letters()) == 1, 10, "the refused certificate")
+        assert "CERTIFICATE_VERIFY_FAILED" in sender.dead_letters()[0]["reason"]
+        assert receiver.requests[0]["host"] == f"hook.example:{receiver.port}"
+    finally:
+        sender.stop()
