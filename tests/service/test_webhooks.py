@@ -274,14 +274,14 @@ def test_dead_endpoint_goes_to_dead_letters_and_does_not_slow_a_healthy_one(
     blackhole.listen(100)
     dead_url = f"http://127.0.0.1:{blackhole.getsockname()[1]}/hook"
     refused_url = f"http://127.0.0.1:{_free_port()}/hook"  # nothing listens: refused
-    settings = replace(FAST, webhook_timeout_s=1.0, webhook_max_attempts=3, webhook_batch_max=2)
+    settings = replace(FAST, webhook_timeout_s=2.0, webhook_max_attempts=3, webhook_batch_max=2)
     box = Outbox(tmp_path)
     sender = WebhookSender(box, secret=SECRET, settings=settings, allow_private=True)
     sender.start()
     latencies = []
     rounds = 40
     try:
-        for i in range(rounds):  # over 2.5 s: spans the blackhole's timeouts and retries
+        for i in range(rounds):  # over 2.5 s: spans a blackhole timeout and retry
             time.sleep(0.06)
             box.append(_entries(range(1 + 3 * i, 2 + 3 * i), dead_url)
                        + _entries(range(2 + 3 * i, 3 + 3 * i), refused_url)
@@ -289,7 +289,7 @@ def test_dead_endpoint_goes_to_dead_letters_and_does_not_slow_a_healthy_one(
             sent_at = time.monotonic()
             _wait(lambda i=i: 3 + 3 * i in healthy.accepted, 5, "the healthy delivery")
             latencies.append(time.monotonic() - sent_at)
-        assert max(latencies) < 0.5, latencies  # the dead endpoint's 1 s timeouts never show
+        assert max(latencies) < 1.0, latencies  # the dead endpoint's 2 s timeouts never show
         _wait(lambda: sender.metrics()[refused_url]["dead"] == rounds, 30,
               "the refused endpoint given up")
         refused = [row for row in sender.dead_letters() if row["url"] == refused_url]
