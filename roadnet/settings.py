@@ -180,6 +180,29 @@ class Settings:
     service_probe_interval_s
         Seconds between the failed service's probes of its disk (a small file written and
         fsynced in the state folder); the first probe that succeeds reloads the state.
+    webhook_batch_max
+        Deliveries per webhook POST, at most (>= 1).
+    webhook_timeout_s
+        Seconds a webhook POST may take, connecting included, before it counts as failed (> 0).
+    webhook_max_attempts
+        Attempts of a webhook batch before its deliveries go to the dead-letter record (>= 1).
+    webhook_max_age_s
+        Seconds a webhook delivery may stay queued; a failed attempt after that moves it to
+        the dead-letter record (> 0; 86400 is one day).
+    webhook_backoff_base_s
+        First retry's backoff ceiling, seconds; doubles per attempt (full jitter: the wait is
+        uniform between 0 and the ceiling) (> 0).
+    webhook_backoff_cap_s
+        Largest backoff ceiling, and largest ``Retry-After`` honoured, seconds (> 0).
+    webhook_memory_per_endpoint
+        Pending webhook deliveries per endpoint kept in memory; the rest are read back from
+        the outbox files (>= 1).
+    webhook_segment_bytes
+        Size in bytes after which the webhook outbox starts a new segment file; fully
+        acknowledged segments are deleted (>= 1).
+    webhook_allow_private
+        Whether webhook URLs may resolve to loopback and private addresses (link-local,
+        including the cloud metadata address, is refused anyway).
     """
 
     snap_distance_m: float = 250.0
@@ -251,6 +274,16 @@ class Settings:
     service_snapshot_retry_s: float = 1.0
     service_snapshot_retry_max_s: float = 60.0
     service_probe_interval_s: float = 1.0
+    # --- webhooks (issue 30) ---
+    webhook_batch_max: int = 100
+    webhook_timeout_s: float = 10.0
+    webhook_max_attempts: int = 12
+    webhook_max_age_s: float = 86_400.0
+    webhook_backoff_base_s: float = 0.5
+    webhook_backoff_cap_s: float = 300.0
+    webhook_memory_per_endpoint: int = 1_000
+    webhook_segment_bytes: int = 16 * 1024 * 1024
+    webhook_allow_private: bool = False
 
 
 DEFAULTS = Settings()

@@ -286,12 +286,11 @@ def _access(args: argparse.Namespace, folder: Path) -> tuple[Any, dict[str, Any]
     from roadpubsub.service.access import AccessGate, TokenStore
 
     store = TokenStore(folder)
-    if not store.enabled:
-        if not _is_loopback(args.host):
-            msg = (f"--host {args.host} with no token: create one first with 'roadpubsub "
-                   f"token create --state {folder} --role admin' (without tokens the "
-                   "service serves loopback only)")
-            raise InputError(msg)
+    if not store.enabled and not _is_loopback(args.host):
+        msg = (f"--host {args.host} with no token: create one first with 'roadpubsub "
+               f"token create --state {folder} --role admin' (without tokens the "
+               "service serves loopback only)")
+        raise InputError(msg)
     if (args.tls_cert is None) != (args.tls_key is None):
         msg = "--tls-cert and --tls-key go together"
         raise InputError(msg)
