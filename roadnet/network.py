@@ -442,14 +442,14 @@ class RoadNetwork:
         except ValueError as exc:
             msg = f"{path}: not a network file written by roadpubsub: {exc}"
             raise NetworkFormatError(msg) from exc
+        if isinstance(meta, dict) and "kind" in meta:  # before the version: index files
+            msg = f"{path}: an index file ({meta['kind']}), not a network file"  # have theirs
+            raise NetworkFormatError(msg, hint="give it as --index-file, or 'roadpubsub index "
+                                               "info' to see its network")
         if not isinstance(meta, dict) or meta.get("version") != _FORMAT_VERSION:
             version = meta.get("version") if isinstance(meta, dict) else None
             msg = f"{path}: unsupported network file version {version!r}"
             raise NetworkFormatError(msg)
-        if "kind" in meta:
-            msg = f"{path}: an index file ({meta['kind']}), not a network file"
-            raise NetworkFormatError(msg, hint="give it as --index-file, or 'roadpubsub index "
-                                               "info' to see its network")
         try:
             return cls(**arrays, crs=meta["crs"], directed=bool(meta["directed"]),
                        name=str(meta["name"]))

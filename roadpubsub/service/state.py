@@ -938,14 +938,31 @@ class ServiceState:
     def maintain(self) -> None:
         """Start a snapshot when a failed one is due for its retry, or when the log is at
         its size limit (its segments are dropped once a snapshot covers them)."""
-        if self.failure is not None or self.snapshots.running or \
-                self.wal.next_seq - 1 <= self.snapshot_seq:
+        if self.failure is not None or self.snapshots.running:
             return  # (failed: memory may be ahead of the log, nothing to snapshot)
+        current = self.wal.next_seq - 1 <= self.snapshot_seq
         if self.snapshots.last_error is not None:
-            if time.monotonic() >= self.snapshots.retry_at:
+            if not current and time.monotonic() >= self.snapshots.retry_at:
                 self.start_snapshot()
         elif self.log_full():
-            self.start_snapshot()
+            if current:
+                self._drop_fallback()
+            else:
+                self.start_snapshot()
+
+    def _drop_fallback(self) -> None:
+        """The log at its limit with nothing left to snapshot: what remains is the log kept
+        since the previous snapshot (the fall-back should the current one be damaged), so
+        that goes, with the previous snapshot, and events resume. The manifest first stops
+        naming it, so a start never looks for it."""
+        if "previous" not in self.manifest:
+            return
+        write_manifest(self.dir, self.manifest)  # without ``previous``
+        self.manifest = read_manifest(self.dir) or self.manifest
+        clean_snapshots(self.dir, self.snapshot_seq)
+        self.wal.drop_through(self.snapshot_seq)
+        _note(f"the log reached --max-log-bytes with the snapshot of seq {self.snapshot_seq} "
+              "current: the previous snapshot and the log since it (its fall-back) dropped")
 
     def log_full(self) -> bool:
         """Whether the log has reached ``options.max_log_bytes``."""
