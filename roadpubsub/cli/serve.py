@@ -124,23 +124,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(default: 20,000 or 5%% of the indexed ones, whichever is more)")
     p.add_argument("--quiet", action="store_true", help="no start-up lines")
     add_limit_arguments(p)  # --max-body-bytes, --rate-limit, ... (transport limits)
-    # --- validation ---
-    v = p.add_argument_group("limits on request bodies")
-    v.add_argument("--max-keywords", type=int, default=DEFAULTS.max_keywords, metavar="N",
-                   help=f"most keywords per subscription or message (default "
-                        f"{DEFAULTS.max_keywords})")
-    v.add_argument("--max-keyword-bytes", type=int, default=DEFAULTS.max_keyword_bytes,
-                   metavar="N", help="longest keyword in UTF-8 bytes after normalisation "
-                                     f"(default {DEFAULTS.max_keyword_bytes})")
-    v.add_argument("--max-batch-rows", type=int, default=DEFAULTS.max_batch_rows,
-                   metavar="N", help="most rows per request body (default "
-                                     f"{DEFAULTS.max_batch_rows:,})")
-    v.add_argument("--max-json-depth", type=int, default=DEFAULTS.max_json_depth,
-                   metavar="N", help="deepest nesting of a request body (default "
-                                     f"{DEFAULTS.max_json_depth})")
-    v.add_argument("--decode-thread-bytes", type=int, default=DEFAULTS.decode_thread_bytes,
-                   metavar="BYTES", help="decode larger request bodies on a worker thread "
-                                         f"(default {DEFAULTS.decode_thread_bytes:,})")
+    _add_body_limit_arguments(p)
     _add_access_arguments(p)
     # --- runtime resilience ---
     p.add_argument("--max-log-bytes", type=int, default=DEFAULTS.service_max_log_bytes,
@@ -233,6 +217,27 @@ def _loadgen_token(args: argparse.Namespace) -> str | None:
         msg = f"{args.token_file}: the file holds no token"
         raise InputError(msg)
     return token
+
+
+#: The body limits' flags: Settings field -> (flag, metavar, help); int-valued, defaults
+#: from ``DEFAULTS`` (the fields of :class:`~roadpubsub.service.state.ServiceOptions`).
+_BODY_LIMITS = {
+    "max_keywords": ("--max-keywords", "N", "most keywords per subscription or message"),
+    "max_keyword_bytes": ("--max-keyword-bytes", "N",
+                          "longest keyword in UTF-8 bytes after normalisation"),
+    "max_batch_rows": ("--max-batch-rows", "N", "most rows per request body"),
+    "max_json_depth": ("--max-json-depth", "N", "deepest nesting of a request body"),
+    "decode_thread_bytes": ("--decode-thread-bytes", "BYTES",
+                            "decode larger request bodies on a worker thread"),
+}
+
+
+def _add_body_limit_arguments(p: argparse.ArgumentParser) -> None:
+    v = p.add_argument_group("limits on request bodies")
+    for name, (flag, metavar, text) in _BODY_LIMITS.items():
+        default = getattr(DEFAULTS, name)
+        v.add_argument(flag, dest=name, type=int, default=default, metavar=metavar,
+                       help=f"{text} (default {default:,})")
 
 
 def _add_access_arguments(p: argparse.ArgumentParser) -> None:
@@ -522,11 +527,7 @@ def run(args: argparse.Namespace) -> int:
                              fsync=not args.no_fsync, max_snap_m=args.max_snap,
                              background_compaction=not args.inline_compaction,
                              compact_delta=args.compact_delta,
-                             max_keywords=args.max_keywords,
-                             max_keyword_bytes=args.max_keyword_bytes,
-                             max_batch_rows=args.max_batch_rows,
-                             max_json_depth=args.max_json_depth,
-                             decode_thread_bytes=args.decode_thread_bytes,
+                             **{name: getattr(args, name) for name in _BODY_LIMITS},
                              max_log_bytes=args.max_log_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     if not args.quiet:
