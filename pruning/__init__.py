@@ -20,6 +20,7 @@ from pruning import (
     live_topk,
     matchers,
     routing,
+    set_locations,
     similarity,
     topk,
     topk_buffers,
@@ -39,6 +40,7 @@ from pruning.live_kinds import *  # noqa: F403
 from pruning.live_topk import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
+from pruning.set_locations import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
 from pruning.topk import *  # noqa: F403
 from pruning.topk_buffers import *  # noqa: F403
@@ -48,6 +50,6 @@ from pruning.topk_kernels import *  # noqa: F403
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
                lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers,
-               topk_kernels, topk, live_kinds, live_topk)
+               topk_kernels, topk, live_kinds, live_topk, set_locations)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

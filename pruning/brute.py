@@ -22,6 +22,7 @@ import numpy.typing as npt
 from index.model import Messages, Subscriptions
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
+from pruning.set_locations import SetLocations, SetReach
 from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
 from roadnet.distance import NodeSearch, entry_costs, point_distances_to_target
 from roadnet.lengths import check_dmax
@@ -79,12 +80,15 @@ class BruteMatcher:
         Keyword weights w(t).
     dmax_m
         Dmax, the largest tolerated network distance, in metres (> 0).
+    set_locations
+        Rows located on a route or an area instead of their point (issue 32; see
+        :mod:`pruning.set_locations`).
     """
 
     name = "brute"
 
     def __init__(self, network: RoadNetwork, subs: Subscriptions, weights: TermWeights, *,
-                 dmax_m: float) -> None:
+                 dmax_m: float, set_locations: SetLocations | None = None) -> None:
         self.dmax_m = check_dmax(dmax_m)
         self.network = network
         self.subs = subs
@@ -109,6 +113,8 @@ class BruteMatcher:
         self._ev = ev
         self._search = NodeSearch(network, reverse=True)
         self.counters: MatchCounters | None = None
+        self._sets = (None if set_locations is None
+                      else SetReach(network, set_locations, n_subscriptions=len(subs)))
 
     def candidate_rows(self, dist: npt.NDArray[np.float64], touched: IntArray,
                        message_edge: int) -> IntArray:
@@ -149,6 +155,10 @@ class BruteMatcher:
                                              limit=dmax)
             near = np.isfinite(dist)
             rows, dist = rows[near], dist[near]
+            if self._sets is not None:
+                keep = ~self._sets.is_set_row[rows]
+                set_rows, set_dist = self._sets.reach(res.dist, res.touched, point, dmax)
+                rows, dist = np.r_[rows[keep], set_rows], np.r_[dist[keep], set_dist]
             cand[i] = rows.size
             if rows.size == 0:
                 continue

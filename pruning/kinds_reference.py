@@ -27,6 +27,7 @@ from index.model import Messages, Subscriptions
 from index.terms import TermWeights
 from pruning.brute import BruteMatcher
 from pruning.deliveries import Deliveries
+from pruning.set_locations import SetLocations, SetReach
 from pruning.similarity import sim_kernel, spatio_textual_similarity, tsim_kernel
 from pruning.topk_events import EVENT_EVICT, EVENT_INSERT, TopkEvents
 from roadnet.distance import NodeSearch, distances_from_point, entry_costs
@@ -86,8 +87,10 @@ def _edge_lookup(network: RoadNetwork, points: EdgePoints, weights: TermWeights,
 
 def _reach(lookup: BruteMatcher, search: NodeSearch, network: RoadNetwork,
            points: EdgePoints, messages: Messages, i: int, limit: float,
-           stats: dict[str, int] | None = None) -> tuple[IntArray, FloatArray]:
-    """Rows within ``limit`` metres of message i and their exact distances to it."""
+           stats: dict[str, int] | None = None, sets: SetReach | None = None
+           ) -> tuple[IntArray, FloatArray]:
+    """Rows within ``limit`` metres of message i and their exact distances to it (the
+    rows located on a set by ``sets``, with their distance from the set)."""
     point = EdgePoints(messages.points.edge[i:i + 1], messages.points.offset[i:i + 1])
     a, ca, b, cb = entry_costs(network, point)
     seeds, costs = np.r_[a, b], np.r_[ca, cb]
@@ -98,6 +101,10 @@ def _reach(lookup: BruteMatcher, search: NodeSearch, network: RoadNetwork,
     rows = lookup.candidate_rows(res.dist, res.touched, int(point.edge[0]))
     dist = _to_target(network, res.dist, point, points[rows], limit=limit)
     near = np.isfinite(dist)
+    if sets is not None:
+        near &= ~sets.is_set_row[rows]
+        set_rows, set_dist = sets.reach(res.dist, res.touched, point, limit)
+        return np.r_[rows[near], set_rows], np.r_[dist[near], set_dist]
     return rows[near], dist[near]
 
 
@@ -114,6 +121,9 @@ class BooleanBruteMatcher:
         The vocabulary (weights play no part in boolean matching).
     dmax_m
         Dmax in metres; every radius must be at most this.
+    set_locations
+        Rows located on a route or an area instead of their point (issue 32; see
+        :mod:`pruning.set_locations`).
 
     Deliveries carry the distance and a score of 1.0 (the predicate holds).
     """
@@ -121,7 +131,7 @@ class BooleanBruteMatcher:
     name = "brute"
 
     def __init__(self, network: RoadNetwork, subs: BooleanSubscriptions, weights: TermWeights,
-                 *, dmax_m: float) -> None:
+                 *, dmax_m: float, set_locations: SetLocations | None = None) -> None:
         self.dmax_m = check_dmax(dmax_m)
         if np.any(subs.radius > self.dmax_m):
             msg = f"boolean radii must be at most Dmax = {self.dmax_m:g} m"
@@ -130,6 +140,8 @@ class BooleanBruteMatcher:
         self._lookup = _edge_lookup(network, subs.points, weights, self.dmax_m)
         self._search = NodeSearch(network, reverse=True)
         self._limit = float(subs.radius.max(initial=0.0))
+        self._sets = (None if set_locations is None
+                      else SetReach(network, set_locations, n_subscriptions=len(subs)))
         #: Work since the start: subscriptions reached, nodes settled by the searches.
         self.stats = {"candidates": 0, "settled": 0}
 
@@ -142,7 +154,7 @@ class BooleanBruteMatcher:
             return Deliveries.empty()
         for i in range(len(messages)):
             rows, dist = _reach(self._lookup, self._search, self.network, subs.points,
-                                messages, i, self._limit, self.stats)
+                                messages, i, self._limit, self.stats, self._sets)
             self.stats["candidates"] += rows.size
             near = dist <= subs.radius[rows]
             rows, dist = rows[near], dist[near]

@@ -30,6 +30,7 @@ from roadnet import (  # noqa: E402
     network,
     osm,
     osm_files,
+    segment_sets,
     settings,
 )
 from roadnet.cell_bounds import *  # noqa: E402, F403
@@ -45,10 +46,11 @@ from roadnet.locations import *  # noqa: E402, F403
 from roadnet.network import *  # noqa: E402, F403
 from roadnet.osm import *  # noqa: E402, F403
 from roadnet.osm_files import *  # noqa: E402, F403
+from roadnet.segment_sets import *  # noqa: E402, F403
 from roadnet.settings import *  # noqa: E402, F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (errors, settings, lengths, files, network, locations, dijkstra_kernels,
-               distance, chains, cells, cell_bounds, osm, osm_files, io)
+               distance, chains, cells, cell_bounds, osm, osm_files, io, segment_sets)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -1,0 +1,135 @@
+"""Subscriptions located on a route or an area: the reference matchers' side (issue 32).
+
+A subscription's location may be a set of road-segment pieces
+(:class:`~roadnet.segment_sets.SegmentSet`: a route or an area) instead of a point. Its
+distance to a message is dN(S, m), the shortest-path distance from the nearest point of
+the set to m (0 on it; from the set to m on a directed network, as for a point
+subscription); everything else is unchanged: threshold subscriptions score SIM with that
+distance, boolean ones compare it with their radius.
+
+The reference matchers (:class:`~pruning.brute.BruteMatcher`,
+:class:`~pruning.kinds_reference.BooleanBruteMatcher`) take such locations as
+:class:`SetLocations`: which subscription rows have a set, and the sets. Per message they
+run their one reverse search from the message as for points; every piece on an edge it
+reached (or on the message's own edge) is finished at its ends and by the direct run
+(:func:`~roadnet.segment_sets.piece_distances_to_target`), and a subscription takes the
+minimum over its pieces. The point a set row carries in its batch is not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from roadnet.errors import InputError
+from roadnet.locations import EdgePoints
+from roadnet.network import RoadNetwork
+from roadnet.segment_sets import SegmentSet, SegmentSets, piece_distances_to_target
+
+if TYPE_CHECKING:
+    from pruning.brute import BruteMatcher
+
+__all__ = ["SetLocations", "SetReach"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class SetLocations:
+    """Which subscription rows are located on a segment set, and the sets.
+
+    Attributes
+    ----------
+    rows
+        Row positions in the subscription batch (not ids), unique, one per set.
+    sets
+        Row ``rows[i]``'s location is ``sets`` set i.
+    """
+
+    rows: IntArray
+    sets: SegmentSets
+
+    def __post_init__(self) -> None:
+        rows = np.asarray(self.rows)
+        if rows.ndim != 1 or rows.size != len(self.sets):
+            msg = (f"set locations: rows must list one subscription row per set, got "
+                   f"{rows.size} rows for {len(self.sets)} sets")
+            raise InputError(msg)
+        if np.unique(rows).size != rows.size:
+            msg = "set locations: a subscription row is given two sets"
+            raise InputError(msg)
+        object.__setattr__(self, "rows", rows.astype(np.int64))
+
+    @classmethod
+    def of(cls, rows: npt.ArrayLike, sets: list[SegmentSet]) -> SetLocations:
+        """From row positions and one :class:`~roadnet.segment_sets.SegmentSet` each."""
+        return cls(np.asarray(rows, dtype=np.int64), SegmentSets.of_sets(sets))
+
+    def check_rows(self, n_subscriptions: int) -> None:
+        """Raise unless every row lies in a batch of ``n_subscriptions``."""
+        bad = (self.rows < 0) | (self.rows >= n_subscriptions)
+        if bad.any():
+            msg = (f"set locations: row {int(self.rows[bad][0])} is not a row of the "
+                   f"{n_subscriptions} subscriptions")
+            raise InputError(msg)
+
+
+class SetReach:
+    """The set-located rows within a limit of one message, with their exact dN.
+
+    Parameters
+    ----------
+    network
+        The network the sets lie on.
+    locations
+        The set-located rows.
+    n_subscriptions
+        Rows in the subscription batch (to check ``locations`` and mark its rows).
+    """
+
+    def __init__(self, network: RoadNetwork, locations: SetLocations, *,
+                 n_subscriptions: int) -> None:
+        from index.model import Subscriptions
+        from index.terms import TermWeights
+        from pruning.brute import BruteMatcher
+
+        locations.check_rows(n_subscriptions)
+        self.network, self.locations = network, locations
+        sets = locations.sets
+        n = sets.edge.size
+        self._owner_row = locations.rows[sets.owner]
+        #: Per subscription row: whether its location is a set (its point is not used).
+        self.is_set_row = np.zeros(n_subscriptions, dtype=bool)
+        self.is_set_row[locations.rows] = True
+        # The reference's candidate lookup (pieces on reached edges), over placeholder
+        # rows at each piece's edge: shared rather than rewritten.
+        fake = Subscriptions(np.arange(n, dtype=np.int64), EdgePoints(sets.edge, sets.start),
+                             np.zeros(n), np.ones(n), np.arange(n + 1, dtype=np.int64),
+                             np.zeros(n, np.int32))
+        self._lookup: BruteMatcher = BruteMatcher(
+            network, fake, TermWeights({}, default_weight=1.0), dmax_m=1.0)
+
+    def reach(self, dist: FloatArray, touched: IntArray, point: EdgePoints, limit: float
+              ) -> tuple[IntArray, FloatArray]:
+        """(rows, dN) of the set rows within ``limit`` of the message at ``point``.
+
+        ``dist``/``touched``: a finished reverse search from the message, seeded with its
+        entry costs and bounded by ``limit`` (the reference matchers' search).
+        """
+        sets = self.locations.sets
+        pieces = self._lookup.candidate_rows(dist, touched, int(point.edge[0]))
+        if pieces.size == 0:
+            return np.empty(0, np.int64), np.empty(0)
+        d = piece_distances_to_target(self.network, dist, point, sets.edge[pieces],
+                                      sets.start[pieces], sets.end[pieces], limit=limit)
+        rows = self._owner_row[pieces]
+        order = np.lexsort((d, rows))
+        rows, d = rows[order], d[order]
+        first = np.r_[True, rows[1:] != rows[:-1]]
+        rows, d = rows[first], d[first]  # each row's smallest distance
+        near = d <= limit
+        return rows[near], d[near]
