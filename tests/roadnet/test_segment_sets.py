@@ -456,3 +456,126 @@ def test_area_errors() -> None:
         area_from_geojson(net, bow)
     with pytest.raises(InvalidLocationError, match="not a GeoJSON"):
         area_from_geojson(net, {"type": "Polygon"})
+
+
+# ----------------------------------------------------------------------------- real networks
+
+
+def _check_against_exhaustive(network: RoadNetwork, s: SegmentSet, targets: EdgePoints,
+                              *, limit: float = np.inf) -> np.ndarray:
+    got = segment_set_distances(network, s, targets, limit=limit)
+    want = exhaustive(network, s, targets)
+    np.testing.assert_array_equal(got, np.where(want <= limit, want, np.inf))
+    return got
+
+
+def _near_targets(network: RoadNetwork, s: SegmentSet, rng: np.random.Generator, k: int
+                  ) -> EdgePoints:
+    """Targets on the set's pieces, at their ends, and on edges next to them."""
+    i = rng.integers(0, len(s), k)
+    on = EdgePoints.of(s.edge[i], s.start[i] + rng.random(k) * (s.end[i] - s.start[i]))
+    nodes = np.unique(np.r_[network.edge_u[s.edge], network.edge_v[s.edge]])
+    near_edges = np.flatnonzero(np.isin(network.edge_u, nodes) | np.isin(network.edge_v, nodes))
+    e = rng.choice(near_edges, k)
+    frac = rng.choice([0.0, 1.0, -1.0], k, p=[0.2, 0.2, 0.6])
+    frac = np.where(frac < 0, rng.random(k), frac)
+    return EdgePoints.concat([on, EdgePoints.of(e, frac * network.edge_length[e])])
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_andorra_route_legs_and_distances(andorra: RoadNetwork, directed: bool) -> None:
+    """A route through waypoints on Andorra's roads (one-way streets count when directed):
+    each leg is exactly the point distance between its snapped waypoints, a message on
+    the route is at 0, others match the exhaustive minimum, with and without a limit set
+    exactly at one of them."""
+    net = andorra.with_direction(directed=directed)
+    rng = np.random.default_rng(7)
+    biggest = np.bincount(net.components()[1]).argmax()
+    edges = np.flatnonzero(net.components()[1][net.edge_u] == biggest)
+    e = rng.choice(edges, 6)
+    pts = EdgePoints.of(e, rng.random(6) * net.edge_length[e])
+    try:
+        r = route_through_points(net, pts)
+    except InvalidLocationError:
+        pytest.skip("waypoints in one-way dead ends")  # not expected with this seed
+    assert len(r) >= 50
+    starts = np.r_[0, np.cumsum([1 if p.size == 0 else p.size + 1 for p in r.node_paths])]
+    for i in range(len(pts) - 1):
+        leg = slice(int(starts[i]), int(starts[i + 1]))
+        assert float(np.sum(r.end[leg] - r.start[leg])) == network_distance(net, pts[i],
+                                                                            pts[i + 1])
+    targets = _near_targets(net, r, rng, 60)
+    got = _check_against_exhaustive(net, r, targets)
+    assert np.all(got[:60] == 0.0)  # the first 60 lie on the route
+    positive = got[np.isfinite(got) & (got > 0)]
+    assert positive.size
+    _check_against_exhaustive(net, r, targets, limit=float(np.median(positive)))
+
+
+def test_rome_route_of_thousands_of_segments(rome: RoadNetwork) -> None:
+    """A route across Rome through 12 waypoints (thousands of pieces): legs exact, the
+    waypoints themselves at 0, messages near the route as the exhaustive minimum."""
+    rng = np.random.default_rng(3)
+    labels = rome.components()[1]
+    main = np.flatnonzero(labels == np.bincount(labels).argmax())
+    # Twelve junctions of the main component, spread west to east across the middle.
+    x = rome.node_x[main]
+    pick = main[np.argsort(x)][(np.linspace(0.3, 0.7, 12) * main.size).astype(int)]
+    r = route_from_lonlat(rome, {"type": "LineString", "coordinates": np.column_stack(
+        [rome.node_lon[pick], rome.node_lat[pick]]).tolist()})
+    assert len(r) >= 1000
+    data = r.to_json(rome)
+    assert sum(len(p) for p in data["node_paths"]) >= 1000
+    targets = _near_targets(rome, r, rng, 40)
+    got = _check_against_exhaustive(rome, r, targets)
+    assert np.all(got[:40] == 0.0)
+    _check_against_exhaustive(rome, r, targets, limit=250.0)
+
+
+def test_one_segment_route_on_rome(rome: RoadNetwork) -> None:
+    e = int(np.argmax(rome.edge_length))
+    r = route_through_points(rome, EdgePoints.of([e, e], [0.0, rome.edge_length[e] / 2]))
+    assert len(r) == 1 and r.node_paths[0].size == 0
+    rng = np.random.default_rng(1)
+    _check_against_exhaustive(rome, r, _near_targets(rome, r, rng, 30))
+
+
+def test_andorra_area_clips_every_edge_exactly(andorra: RoadNetwork) -> None:
+    """A disc (and a ring with a hole) over Andorra's curved roads: every sampled road
+    point clearly inside is on a piece, every one clearly outside is not, whole edges
+    inside are [0, length]; distances from the area match the exhaustive minimum."""
+    x0, y0 = float(np.median(andorra.node_x)), float(np.median(andorra.node_y))
+    disc = shapely.Point(x0, y0).buffer(400.0)
+    ring = shapely.Point(x0, y0).buffer(700.0).difference(shapely.Point(x0, y0).buffer(300))
+    for shape_xy in (disc, ring):
+        area = area_from_geojson(andorra, shapely.geometry.mapping(_to_lonlat(andorra,
+                                                                              shape_xy)))
+        assert len(area) >= 20
+        # Sample every edge near the shape at 41 fractions.
+        cand = np.flatnonzero(np.hypot(andorra.node_x[andorra.edge_u] - x0,
+                                       andorra.node_y[andorra.edge_u] - y0) < 2000)
+        f = np.linspace(0, 1, 41)
+        e = np.repeat(cand, f.size)
+        off = np.tile(f, cand.size) * andorra.edge_length[e]
+        xy = point_xy(andorra, EdgePoints.of(e, off))
+        pts = shapely.points(xy)
+        gap = shapely.distance(pts, shape_xy.boundary)
+        inside = shapely.contains(shape_xy, pts) & (gap > 0.05)
+        outside = ~shapely.covers(shape_xy, pts) & (gap > 0.05)
+        offs = EdgePoints.of(e, off).offset
+        covered = np.zeros(e.size, dtype=bool)
+        for k in range(len(area)):
+            covered |= (e == area.edge[k]) & (area.start[k] <= offs) & (offs <= area.end[k])
+        assert inside.sum() > 100 and outside.sum() > 100
+        assert np.all(covered[inside])
+        assert not np.any(covered[outside])
+        # Edges wholly inside are whole pieces.
+        whole = [k for k in np.unique(e) if inside[e == k].all()]
+        for k in whole:
+            row = np.flatnonzero(area.edge == k)
+            assert row.size == 1
+            assert (area.start[row[0]], area.end[row[0]]) == (0.0, andorra.edge_length[k])
+        rng = np.random.default_rng(5)
+        directed = andorra.with_direction(directed=True)
+        for net in (andorra, directed):
+            _check_against_exhaustive(net, area, _near_targets(net, area, rng, 40))
