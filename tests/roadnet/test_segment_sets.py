@@ -579,3 +579,20 @@ def test_andorra_area_clips_every_edge_exactly(andorra: RoadNetwork) -> None:
         directed = andorra.with_direction(directed=True)
         for net in (andorra, directed):
             _check_against_exhaustive(net, area, _near_targets(net, area, rng, 40))
+
+
+def test_area_touching_roads_in_one_point_only_holds_no_road() -> None:
+    """A triangle with one corner exactly on a junction, the rest in an empty block: the
+    roads there meet it in a single point, a part of no length, which is left out."""
+    net = grid(3, 3)
+    k = int(np.flatnonzero(net.node_ids == 41)[0])
+    lon, lat = float(net.node_lon[k]), float(net.node_lat[k])
+    tri = {"type": "Polygon", "coordinates": [[[lon, lat], [lon + 0.0006, lat + 0.0002],
+                                               [lon + 0.0002, lat + 0.0006], [lon, lat]]]}
+    with pytest.raises(InvalidLocationError, match="no road"):
+        area_from_geojson(net, tri)
+    # Grown to reach across edge 41-51, it holds that edge's part inside.
+    tri["coordinates"][0][1] = [lon + 0.0006, lat - 0.0002]
+    a = area_from_geojson(net, tri)
+    assert len(a) == 1 and a.start[0] == 0.0 and 0 < a.end[0] < 100.0
+    assert list(net.node_ids[[net.edge_u[a.edge[0]], net.edge_v[a.edge[0]]]]) == [41, 51]
