@@ -40,6 +40,10 @@ q:
    between two consecutive nodes of that sequence, the edge of the lowest index among the
    shortest ones joining them in the direction of travel.
 
+A way's nodes run from the node by which it leaves p's edge to the node by which it enters
+q's edge (so a waypoint standing on a junction may leave its edge by the far end when that
+passes fewer nodes: the grid test in ``tests/roadnet/test_segment_sets.py`` shows one).
+
 On a loop edge (both ends one node) a point leaves forwards (by ``edge_v``) and is entered
 from ``edge_u`` when either way is as short. Rule 2 makes the choice well defined even with
 zero-length edges (a shortest path could otherwise loop through them) and makes rule 3 a
@@ -76,6 +80,7 @@ is the multi-source search seeded with those exit costs;
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -449,6 +454,10 @@ def _tight_walk_kernel(  # pragma: no cover - compiled
                 or (hops[s] == hops[start_nodes[best]]
                     and node_ids[s] < node_ids[start_nodes[best]])):
             best = k
+    if best < 0:  # no shortest way (cannot happen when ``total`` is the search's own)
+        for i in range(tail):
+            hops[queue[i]] = -1
+        return 0, -1, -1
     x = start_nodes[best]
     n = 0
     path[n] = x
@@ -523,6 +532,9 @@ class _Legs:
             res.dist, net.node_ids, starts.astype(np.int64), scost,
             ends.astype(np.int64), ecost, via, self.hops, self.queue, self.path,
             self.path_edges)
+        if n == 0:
+            msg = f"route: {label}: no shortest way found (an internal inconsistency)"
+            raise RuntimeError(msg)
         nodes = self.path[:n].copy()
         edges = self.path_edges[:n - 1].tolist()
         pieces = [(ep, op, float(net.edge_length[ep])) if k_start == 0 else (ep, 0.0, op)]
@@ -547,7 +559,10 @@ def route_through_points(network: RoadNetwork, points: EdgePoints, *,
         msg = f"route: at least two waypoints are needed, got {len(points)}"
         raise InvalidLocationError(msg)
     labels = labels or [f"waypoints {i} -> {i + 1}" for i in range(len(points) - 1)]
-    legs = _Legs(network)
+    # One set of workspaces per network and thread (O(nodes) each; routes come by the
+    # thousand when a workload is generated).
+    legs = network.memo(f"segment_sets.legs:{threading.get_ident()}",
+                        lambda: _Legs(network))
     paths: list[IntArray] = []
     pieces: list[tuple[int, float, float]] = []
     for i in range(len(points) - 1):
