@@ -413,8 +413,10 @@ def test_route_from_lonlat_snaps_and_reports() -> None:
     r = route_from_lonlat(net, line)
     assert r.kind == "route"
     assert r.length_m == pytest.approx(400.0, abs=0.05)
-    with pytest.raises(InvalidLocationError, match="at least two"):
+    with pytest.raises(InvalidLocationError, match=r"at least two \[lon, lat\] positions"):
         route_from_lonlat(net, [[0.01, 0.01]])
+    with pytest.raises(InvalidLocationError, match="at least two waypoints"):
+        route_through_points(net, EdgePoints.of([0], [0.0]))
     with pytest.raises(InvalidLocationError, match="LineString"):
         route_from_lonlat(net, {"type": "Point", "coordinates": [0.01, 0.01]})
     with pytest.raises(InvalidLocationError, match="waypoint 1"):
