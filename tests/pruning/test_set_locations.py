@@ -10,10 +10,12 @@ distance and some taus exactly at a score; point subscriptions are unchanged.
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from split_graph import split_graph
 from strategies import assert_same, random_points, tiny_network
 
 from index.kinds import BooleanSubscriptions
@@ -225,3 +227,32 @@ def test_andorra_routes_and_points_together(andorra: RoadNetwork, directed: bool
     want = expected_threshold(subs, messages, weights, d, dmax)
     assert len(want) > 10
     assert_same(got, want)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_set_distance_against_networkx(data: st.DataObject) -> None:
+    """dN from a set by the project's code equals networkx's multi-source Dijkstra on the
+    split graph, whose sources are every listed place lying on a piece (its ends, other
+    pieces' ends and messages inside it): independent of roadnet.distance."""
+    network = tiny_network(data.draw)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    s = random_set(network, rng)
+    mp = random_points(rng, network, 6)
+    on = rng.random(6) < 0.4
+    k = rng.integers(0, len(s), 6)
+    mp = EdgePoints.of(np.where(on, s.edge[k], mp.edge),
+                       np.where(on, s.start[k] + rng.random(6) * (s.end[k] - s.start[k]),
+                                mp.offset))
+    on_edge: dict[int, list[tuple[float, object]]] = {}
+    for i in range(len(s)):
+        on_edge.setdefault(int(s.edge[i]), []).extend(
+            [(float(s.start[i]), ("a", i)), (float(s.end[i]), ("b", i))])
+    for j in range(len(mp)):
+        on_edge.setdefault(int(mp.edge[j]), []).append((float(mp.offset[j]), ("m", j)))
+    graph = split_graph(network, on_edge)
+    sources = {label for i in range(len(s)) for o, label in on_edge[int(s.edge[i])]
+               if s.start[i] <= o <= s.end[i]}
+    dist = nx.multi_source_dijkstra_path_length(graph, sources)
+    want = np.array([dist.get(("m", j), np.inf) for j in range(len(mp))])
+    np.testing.assert_array_equal(segment_set_distances(network, s, mp), want)
