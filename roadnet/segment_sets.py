@@ -214,6 +214,13 @@ class SegmentSet:
         """Total length of the pieces in metres (overlaps counted twice)."""
         return float(np.sum(self.end - self.start))
 
+    def normalized(self) -> SegmentSet:
+        """The same set of road points with its pieces sorted by (edge, start) and the
+        overlapping or touching pieces of one edge merged (the distance is unchanged;
+        ``kind`` and ``node_paths`` are kept)."""
+        e, a, b = _merge(self.edge.astype(np.int64), self.start, self.end)
+        return SegmentSet(e.astype(np.int32), a, b, self.kind, self.node_paths)
+
     def endpoints(self) -> tuple[EdgePoints, EdgePoints]:
         """(start points, end points) of the pieces as edge points."""
         return EdgePoints(self.edge, self.start), EdgePoints(self.edge, self.end)

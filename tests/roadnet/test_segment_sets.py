@@ -151,6 +151,31 @@ def test_set_distance_equals_the_exhaustive_minimum(network: RoadNetwork, seed: 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_networks(), st.integers(0, 2**32 - 1))
+def test_normalized_merges_without_changing_distances(network: RoadNetwork,
+                                                      seed: int) -> None:
+    """Merged pieces are sorted, disjoint per edge (not even touching), cover the same
+    offsets, and give the same distances."""
+    rng = np.random.default_rng(seed)
+    s = random_set(network, rng, 8)
+    n = s.normalized()
+    assert np.all(np.diff(n.edge) >= 0)
+    same_edge = n.edge[1:] == n.edge[:-1]
+    assert np.all(n.start[1:][same_edge] > n.end[:-1][same_edge])
+    for _ in range(20):  # a random probe is on a merged piece iff on an original one
+        i = int(rng.integers(0, len(s)))
+        o = float(rng.choice([s.start[i], s.end[i], rng.random() * network.edge_length[
+            s.edge[i]]]))
+        e = s.edge[i]
+        before = np.any((s.edge == e) & (s.start <= o) & (o <= s.end))
+        after = np.any((n.edge == e) & (n.start <= o) & (o <= n.end))
+        assert before == after
+    targets = random_targets(network, rng, 8, s)
+    np.testing.assert_array_equal(segment_set_distances(network, n, targets),
+                                  segment_set_distances(network, s, targets))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_networks(), st.integers(0, 2**32 - 1))
 def test_limit_keeps_a_distance_exactly_at_it(network: RoadNetwork, seed: int) -> None:
     """With limit = one target's exact distance it is kept; beyond the limit is inf."""
     rng = np.random.default_rng(seed)
