@@ -23,6 +23,7 @@ from roadnet.settings import DEFAULTS
 
 __all__ = [
     "EdgePoints",
+    "edge_between",
     "locate_lonlat",
     "locate_uv",
     "locate_xy",
@@ -320,7 +321,7 @@ def _locate_uv_kernel(net: _UvArrays, u: IntArray, v: IntArray, off: FloatArray,
         o = off[i]
         if ui < 0 or vi < 0 or not np.isfinite(o):
             return False
-        # _edge_lookup: the shortest edge either way, a one-way edge only forwards
+        # edge_between: the shortest edge either way, a one-way edge only forwards
         fwd = _first_of(net.edge_keys, net.key_edge, ui * n + vi)
         back = _first_of(net.edge_keys, net.key_edge, vi * n + ui)
         if net.directed and back >= 0 and net.edge_oneway[back]:
@@ -375,7 +376,7 @@ def _locate_uv_general(network: RoadNetwork, uu: IntArray, vv: IntArray, off: Fl
     if not np.isfinite(off).all():
         msg = f"locations with a missing offset: {_labels(names, ~np.isfinite(off))}"
         raise InvalidLocationError(msg)
-    edge, flipped = _edge_lookup(network, ui, vi)
+    edge, flipped = edge_between(network, ui, vi)
     near = (np.full((uu.size, 2), np.nan) if near_xy is None
             else np.asarray(near_xy, dtype=np.float64).reshape(uu.size, 2))
     _choose_parallel(network, ui, vi, off, near, edge, flipped, tolerance_m=tolerance_m)
@@ -392,9 +393,24 @@ def _locate_uv_general(network: RoadNetwork, uu: IntArray, vv: IntArray, off: Fl
     return EdgePoints.of(edge, np.where(flipped, length - off, off))
 
 
-def _edge_lookup(network: RoadNetwork, ui: IntArray, vi: IntArray
+def edge_between(network: RoadNetwork, ui: IntArray, vi: IntArray
                  ) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """Shortest edge joining each (u, v) pair: (edge or -1, whether it is stored as (v, u))."""
+    """The shortest edge joining each (u, v) node pair, as a driver may travel it.
+
+    Parameters
+    ----------
+    network : RoadNetwork
+        The network; on a directed one, a one-way edge joins (u, v) only forwards.
+    ui, vi : ndarray of int64
+        Node indices (0 to ``n_nodes - 1``), one pair per row.
+
+    Returns
+    -------
+    edge : ndarray of int64
+        Per pair the edge index, or -1 where no edge joins the pair.
+    flipped : ndarray of bool
+        Per pair, whether the edge is stored as (v, u).
+    """
     keys, order = _edge_keys(network)
     n = np.int64(network.n_nodes)
 

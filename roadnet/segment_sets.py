@@ -92,7 +92,7 @@ import numpy.typing as npt
 from roadnet.distance import NodeSearch, entry_costs, exit_costs, point_distances_to_target
 from roadnet.errors import InputError, InvalidLocationError
 from roadnet.lengths import snap_unless_on_grid
-from roadnet.locations import EdgePoints, _edge_lookup, locate_lonlat
+from roadnet.locations import EdgePoints, edge_between, locate_lonlat
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
@@ -656,7 +656,7 @@ def route_from_nodes(network: RoadNetwork, node_ids: npt.ArrayLike, *, start_m: 
         k = int(np.flatnonzero(idx < 0)[0])
         msg = f"route: node path position {k}: unknown node id {int(ids[k])}"
         raise InvalidLocationError(msg)
-    edge, flipped = _edge_lookup(network, idx[:-1], idx[1:])
+    edge, flipped = edge_between(network, idx[:-1], idx[1:])
     if (edge < 0).any():
         k = int(np.flatnonzero(edge < 0)[0])
         msg = (f"route: node path positions {k} -> {k + 1}: no edge from node "
