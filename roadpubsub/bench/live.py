@@ -138,6 +138,35 @@ def _cpu_split(before: dict[str, Any], after: dict[str, Any], requests: int
     return out
 
 
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return round(statistics.median(values), 1) if values else float("nan")
+
+
+def _summary(results: dict[tuple[str | None, bool], list[dict[str, Any]]]
+             ) -> list[dict[str, Any]]:
+    """Per arm (tree, authentication): the medians over its runs, and their ratios to
+    the first arm's (events per second; server CPU per request, the figure the machine's
+    other load moves least)."""
+    out: list[dict[str, Any]] = []
+    for (tree, auth), runs in results.items():
+        loop = [r.get("thread_cpu_us_per_request", {}).get("MainThread") for r in runs]
+        row = {"server": tree or "this tree", "auth": auth, "runs": len(runs),
+               "events_per_second": _median([r["events_per_second"] for r in runs]),
+               "server_cpu_us_per_request": _median(
+                   [r["server_cpu_us_per_request"] for r in runs]),
+               "event_loop_us_per_request": _median([x for x in loop if x is not None])}
+        if out:
+            first = out[0]
+            row["events_per_second_ratio"] = round(
+                row["events_per_second"] / first["events_per_second"], 3)
+            row["server_cpu_ratio"] = round(row["server_cpu_us_per_request"]
+                                            / first["server_cpu_us_per_request"], 3)
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m roadpubsub.bench.live", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                         "older commit), alternating with this one: old, new, old, new...")
     p.add_argument("--auth", action="store_true",
                    help="alternate runs without tokens and with an admin token (every "
-                        "request authenticated): off, on, off, on...")
+                        "request authenticated): off, on, on, off, off, on...")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="unreported runs first (the first run after a change of the "
+                        "sources compiles the kernels; default 1)")
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
                    "--seconds 30", help="'loadgen' arguments")
@@ -168,15 +200,26 @@ def main(argv: list[str] | None = None) -> int:
         trees: list[str | None] = [None] if args.server_pythonpath is None \
             else [args.server_pythonpath, None]
         modes = [False, True] if args.auth else [False]
-        for _ in range(args.runs):
+        arms = [(tree, auth) for tree in trees for auth in modes]
+
+        def run(tree: str | None, auth: bool) -> dict[str, Any]:
+            return run_live(template=args.template, network=args.network,
+                            serve_args=args.serve_args.split(),
+                            load_args=args.load_args.split(), port=args.port,
+                            work=Path(tmp), server_path=tree, auth=auth)
+
+        for _ in range(args.warmup):
             for tree in trees:
-                for auth in modes:
-                    res = run_live(template=args.template, network=args.network,
-                                   serve_args=args.serve_args.split(),
-                                   load_args=args.load_args.split(), port=args.port,
-                                   work=Path(tmp), server_path=tree, auth=auth)
-                    print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
-                          flush=True)
+                run(tree, modes[0])
+        results: dict[tuple[str | None, bool], list[dict[str, Any]]] = {a: [] for a in arms}
+        for n in range(args.runs):
+            # A B, B A, A B ...: a drift of the machine over the command weighs on both
+            for tree, auth in (arms if n % 2 == 0 else arms[::-1]):
+                res = run(tree, auth)
+                results[(tree, auth)].append(res)
+                print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
+                      flush=True)
+        print(json.dumps({"summary": _summary(results)}), flush=True)
     return 0
 
 
