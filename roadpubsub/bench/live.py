@@ -9,6 +9,9 @@ and latencies do, so the load average is reported with them. Run it as::
 
 where ``DIR`` is a service folder (made once, e.g. with ``--index-file`` from
 ``roadpubsub index build`` output: ``--make-template`` does that) that every run copies.
+With ``--auth`` (and/or ``--server-pythonpath``) the arms alternate in A B, B A order
+after an unreported warm-up run, and a last ``summary`` line gives each arm's medians and
+their ratios to the first arm's.
 """
 
 from __future__ import annotations
