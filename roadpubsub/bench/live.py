@@ -9,6 +9,9 @@ and latencies do, so the load average is reported with them. Run it as::
 
 where ``DIR`` is a service folder (made once, e.g. with ``--index-file`` from
 ``roadpubsub index build`` output: ``--make-template`` does that) that every run copies.
+With ``--auth`` (and/or ``--server-pythonpath``) the arms alternate in A B, B A order
+after an unreported warm-up run, and a last ``summary`` line gives each arm's medians and
+their ratios to the first arm's.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,12 +30,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["process_cpu_seconds", "run_live"]
+__all__ = ["process_cpu_seconds", "run_bursts", "run_live"]
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (Linux /proc), seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def process_cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of process ``pid`` (of its thread ``tid``: ``pid`` is the main
+    thread's) (Linux /proc), seconds."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -115,6 +121,82 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
                 "delta_rows")}}
 
 
+def run_bursts(*, template: Path, network: str, serve_args: list[str],
+               load_args: list[str], port: int, work: Path,
+               arms: list[tuple[str | None, bool]], rounds: int, burst: float,
+               warmup: int = 1) -> dict[tuple[str | None, bool], list[dict[str, Any]]]:
+    """Serve every arm (tree, authentication) at once, each a copy of ``template`` on
+    ports ``port``, ``port + 1`` ..., and load them in turn with bursts of ``burst``
+    seconds, A B, B A, A B ... for ``rounds`` rounds (after ``warmup`` unreported ones):
+    the arms meet the machine's other load in the same seconds, minutes apart at most
+    instead of a run's length. Per burst: the server's CPU (and its event loop's, the main
+    thread's) over the burst, per request."""
+    from roadnet.io import load_network
+    from roadpubsub.service.access import ADMIN, TokenStore
+    from roadpubsub.service.loadgen import Stream, build_stream, run_load
+
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument("--existing", type=int, default=1_000_000)
+    opts.add_argument("--clients", type=int, default=8)
+    opts.add_argument("--seed", type=int, default=0)
+    load, _ = opts.parse_known_args(load_args)
+    servers: list[tuple[subprocess.Popen[bytes], str, str | None]] = []
+    env = {**os.environ}
+    env.pop("ROADPUBSUB_TOKEN", None)
+    try:
+        for k, (tree, auth) in enumerate(arms):
+            state = work / f"arm{k}" / "state"
+            shutil.rmtree(state.parent, ignore_errors=True)
+            shutil.copytree(template, state, ignore=shutil.ignore_patterns("tokens.json*"))
+            token = TokenStore(state).create(ADMIN)[1] if auth else None
+            url = f"http://127.0.0.1:{port + k}"
+            with (state.parent / "serve.log").open("wb") as log:
+                srv = subprocess.Popen(
+                    [sys.executable, "-m", "roadpubsub", "serve", "--state",
+                     str(state.resolve()), "--port", str(port + k), *serve_args],
+                    env=env if tree is None else {**env, "PYTHONPATH": tree},
+                    stderr=log, cwd=tree)
+            servers.append((srv, url, token))
+        for srv, url, _ in servers:
+            _wait_ready(url, srv)
+        first = int(time.time() * 1000) * 1000
+        total = rounds + warmup
+        stream = build_stream(load_network(network), n_points=40_000, n_messages=2_000,
+                              first_new_id=first, seed=load.seed)
+        share = len(stream.subscriptions) // total  # new ids: each burst its own
+        out: dict[tuple[str | None, bool], list[dict[str, Any]]] = {a: [] for a in arms}
+        for r in range(total):
+            subs = stream.subscriptions[r * share:(r + 1) * share]
+            order = list(range(len(arms)))
+            for k in (order if r % 2 == 0 else order[::-1]):
+                srv, url, token = servers[k]
+                c0, m0 = process_cpu_seconds(srv.pid), process_cpu_seconds(srv.pid, srv.pid)
+                rep = run_load(url, Stream(stream.moves, stream.messages, subs),
+                               existing=load.existing, clients=load.clients,
+                               events=10**9, seconds=burst, seed=load.seed + r,
+                               first_message_id=first + r * 10**7, token=token)
+                c1, m1 = process_cpu_seconds(srv.pid), process_cpu_seconds(srv.pid, srv.pid)
+                if r < warmup:
+                    continue
+                n = max(rep.requests, 1)
+                out[arms[k]].append({
+                    "round": r - warmup, "requests": rep.requests,
+                    "events_per_second": round(rep.events / rep.seconds, 1),
+                    "errors": rep.errors, "server_cpu_s": round(c1 - c0, 2),
+                    "server_cpu_us_per_request": round((c1 - c0) / n * 1e6, 1),
+                    "thread_cpu_us_per_request": {
+                        "MainThread": round((m1 - m0) / n * 1e6, 1)}})
+    finally:
+        for srv, _, _ in servers:
+            srv.send_signal(signal.SIGTERM)
+        for srv, _, _ in servers:
+            try:
+                srv.wait(180)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+    return out
+
+
 def _cpu_split(before: dict[str, Any], after: dict[str, Any], requests: int
                ) -> dict[str, Any]:
     """Where the server's CPU went, per request of the run: by thread (event loop, apply,
@@ -138,6 +220,37 @@ def _cpu_split(before: dict[str, Any], after: dict[str, Any], requests: int
     return out
 
 
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 1) if values else float("nan")
+
+
+def _summary(results: dict[tuple[str | None, bool], list[dict[str, Any]]]
+             ) -> list[dict[str, Any]]:
+    """Per arm (tree, authentication): the medians over its runs; an arm with
+    authentication also has its ratios to the same tree's arm without (events per second;
+    server CPU per request, the figure the machine's other load moves least), of the
+    medians and the median of the runs' pairs (the n-th run of each, next to each other)."""
+    out: list[dict[str, Any]] = []
+    for (tree, auth), runs in results.items():
+        loop = [r.get("thread_cpu_us_per_request", {}).get("MainThread") for r in runs]
+        row: dict[str, Any] = {
+            "server": tree or "this tree", "auth": auth, "runs": len(runs),
+            "events_per_second": _median([r["events_per_second"] for r in runs]),
+            "server_cpu_us_per_request": _median(
+                [r["server_cpu_us_per_request"] for r in runs]),
+            "event_loop_us_per_request": _median([x for x in loop if x is not None])}
+        base = results.get((tree, False))
+        if auth and base:
+            off = out[[(o["server"], o["auth"]) for o in out].index(
+                (tree or "this tree", False))]
+            for key in ("events_per_second", "server_cpu_us_per_request"):
+                row[f"{key}_ratio"] = round(row[key] / off[key], 3)
+                row[f"{key}_ratio_of_pairs"] = round(statistics.median(
+                    a[key] / b[key] for a, b in zip(runs, base, strict=False)), 3)
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m roadpubsub.bench.live", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,7 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                         "older commit), alternating with this one: old, new, old, new...")
     p.add_argument("--auth", action="store_true",
                    help="alternate runs without tokens and with an admin token (every "
-                        "request authenticated): off, on, off, on...")
+                        "request authenticated): off, on, on, off, off, on...")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="unreported runs first (the first run after a change of the "
+                        "sources compiles the kernels; default 1)")
+    p.add_argument("--burst", type=float, default=None, metavar="S",
+                   help="serve every arm at once and alternate bursts of S seconds of "
+                        "load between them, --runs rounds (for a machine other work "
+                        "shares: the arms' figures are then taken in the same minutes)")
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
                    "--seconds 30", help="'loadgen' arguments")
@@ -168,15 +288,37 @@ def main(argv: list[str] | None = None) -> int:
         trees: list[str | None] = [None] if args.server_pythonpath is None \
             else [args.server_pythonpath, None]
         modes = [False, True] if args.auth else [False]
-        for _ in range(args.runs):
+        arms = [(tree, auth) for tree in trees for auth in modes]
+
+        def run(tree: str | None, auth: bool) -> dict[str, Any]:
+            return run_live(template=args.template, network=args.network,
+                            serve_args=args.serve_args.split(),
+                            load_args=args.load_args.split(), port=args.port,
+                            work=Path(tmp), server_path=tree, auth=auth)
+
+        if args.burst is not None:
+            bursts = run_bursts(template=args.template, network=args.network,
+                                 serve_args=args.serve_args.split(),
+                                 load_args=args.load_args.split(), port=args.port,
+                                 work=Path(tmp), arms=arms, rounds=args.runs,
+                                 burst=args.burst, warmup=args.warmup)
+            for (tree, auth), rows in bursts.items():
+                for row in rows:
+                    print(json.dumps({"server": tree or "this tree", "auth": auth, **row}))
+            print(json.dumps({"summary": _summary(bursts)}), flush=True)
+            return 0
+        for _ in range(args.warmup):
             for tree in trees:
-                for auth in modes:
-                    res = run_live(template=args.template, network=args.network,
-                                   serve_args=args.serve_args.split(),
-                                   load_args=args.load_args.split(), port=args.port,
-                                   work=Path(tmp), server_path=tree, auth=auth)
-                    print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
-                          flush=True)
+                run(tree, modes[0])
+        results: dict[tuple[str | None, bool], list[dict[str, Any]]] = {a: [] for a in arms}
+        for n in range(args.runs):
+            # A B, B A, A B ...: a drift of the machine over the command weighs on both
+            for tree, auth in (arms if n % 2 == 0 else arms[::-1]):
+                res = run(tree, auth)
+                results[(tree, auth)].append(res)
+                print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
+                      flush=True)
+        print(json.dumps({"summary": _summary(results)}), flush=True)
     return 0
 
 

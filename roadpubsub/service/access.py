@@ -46,9 +46,10 @@ from index.events import RequestError
 from roadnet.errors import InputError
 from roadnet.settings import DEFAULTS
 
-__all__ = ["ADMIN", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER", "ROLES", "SUBSCRIBER",
-           "TOKENS_FILE", "WS_BEARER", "AccessGate", "Guard", "Principal", "TokenRecord",
-           "TokenStore", "Unauthenticated", "authorize", "bearer_of", "hash_token"]
+__all__ = ["ADMIN", "HEAD", "HEAD_FIELDS", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER",
+           "ROLES", "SUBSCRIBER", "TOKENS_FILE", "WS_BEARER", "AccessGate", "Guard",
+           "Principal", "TokenRecord", "TokenStore", "Unauthenticated", "authorize",
+           "bearer_of", "hash_token", "read_head"]
 
 ADMIN, PUBLISHER, SUBSCRIBER = "admin", "publisher", "subscriber"
 ROLES = (ADMIN, PUBLISHER, SUBSCRIBER)
@@ -124,11 +125,39 @@ def bearer_of(value: bytes | str | None) -> bytes | None:
     if not value:
         return None
     raw = value.encode("latin-1") if isinstance(value, str) else value
-    scheme, _, token = raw.strip().partition(b" ")
-    if scheme.lower() != b"bearer":
+    raw = raw.strip()
+    # the scheme is what comes before the first space, in any case
+    if raw[:7].lower() != b"bearer ":
         return None
-    token = token.strip()
-    return token or None
+    return raw[7:].strip() or None
+
+
+#: The scope key of the request head's fields, read in one pass per request by whichever
+#: layer comes first (the transport limits, else the gate): a list indexed by
+#: :data:`HEAD_FIELDS` (each header's last value, or None), then the bearer token of the
+#: ``Authorization`` value and its :func:`hash_token` (both None without one): the
+#: limits' client key and the gate's lookup key, hashed once.
+HEAD = "roadpubsub.head"
+#: The headers of :data:`HEAD`, by their place in it.
+HEAD_FIELDS = {b"authorization": 0, b"origin": 1, b"content-type": 2, b"host": 3,
+               b"sec-websocket-protocol": 4, b"content-length": 5, b"transfer-encoding": 6}
+_TOKEN = len(HEAD_FIELDS)
+_DIGEST = _TOKEN + 1
+
+
+def read_head(headers: Iterable[tuple[bytes, bytes]]) -> list[Any]:
+    """The :data:`HEAD` of a request: one pass over its headers, one hash of its token."""
+    head: list[Any] = [None] * (_DIGEST + 1)
+    fields = HEAD_FIELDS
+    for name, value in headers:
+        i = fields.get(name)
+        if i is not None:
+            head[i] = value
+    if head[0] is not None:
+        token = head[_TOKEN] = bearer_of(head[0])
+        if token is not None:
+            head[_DIGEST] = hash_token(token)
+    return head
 
 
 def _now() -> str:
@@ -211,16 +240,19 @@ class TokenStore:
             return True
         return principal.token_id in self._active
 
-    def authenticate(self, token: bytes | None) -> Principal:
+    def authenticate(self, token: bytes | None, *, digest: bytes | None = None
+                     ) -> Principal:
         """The principal of a bearer token; :class:`Unauthenticated` (401) otherwise.
-        With no token in the file, :data:`OPEN`."""
+        With no token in the file, :data:`OPEN`. ``digest``: the token's
+        :func:`hash_token`, when the caller has it already."""
         self.refresh()
         if not self.records:
             return OPEN
         if token is None:
             msg = "this service needs 'Authorization: Bearer TOKEN' (roadpubsub token create)"
             raise Unauthenticated(msg, status=401)
-        digest = hash_token(token)
+        if digest is None:
+            digest = hash_token(token)
         found = self._by_hash.get(digest)
         # the dict finds the candidate; the comparison of the digests takes constant time
         if found is None or not hmac.compare_digest(digest, found[0]):
@@ -393,21 +425,12 @@ class AccessGate:
 
     async def admit(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """True: go on to the routes (the principal is in the scope); False: answered."""
-        auth = origin = ctype = host = None
-        protocols = None
-        for k, v in scope["headers"]:
-            if k == b"authorization":
-                auth = v
-            elif k == b"origin":
-                origin = v
-            elif k == b"content-type":
-                ctype = v
-            elif k == b"host":
-                host = v
-            elif k == b"sec-websocket-protocol":
-                protocols = v
+        head = scope.get(HEAD)
+        if head is None:  # no transport limits in front (they read it otherwise)
+            head = scope[HEAD] = read_head(scope["headers"])
         if scope["type"] == "websocket":
-            return await self._admit_ws(scope, receive, send, auth, origin, host, protocols)
+            return await self._admit_ws(scope, receive, send, head)
+        origin, ctype, host = head[1], head[2], head[3]
         method = scope["method"]
         if method == "OPTIONS" and origin is not None:
             await self._preflight(send, origin, host)
@@ -421,7 +444,7 @@ class AccessGate:
             scope[PRINCIPAL] = NOBODY
             return True
         try:
-            principal = self.store.authenticate(bearer_of(auth))
+            principal = self.store.authenticate(head[_TOKEN], digest=head[_DIGEST])
         except Unauthenticated as exc:
             start, body = _json_answer(401, str(exc), [(b"www-authenticate", b"Bearer")])
             await send(start)
@@ -475,9 +498,9 @@ class AccessGate:
         return with_cors
 
     async def _admit_ws(self, scope: Scope, receive: Receive, send: Send,
-                        auth: bytes | None, origin: bytes | None, host: bytes | None,
-                        protocols: bytes | None) -> bool:
-        token = bearer_of(auth)
+                        head: list[Any]) -> bool:
+        origin, host, protocols = head[1], head[3], head[4]
+        token, digest = head[_TOKEN], head[_DIGEST]
         offered = [p.strip() for p in protocols.split(b",")] if protocols else []
         if token is None and WS_BEARER.encode() in offered:
             others = [p for p in offered if p != WS_BEARER.encode()]
@@ -488,7 +511,7 @@ class AccessGate:
                            "this origin is not allowed (--allow-origin)")
             return False
         try:
-            scope[PRINCIPAL] = self.store.authenticate(token)
+            scope[PRINCIPAL] = self.store.authenticate(token, digest=digest)
         except Unauthenticated as exc:
             await _deny_ws(scope, receive, send, 401, str(exc))
             return False
