@@ -1,6 +1,7 @@
 """What both indexing architectures share: subscription slots and dynamic updates.
 
-Index files (save, load, inspect, verify) live in :mod:`index.store`.
+Index files are written and inspected by :mod:`index.index_file`, loaded and verified by
+:mod:`index.store`.
 
 Subscriptions live in *slots*, sorted by (cell, edge) at build time so that a cell's
 subscriptions sit together. Updates never require the caller to rebuild:
