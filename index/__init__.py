@@ -10,10 +10,12 @@ from index import (
     base,
     bia,
     boolean,
+    csr,
     delta,
     eia,
     events,
     geofiles,
+    index_file,
     io,
     kinds,
     kinds_io,
@@ -35,10 +37,12 @@ from index import (
 from index.base import *  # noqa: F403
 from index.bia import *  # noqa: F403
 from index.boolean import *  # noqa: F403
+from index.csr import *  # noqa: F403
 from index.delta import *  # noqa: F403
 from index.eia import *  # noqa: F403
 from index.events import *  # noqa: F403
 from index.geofiles import *  # noqa: F403
+from index.index_file import *  # noqa: F403
 from index.io import *  # noqa: F403
 from index.kinds import *  # noqa: F403
 from index.kinds_io import *  # noqa: F403
@@ -58,8 +62,8 @@ from index.validate import *  # noqa: F403
 from index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (terms, text, model, geofiles, tables, rows, io, kinds, kinds_io, limits, postings,
-               spatial, slot_record, validate, delta, base, bia, eia, events, store, pois,
-               workload, boolean, topk)
+API_MODULES = (terms, text, csr, model, geofiles, tables, rows, io, kinds, kinds_io, limits,
+               postings, spatial, slot_record, validate, delta, index_file, base, bia, eia,
+               events, store, pois, workload, boolean, topk)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -1,6 +1,7 @@
 """What both indexing architectures share: subscription slots and dynamic updates.
 
-Index files (save, load, inspect, verify) live in :mod:`index.store`.
+Index files are written and inspected by :mod:`index.index_file`, loaded and verified by
+:mod:`index.store`.
 
 Subscriptions live in *slots*, sorted by (cell, edge) at build time so that a cell's
 subscriptions sit together. Updates never require the caller to rebuild:
@@ -25,9 +26,12 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.delta import DeltaBuffer, relocate, search_sorted
+from index.csr import take_csr
+from index.delta import DeltaBuffer, search_sorted
+from index.delta_kernels import MovedRows, SlotSource, lookup_kernel
+from index.index_file import save_index
 from index.limits import location_aware_prefixes
-from index.model import InvalidSubscriptionError, Subscriptions
+from index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
 from index.postings import PostingLayout
 from index.slot_record import pack_slot_record
 from index.spatial import PointFacts, SpatialIndex, astuple_facts
@@ -38,36 +42,19 @@ from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["SubscriptionIndex", "concat_subscriptions"]
+__all__ = ["SubscriptionIndex"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def concat_subscriptions(parts: list[Subscriptions]) -> Subscriptions:
-    """Stack batches of subscriptions (ids must stay unique)."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return _empty_subscriptions()
-    if len(parts) == 1:
-        return parts[0]
-    offsets = np.cumsum([0] + [int(p.kw_ptr[-1]) for p in parts[:-1]])
-    ptr = np.concatenate([parts[0].kw_ptr[:1]] +
-                         [p.kw_ptr[1:] + off for p, off in zip(parts, offsets, strict=True)])
-    return Subscriptions(
-        ids=np.concatenate([p.ids for p in parts]),
-        points=EdgePoints(np.concatenate([p.points.edge for p in parts]),
-                          np.concatenate([p.points.offset for p in parts])),
-        alpha=np.concatenate([p.alpha for p in parts]),
-        tau=np.concatenate([p.tau for p in parts]),
-        kw_ptr=ptr.astype(np.int64),
-        kw_terms=np.concatenate([p.kw_terms for p in parts]).astype(np.int32),
-    )
-
-
-def _empty_subscriptions() -> Subscriptions:
-    return Subscriptions(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0),
-                         np.empty(0), np.zeros(1, np.int64), np.empty(0, np.int32))
+#: Attributes of an index that :meth:`SubscriptionIndex.adopt_compacted` keeps (the rest
+#: is the build's).
+_ADOPT_KEEPS = frozenset({"weights", "version", "spatial", "dmax_m", "tolerance",
+                          "auto_compact", "_delta", "delta", "delta_facts", "delta_dn_limit",
+                          "delta_wildcard"})
+#: A move of delta rows only has no new limits to write.
+_NO_LIMITS = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_))
 
 
 class SubscriptionIndex:
@@ -130,7 +117,7 @@ class SubscriptionIndex:
         index._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
         index._set_slots(slots, saved=saved or {})
         index._restore_structures(structures)
-        index._set_delta(_empty_subscriptions())
+        index._set_delta(Subscriptions.empty())
         return index
 
     # ------------------------------------------------------------------ building
@@ -144,7 +131,7 @@ class SubscriptionIndex:
         cell = cells.edge_cell[subscriptions.points.edge].astype(np.int64)
         self._set_slots(subscriptions.take(np.lexsort((subscriptions.points.edge, cell))))
         self._build_structures()
-        self._set_delta(_empty_subscriptions())
+        self._set_delta(Subscriptions.empty())
 
     def _set_slots(self, subscriptions: Subscriptions, *,
                    saved: dict[str, npt.NDArray[Any]] | None = None) -> None:
@@ -268,6 +255,11 @@ class SubscriptionIndex:
     def __len__(self) -> int:
         return int(self.active.sum()) + len(self.delta)
 
+    @property
+    def id_order(self) -> IntArray:
+        """The slots in increasing id order (slot numbers; saved with the index)."""
+        return self._id_order
+
     def _slot_of(self, ids: IntArray) -> IntArray:
         """Active slot of each id, -1 where it is not an active slot."""
         if self.subs.ids.size == 0:
@@ -385,7 +377,7 @@ class SubscriptionIndex:
         """Give subscriptions new locations (keywords, alpha and tau stay).
 
         The one move of the project: the live service, the Spark stream job and the
-        benchmarks all call it. It is :func:`index.delta.relocate`, which gives the live
+        benchmarks all call it. It is :meth:`_relocate`, which gives the live
         subscriptions :meth:`_move_rows` gives, with compiled lookups and writes.
 
         Raises
@@ -393,11 +385,92 @@ class SubscriptionIndex:
         InvalidSubscriptionError
             Unknown or repeated ids, or points off the network; nothing moves then.
         """
-        relocate(self, np.atleast_1d(np.asarray(ids, dtype=np.int64)), points)
+        self._relocate(np.atleast_1d(np.asarray(ids, dtype=np.int64)), points)
+
+    def _relocate(self, ids: IntArray, points: EdgePoints) -> None:
+        """:meth:`move`: what :meth:`_move_rows` does, with less work per row.
+
+        A subscription in the delta gets its new point in place; one in the slots is
+        deactivated and appended to the delta with its keywords, alpha and tau, as
+        ``_move_rows`` does, but without re-checking rows the index holds. The live
+        subscriptions are then the same as after ``_move_rows`` (only the delta's row order
+        differs, which no matcher output depends on). The lookups and the writes are compiled
+        (:mod:`index.delta_kernels`): the live service moves one vehicle per request, and a
+        move written with numpy was mostly the fixed cost of operations on one-element arrays.
+
+        Raises
+        ------
+        InvalidSubscriptionError
+            Unknown or repeated ids, or points off the network; nothing moves then.
+        """
+        q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        if len(points) != q.size:
+            msg = f"move: {q.size} ids but {len(points)} points"
+            raise InvalidSubscriptionError(msg)
+        edge = np.ascontiguousarray(points.edge, dtype=np.int32)
+        offset = np.ascontiguousarray(points.offset, dtype=np.float64)
+        if q.size == 1:  # the check of self.check_points on scalars; it names a bad point
+            e, o = int(points.edge[0]), float(offset[0])
+            length = self.network.edge_length
+            if not (0 <= e < length.size and 0.0 <= o <= length[e]):
+                self.check_points(points, labels=q)
+        else:
+            self.check_points(points, labels=q)
+            if np.unique(q).size != q.size:
+                self._move_rows(q, points)  # the general path names the repeated ids
+                return
+        buf = self._delta
+        slots = self._slot_source()
+        slot = np.empty(q.size, dtype=np.int64)
+        drow = np.empty(q.size, dtype=np.int64)
+        if lookup_kernel(slots, buf.arrays(), len(buf), q, slot, drow):
+            missing = (slot < 0) & (drow < 0)
+            names = describe_rows(q[missing][:10].tolist(), total=int(missing.sum()))
+            msg = f"unknown subscription ids: {names}"
+            raise InvalidSubscriptionError(msg)
+        facts = self.spatial.facts(points)
+        from_slots = drow < 0
+        if from_slots.any():
+            k = np.flatnonzero(from_slots)
+            s = slot[k]
+            if s.size == 1:  # a single move: its keyword run as a view (read, not kept)
+                a, b = int(self.subs.kw_ptr[s[0]]), int(self.subs.kw_ptr[s[0] + 1])
+                ptr, terms = np.array([0, b - a], dtype=np.int64), self.subs.kw_terms[a:b]
+            else:
+                ptr, terms = take_csr(self.subs.kw_ptr, self.subs.kw_terms, s)
+            moved = Subscriptions.checked(self.subs.ids[s],
+                                          points if k.size == q.size else points[k],
+                                          self.subs.alpha[s], self.subs.tau[s], ptr, terms)
+            limit, wildcard = self._limits(moved)
+        else:
+            limit, wildcard = _NO_LIMITS
+        c = np.ascontiguousarray
+        rows = MovedRows(edge, offset, c(facts.x, dtype=np.float64), c(facts.y, dtype=np.float64),
+                         c(facts.cell, dtype=np.int32), c(facts.din_out, dtype=np.float64),
+                         c(facts.din_in, dtype=np.float64), c(facts.chain, dtype=np.int32),
+                         c(facts.chain_offset, dtype=np.float64), slot, drow,
+                         c(limit, dtype=np.float64), c(wildcard, dtype=np.bool_))
+        if buf.relocate_rows(slots, rows):
+            self._bump_version()
+            self._publish_delta()
+
+    def _slot_source(self) -> SlotSource:
+        """The slots' columns the compiled move reads and writes."""
+        subs = self.subs
+        # alpha and tau are strided columns of the slot record (index.slot_record): taken as
+        # they are, since a contiguous copy of every slot's value per move cost 4 ms at 1M.
+        return SlotSource(np.ascontiguousarray(subs.ids, dtype=np.int64),
+                          np.asarray(subs.alpha, dtype=np.float64),
+                          np.asarray(subs.tau, dtype=np.float64),
+                          np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
+                          np.ascontiguousarray(subs.kw_terms, dtype=np.int32),
+                          self.active,  # written in place: must be the index's own array
+                          np.ascontiguousarray(self._sorted_ids, dtype=np.int64),
+                          np.ascontiguousarray(self._id_order, dtype=np.int64))
 
     def _move_rows(self, ids: npt.ArrayLike, points: EdgePoints) -> None:
         """A move as an unsubscribe and a subscribe of the same rows at their new points:
-        :func:`~index.delta.relocate`'s definition (its tests compare the two) and its
+        :meth:`_relocate`'s definition (its tests compare the two) and its
         path for a batch that names an id twice (this one names the repeated ids)."""
         q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
         if len(points) != q.size:
@@ -472,8 +545,25 @@ class SubscriptionIndex:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the index to one ``.npz`` file (:func:`index.store.save_index`)."""
-        from index.store import save_index  # the file format lives there
-
+        """Write the index to one ``.npz`` file (:func:`index.index_file.save_index`)."""
         return save_index(self, path)
 
+    def adopt_compacted(self, built: SubscriptionIndex, removed: IntArray) -> None:
+        """Make ``built`` (from :func:`~index.delta.build_compacted`) the slots and postings
+        of this index, carrying over what changed since its input was taken.
+
+        ``removed`` holds every id unsubscribed (moves and expiry included) since then. A
+        subscription of the input whose id is not in ``removed`` is untouched since, so it is
+        the same row in ``built`` (active) and, if it was in the delta, that delta row is
+        dropped. Every other live row was added since, so it sits in the delta and stays
+        there; its slot in ``built``, if any, is deactivated. Removed slots keep their
+        statistics, as an unsubscribe does, so every bound stays safe.
+        """
+        gone = built._slot_of(np.unique(np.asarray(removed, dtype=np.int64)))
+        built.active[gone[gone >= 0]] = False
+        carry = np.flatnonzero(built._slot_of(self.delta.ids) < 0)
+        for name, value in vars(built).items():
+            if name not in _ADOPT_KEEPS:
+                setattr(self, name, value)
+        self.term_rank = self.weights.rank()
+        self._keep_delta_rows(carry)  # bumps the version: matchers resize their scratch

@@ -1,12 +1,13 @@
-"""Compiled kernels of an index build: prefixes, posting layout and CSR gathers.
+"""Compiled kernels of the posting layout's build.
 
 At ten million subscriptions a vectorised build spends most of its peak memory on
 temporaries (a row id, a weight, a bound per keyword, each 8 bytes times 26 million, and
-the sort keys of the postings). These kernels walk the rows once or twice and write only
-their outputs; each reproduces its vectorised counterpart bit for bit (same operations in
-the same order), which the tests check against the vectorised code. Internal to the package (no
-``__all__``): :func:`index.limits.location_aware_prefixes`,
-:func:`index.postings.build_posting_layout` and ``Subscriptions.take`` call them.
+the sort keys of the postings). These kernels walk the postings once or twice and write
+only their outputs; each reproduces its vectorised counterpart bit for bit (same
+operations in the same order), which the tests check against the vectorised code. Internal
+to the package (no ``__all__``): :func:`index.postings.build_posting_layout` calls them.
+The other build kernels sit with their subject: :func:`index.limits.lap_kernel` (the
+prefixes), :func:`index.csr.take_csr` (keyword rows).
 """
 
 from __future__ import annotations
@@ -15,113 +16,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.limits import DNUB_NUMERATOR_SLACK, TEXT_BOUND_INFLATION, distance_upper_bound_kernel
-
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-_U = 2.0**-53
-assert DNUB_NUMERATOR_SLACK > 0  # the bound kernel below carries the rounding argument
-
-
-@numba.njit(cache=True, nogil=True)
-def take_csr_kernel(ptr: IntArray, values: npt.NDArray[np.int32], rows: IntArray
-                    ) -> tuple[IntArray, npt.NDArray[np.int32]]:  # pragma: no cover
-    """Rows ``rows`` of a CSR (ptr, values), in that order: (new ptr, new values)."""
-    n = rows.size
-    new_ptr = np.empty(n + 1, dtype=np.int64)
-    new_ptr[0] = 0
-    for i in range(n):
-        r = rows[i]
-        new_ptr[i + 1] = new_ptr[i] + ptr[r + 1] - ptr[r]
-    out = np.empty(new_ptr[n], dtype=values.dtype)
-    for i in range(n):
-        r = rows[i]
-        base = new_ptr[i] - ptr[r]
-        for j in range(ptr[r], ptr[r + 1]):
-            out[base + j] = values[j]
-    return new_ptr, out
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def lap_kernel(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], alpha: FloatArray,
-               tau: FloatArray, weights: FloatArray, term_rank: IntArray, dmax_m: float,
-               tolerance: float):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """The arrays of :func:`index.limits.location_aware_prefixes`, row by row.
-
-    Per row: keywords in rank order (weight descending), suffix sums from the row's last
-    keyword back (as ``row_suffix_sums``), TUB = min(suffix / wsum + allowance,
-    1 + allowance) with allowance = TEXT_BOUND_INFLATION + (8k + 8) u, DNUB by the shared
-    scalar kernel; the same float operations in the same order as the vectorised code.
-    Returns (row, term, dnub, tub, wildcard_rows, wildcard_dnub, dn_limit).
-    """
-    n = alpha.size
-    longest = 0
-    for r in range(n):
-        longest = max(longest, kw_ptr[r + 1] - kw_ptr[r])
-    order = np.empty(longest, dtype=np.int64)
-    suffix = np.empty(longest, dtype=np.float64)
-    full = 1.0 + TEXT_BOUND_INFLATION
-    # Pass 1 counts; pass 2 (fill=True) writes. No per-keyword array is kept between them.
-    count = 0
-    n_wild = 0
-    row_o = np.empty(0, dtype=np.int64)
-    term_o = np.empty(0, dtype=np.int32)
-    dnub_o = np.empty(0, dtype=np.float64)
-    tub_o = np.empty(0, dtype=np.float64)
-    wild_o = np.empty(0, dtype=np.int64)
-    wdnub_o = np.empty(0, dtype=np.float64)
-    dn_limit = np.empty(n, dtype=np.float64)
-    for fill in (False, True):
-        if fill:
-            row_o = np.empty(count, dtype=np.int64)
-            term_o = np.empty(count, dtype=np.int32)
-            dnub_o = np.empty(count, dtype=np.float64)
-            tub_o = np.empty(count, dtype=np.float64)
-            wild_o = np.empty(n_wild, dtype=np.int64)
-            wdnub_o = np.empty(n_wild, dtype=np.float64)
-        k_out = 0
-        k_wild = 0
-        for r in range(n):
-            a = kw_ptr[r]
-            k = kw_ptr[r + 1] - a
-            # Insertion sort of the row's keywords by rank (ranks are unique).
-            for i in range(k):
-                j = i
-                while j > 0 and term_rank[kw_terms[a + order[j - 1]]] > term_rank[kw_terms[a + i]]:
-                    order[j] = order[j - 1]
-                    j -= 1
-                order[j] = i
-            acc = 0.0
-            for i in range(k - 1, -1, -1):
-                acc += weights[kw_terms[a + order[i]]]
-                suffix[i] = acc
-            wsum = suffix[0] if k > 0 else 0.0
-            allowance = TEXT_BOUND_INFLATION + (8.0 * float(k) + 8.0) * _U
-            tau_e = tau[r] - tolerance
-            al = alpha[r]
-            for i in range(k):
-                tub = min(suffix[i] / wsum + allowance, 1.0 + allowance)
-                dnub = distance_upper_bound_kernel(al, tau_e, tub, dmax_m)
-                if dnub >= 0.0:
-                    if fill:
-                        row_o[k_out] = r
-                        term_o[k_out] = kw_terms[a + order[i]]
-                        dnub_o[k_out] = dnub
-                        tub_o[k_out] = tub
-                    k_out += 1
-            lim = -np.inf if al >= 1.0 else (tau_e - al) / (1.0 - al)
-            if lim <= 0.0:
-                if fill:
-                    wild_o[k_wild] = r
-                    wdnub_o[k_wild] = distance_upper_bound_kernel(al, tau_e, 0.0, dmax_m)
-                k_wild += 1
-            if fill:
-                d = distance_upper_bound_kernel(al, tau_e, full, dmax_m)
-                dn_limit[r] = d if d >= 0.0 else -1.0
-        count = k_out
-        n_wild = k_wild
-    return row_o, term_o, dnub_o, tub_o, wild_o, wdnub_o, dn_limit
 
 
 @numba.njit(cache=True, nogil=True)

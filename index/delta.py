@@ -21,11 +21,10 @@ from index.delta_kernels import (
     MovedRows,
     SlotSource,
     drop_rows_kernel,
-    lookup_kernel,
     merge_ids_kernel,
     relocate_kernel,
 )
-from index.model import InvalidSubscriptionError, Subscriptions, _take_csr
+from index.model import Subscriptions, concat_subscriptions
 from index.spatial import PointFacts
 from roadnet.errors import InputError, describe_rows
 from roadnet.locations import EdgePoints
@@ -33,8 +32,8 @@ from roadnet.locations import EdgePoints
 if TYPE_CHECKING:
     from index.base import SubscriptionIndex
 
-__all__ = ["CompactionInput", "DeltaBuffer", "adopt_compacted", "build_compacted",
-           "compaction_input", "relocate", "search_sorted"]
+__all__ = ["CompactionInput", "DeltaBuffer", "build_compacted", "compaction_input",
+           "search_sorted"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -250,94 +249,6 @@ def _facts_dtype(name: str) -> type:
     return np.int32 if name in ("facts.cell", "facts.chain") else np.float64
 
 
-# ---------------------------------------------------------------------- moves
-def relocate(index: SubscriptionIndex, ids: IntArray, points: EdgePoints) -> None:
-    """:meth:`~index.base.SubscriptionIndex.move`: what its ``_move_rows`` does, with less
-    work per row.
-
-    A subscription in the delta gets its new point in place; one in the slots is
-    deactivated and appended to the delta with its keywords, alpha and tau, as
-    ``_move_rows`` does, but without re-checking rows the index holds. The live
-    subscriptions are then the same as after ``_move_rows`` (only the delta's row order
-    differs, which no matcher output depends on). The lookups and the writes are compiled
-    (:mod:`index.delta_kernels`): the live service moves one vehicle per request, and a
-    move written with numpy was mostly the fixed cost of operations on one-element arrays.
-
-    Raises
-    ------
-    InvalidSubscriptionError
-        Unknown or repeated ids, or points off the network; nothing moves then.
-    """
-    q = np.atleast_1d(np.asarray(ids, dtype=np.int64))
-    if len(points) != q.size:
-        msg = f"move: {q.size} ids but {len(points)} points"
-        raise InvalidSubscriptionError(msg)
-    edge = np.ascontiguousarray(points.edge, dtype=np.int32)
-    offset = np.ascontiguousarray(points.offset, dtype=np.float64)
-    if q.size == 1:  # the check of index.check_points on scalars; it names a bad point
-        e, o = int(points.edge[0]), float(offset[0])
-        length = index.network.edge_length
-        if not (0 <= e < length.size and 0.0 <= o <= length[e]):
-            index.check_points(points, labels=q)
-    else:
-        index.check_points(points, labels=q)
-        if np.unique(q).size != q.size:
-            index._move_rows(q, points)  # the general path names the repeated ids
-            return
-    buf = index._delta
-    slots = _slot_source(index)
-    slot = np.empty(q.size, dtype=np.int64)
-    drow = np.empty(q.size, dtype=np.int64)
-    if lookup_kernel(slots, buf.arrays(), len(buf), q, slot, drow):
-        missing = (slot < 0) & (drow < 0)
-        names = describe_rows(q[missing][:10].tolist(), total=int(missing.sum()))
-        msg = f"unknown subscription ids: {names}"
-        raise InvalidSubscriptionError(msg)
-    facts = index.spatial.facts(points)
-    from_slots = drow < 0
-    if from_slots.any():
-        k = np.flatnonzero(from_slots)
-        s = slot[k]
-        if s.size == 1:  # a single move: its keyword run as a view (read, not kept)
-            a, b = int(index.subs.kw_ptr[s[0]]), int(index.subs.kw_ptr[s[0] + 1])
-            ptr, terms = np.array([0, b - a], dtype=np.int64), index.subs.kw_terms[a:b]
-        else:
-            ptr, terms = _take_csr(index.subs.kw_ptr, index.subs.kw_terms, s)
-        moved = _trusted(Subscriptions, ids=index.subs.ids[s],
-                         points=points if k.size == q.size else points[k],
-                         alpha=index.subs.alpha[s], tau=index.subs.tau[s], kw_ptr=ptr,
-                         kw_terms=terms)
-        limit, wildcard = index._limits(moved)
-    else:
-        limit, wildcard = _NO_LIMITS
-    c = np.ascontiguousarray
-    rows = MovedRows(edge, offset, c(facts.x, dtype=np.float64), c(facts.y, dtype=np.float64),
-                     c(facts.cell, dtype=np.int32), c(facts.din_out, dtype=np.float64),
-                     c(facts.din_in, dtype=np.float64), c(facts.chain, dtype=np.int32),
-                     c(facts.chain_offset, dtype=np.float64), slot, drow,
-                     c(limit, dtype=np.float64), c(wildcard, dtype=np.bool_))
-    if buf.relocate_rows(slots, rows):
-        index._bump_version()
-        index._publish_delta()
-
-
-_NO_LIMITS = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_))
-
-
-def _slot_source(index: SubscriptionIndex) -> SlotSource:
-    subs = index.subs
-    # alpha and tau are strided columns of the slot record (index.slot_record): taken as
-    # they are, since a contiguous copy of every slot's value per move cost 4 ms at 1M.
-    return SlotSource(np.ascontiguousarray(subs.ids, dtype=np.int64),
-                      np.asarray(subs.alpha, dtype=np.float64),
-                      np.asarray(subs.tau, dtype=np.float64),
-                      np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
-                      np.ascontiguousarray(subs.kw_terms, dtype=np.int32),
-                      index.active,  # written in place: must be the index's own array
-                      np.ascontiguousarray(index._sorted_ids, dtype=np.int64),
-                      np.ascontiguousarray(index._id_order, dtype=np.int64))
-
-
 # ---------------------------------------------------------------------- background compaction
 # The live service folds the delta into fresh slots and postings on another thread while it
 # keeps applying events to the index: take the input (apply thread, cheap), build (any
@@ -388,37 +299,8 @@ def build_compacted(index: SubscriptionIndex, given: CompactionInput) -> Subscri
     Reads only ``given`` and ``index``'s fixed parts (cells, bounds, Dmax, tolerance), so
     it may run on another thread while ``index`` takes updates.
     """
-    from index.base import concat_subscriptions
-
     live = concat_subscriptions([given.slots.take(np.flatnonzero(given.active)), given.delta])
     built = type(index)(index.spatial, live, given.weights,  # type: ignore[arg-type]
                         dmax_m=index.dmax_m, tolerance=index.tolerance)
     built.auto_compact = False
     return built
-
-
-#: Attributes of an index that :func:`adopt_compacted` keeps (the rest is the build's).
-_KEEP = frozenset({"weights", "version", "spatial", "dmax_m", "tolerance", "auto_compact",
-                   "_delta", "delta", "delta_facts", "delta_dn_limit", "delta_wildcard"})
-
-
-def adopt_compacted(index: SubscriptionIndex, built: SubscriptionIndex,
-                    removed: IntArray) -> None:
-    """Make ``built`` (from :func:`build_compacted`) the slots and postings of ``index``,
-    carrying over what changed since its input was taken.
-
-    ``removed`` holds every id unsubscribed (moves and expiry included) since then. A
-    subscription of the input whose id is not in ``removed`` is untouched since, so it is
-    the same row in ``built`` (active) and, if it was in the delta, that delta row is
-    dropped. Every other live row was added since, so it sits in the delta and stays
-    there; its slot in ``built``, if any, is deactivated. Removed slots keep their
-    statistics, as an unsubscribe does, so every bound stays safe.
-    """
-    gone = built._slot_of(np.unique(np.asarray(removed, dtype=np.int64)))
-    built.active[gone[gone >= 0]] = False
-    carry = np.flatnonzero(built._slot_of(index.delta.ids) < 0)
-    for name, value in vars(built).items():
-        if name not in _KEEP:
-            setattr(index, name, value)
-    index.term_rank = index.weights.rank()
-    index._keep_delta_rows(carry)  # bumps the version: matchers resize their scratch

@@ -11,7 +11,7 @@ the same functions every other update uses) and grows the buffers when they are 
 Every index given to these kernels is checked first: ids are looked up here (an unknown id
 gets -1, never an index), slots and delta rows come from those lookups, and the buffers'
 capacities are checked before anything is written (a short buffer writes nothing).
-Internal to the package (no ``__all__``): :func:`index.delta.relocate` and
+Internal to the package (no ``__all__``): :meth:`index.base.SubscriptionIndex.move` and
 :class:`index.delta.DeltaBuffer` call them.
 """
 

@@ -431,8 +431,8 @@ class BodyParser:
                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,
                                 FloatArray]:
         """kind, alpha, tau, radius, k checked by the rules of :mod:`index.kinds_io`."""
-        from index.kinds import SUBSCRIPTION_KIND_NAMES
-        from index.kinds_io import KIND_CODES, kind_field_checks
+        from index.kinds import KIND_CODES, SUBSCRIPTION_KIND_NAMES
+        from index.kinds_io import kind_field_checks
 
         kind = np.zeros(len(rows), dtype=np.int8)
         for i, rec in enumerate(rows):

@@ -46,21 +46,22 @@ from pyproj import CRS, Transformer
 
 from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
 from index.rows import (
-    _arrow_errors,
-    _check_columns,
-    _column,
-    _float_values,
-    _ids,
-    _int_values,
-    _is_numeric,
-    _is_string,
-    _keywords_and_places,
-    _names,
-    _raise_problems,
-    _read_rows,
+    arrow_errors,
+    check_columns,
+    column,
+    float_values,
+    int_values,
+    is_numeric,
+    is_string,
     keyword_term_csr,
+    keywords_and_places,
+    label_names,
+    raise_problems,
+    read_ids,
+    read_rows,
+    refuse_other_kinds,
 )
-from index.tables import INPUT_SUFFIXES, PathLike, _write_table, read_table, write_tables
+from index.tables import INPUT_SUFFIXES, PathLike, read_table, write_table, write_tables
 from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
 from roadnet.errors import InputError, describe_rows
 from roadnet.files import atomic_paths
@@ -136,28 +137,27 @@ def read_subscriptions(
         problem with the offending ids.
     """
     p = Path(path)
-    with _arrow_errors(p, InvalidSubscriptionError):
+    with arrow_errors(p, InvalidSubscriptionError):
         error = InvalidSubscriptionError
-        table = _read_rows(p, error)
-        from index.kinds_io import refuse_other_kinds  # it builds on this module
-
+        table = read_rows(p, error)
         refuse_other_kinds(table, p)
-        has_uv, has_ll = _check_columns(table, p, error, kind="subscriptions",
+        has_uv, has_ll = check_columns(table, p, error, kind="subscriptions",
                                         extra=("alpha", "tau"))
         problems: list[str] = []
-        ids, labels = _ids(table, problems)
-        alpha = _float_values(_column(table, "alpha"))
-        tau = _float_values(_column(table, "tau"))
+        ids, labels = read_ids(table, problems)
+        alpha = float_values(column(table, "alpha"))
+        tau = float_values(column(table, "tau"))
         bad_alpha = ~((alpha >= 0) & (alpha <= 1))
         if bad_alpha.any():
-            problems.append(f"alpha missing or outside [0, 1]: ids {_names(labels, bad_alpha)}")
+            problems.append(f"alpha missing or outside [0, 1]: ids "
+                            f"{label_names(labels, bad_alpha)}")
         bad_tau = ~((tau > 0) & (tau <= 1))
         if bad_tau.any():
-            problems.append(f"tau missing or outside (0, 1]: ids {_names(labels, bad_tau)}")
-        lengths, values, points = _keywords_and_places(
+            problems.append(f"tau missing or outside (0, 1]: ids {label_names(labels, bad_tau)}")
+        lengths, values, points = keywords_and_places(
             table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
             max_snap_m=max_snap_m)
-        _raise_problems(problems, error, f"invalid subscriptions in {p}")
+        raise_problems(problems, error, f"invalid subscriptions in {p}")
         ptr, terms = keyword_term_csr(lengths, values, weights, add=True)
         return Subscriptions(ids, points, alpha, tau, ptr, terms)
 
@@ -186,20 +186,20 @@ def read_messages(
         message).
     """
     p = Path(path)
-    with _arrow_errors(p, InvalidMessageError):
+    with arrow_errors(p, InvalidMessageError):
         error = InvalidMessageError
-        table = _read_rows(p, error)
+        table = read_rows(p, error)
         if {"alpha", "tau"} <= set(table.column_names):
             msg = (f"{p}: has alpha and tau columns, so it holds subscriptions, not messages "
                    f"(was it given as the messages by mistake?)")
             raise error(msg)
-        has_uv, has_ll = _check_columns(table, p, error, kind="messages", extra=())
+        has_uv, has_ll = check_columns(table, p, error, kind="messages", extra=())
         problems: list[str] = []
-        ids, labels = _ids(table, problems)
-        lengths, values, points = _keywords_and_places(
+        ids, labels = read_ids(table, problems)
+        lengths, values, points = keywords_and_places(
             table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
             max_snap_m=max_snap_m)
-        _raise_problems(problems, error, f"invalid messages in {p}")
+        raise_problems(problems, error, f"invalid messages in {p}")
         ptr, terms = keyword_term_csr(lengths, values, weights, add=False)
         return Messages(ids, points, ptr, terms)
 
@@ -217,7 +217,7 @@ def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keyword
         not finite or not > 0 (offending terms are named).
     """
     p = Path(path)
-    with _arrow_errors(p, InvalidWeightsError):
+    with arrow_errors(p, InvalidWeightsError):
         table = read_table(p, error=InvalidWeightsError)
         cols = set(table.column_names)
         missing = [c for c in ("term", "weight") if c not in cols]
@@ -225,18 +225,18 @@ def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keyword
             msg = f"invalid weights in {p}: missing columns: {', '.join(missing)}"
             raise InvalidWeightsError(msg)
         wrong = []
-        if not _is_string(table.schema.field("term").type):
+        if not is_string(table.schema.field("term").type):
             wrong.append(f"term is {table.schema.field('term').type}, expected string")
-        if not _is_numeric(table.schema.field("weight").type):
+        if not is_numeric(table.schema.field("weight").type):
             wrong.append(f"weight is {table.schema.field('weight').type}, expected float")
         if wrong:
             msg = f"invalid weights in {p}: wrong column types: {'; '.join(wrong)}"
             raise InvalidWeightsError(msg)
-        term_col = _column(table, "term")
+        term_col = column(table, "term")
         if pa.types.is_dictionary(term_col.type):
             term_col = term_col.dictionary_decode()
         terms = pc.cast(term_col, pa.string()).to_pylist()
-        weight = _float_values(_column(table, "weight"))
+        weight = float_values(column(table, "weight"))
         problems = []
         null_rows = [i for i, t in enumerate(terms) if t is None or t == ""]
         if null_rows:
@@ -245,7 +245,7 @@ def read_weights(path: PathLike, *, normalize: bool = DEFAULTS.normalize_keyword
         bad = ~((weight >= MIN_WEIGHT) & (weight <= MAX_WEIGHT))  # NaN fails both
         if bad.any():
             problems.append(f"weights missing or outside [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]: "
-                            f"terms {_names(labels, bad)}")
+                            f"terms {label_names(labels, bad)}")
         seen: dict[str, int] = {}
         for t in terms:
             if t is not None:
@@ -292,19 +292,19 @@ def read_deliveries(path: PathLike) -> dict[str, npt.NDArray[Any]]:
     ``pruning.deliveries.Deliveries(**read_deliveries(path))`` rebuilds the object.
     """
     p = Path(path)
-    with _arrow_errors(p, InputError):
+    with arrow_errors(p, InputError):
         table = read_table(p)
         names = ("message_id", "subscription_id", "distance", "score")
         missing = [c for c in names if c not in table.column_names]
         if missing:
             msg = f"{p}: not a deliveries file; missing columns: {', '.join(missing)}"
             raise InputError(msg)
-        mid, _ = _int_values(_column(table, "message_id"))
-        sid, _ = _int_values(_column(table, "subscription_id"))
+        mid, _ = int_values(column(table, "message_id"))
+        sid, _ = int_values(column(table, "subscription_id"))
         order = np.lexsort((sid, mid))
         return {"message_id": mid[order], "subscription_id": sid[order],
-                "distance": _float_values(_column(table, "distance"))[order],
-                "score": _float_values(_column(table, "score"))[order]}
+                "distance": float_values(column(table, "distance"))[order],
+                "score": float_values(column(table, "score"))[order]}
 
 
 # ---------------------------------------------------------------------------- writers
@@ -317,7 +317,7 @@ def _lonlat(network: RoadNetwork, points: EdgePoints
     return np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64)
 
 
-def _keywords_array(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32],
+def keywords_array(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32],
                     weights: TermWeights) -> pa.Array:
     vocab = pa.array(weights.terms, pa.string())
     values = vocab.take(pa.array(terms, pa.int32()))
@@ -326,7 +326,7 @@ def _keywords_array(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32],
     return pa.LargeListArray.from_arrays(pa.array(ptr), values)
 
 
-def _location_columns(network: RoadNetwork, points: EdgePoints, *, lonlat: bool
+def location_columns(network: RoadNetwork, points: EdgePoints, *, lonlat: bool
                       ) -> dict[str, pa.Array]:
     e = points.edge.astype(np.int64)
     cols = {
@@ -345,8 +345,8 @@ def subscriptions_table(subs: Subscriptions, *, network: RoadNetwork, weights: T
                         lonlat: bool = True) -> pa.Table:
     """Subscriptions as an Arrow table with the file columns."""
     cols = {"id": pa.array(subs.ids, pa.int64()),
-            **_location_columns(network, subs.points, lonlat=lonlat),
-            "keywords": _keywords_array(subs.kw_ptr, subs.kw_terms, weights),
+            **location_columns(network, subs.points, lonlat=lonlat),
+            "keywords": keywords_array(subs.kw_ptr, subs.kw_terms, weights),
             "alpha": pa.array(subs.alpha, pa.float64()),
             "tau": pa.array(subs.tau, pa.float64())}
     return pa.table(cols)
@@ -356,8 +356,8 @@ def messages_table(messages: Messages, *, network: RoadNetwork, weights: TermWei
                    lonlat: bool = True) -> pa.Table:
     """Messages as an Arrow table with the file columns."""
     cols = {"id": pa.array(messages.ids, pa.int64()),
-            **_location_columns(network, messages.points, lonlat=lonlat),
-            "keywords": _keywords_array(messages.kw_ptr, messages.kw_terms, weights)}
+            **location_columns(network, messages.points, lonlat=lonlat),
+            "keywords": keywords_array(messages.kw_ptr, messages.kw_terms, weights)}
     return pa.table(cols)
 
 
@@ -380,22 +380,22 @@ def write_subscriptions(subs: Subscriptions, path: PathLike, *, network: RoadNet
     Locations are written as ``u``, ``v`` (original node ids), ``offset`` (metres) and,
     unless ``lonlat=False``, ``lon``/``lat`` (WGS84 degrees).
     """
-    return _write_table(subscriptions_table(subs, network=network, weights=weights,
+    return write_table(subscriptions_table(subs, network=network, weights=weights,
                                             lonlat=lonlat), path)
 
 
 def write_messages(messages: Messages, path: PathLike, *, network: RoadNetwork,
                    weights: TermWeights, lonlat: bool = True) -> Path:
     """Write messages atomically; see :func:`write_subscriptions`."""
-    return _write_table(messages_table(messages, network=network, weights=weights,
+    return write_table(messages_table(messages, network=network, weights=weights,
                                        lonlat=lonlat), path)
 
 
 def write_weights(weights: TermWeights, path: PathLike) -> Path:
     """Write a weights table atomically."""
-    return _write_table(weights_table(weights), path)
+    return write_table(weights_table(weights), path)
 
 
 def write_deliveries(deliveries: DeliveryColumns, path: PathLike) -> Path:
     """Write deliveries atomically: Parquet, JSON Lines (``.jsonl``/``.json``) or ``.csv``."""
-    return _write_table(deliveries_table(deliveries), path)
+    return write_table(deliveries_table(deliveries), path)

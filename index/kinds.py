@@ -23,13 +23,13 @@ from index.model import (
     InvalidSubscriptionError,
     KeywordRows,
     Subscriptions,
-    _check_rows,
-    _ids,
-    _keyword_and_id_problems,
+    check_rows,
+    describe_ids,
+    keyword_and_id_problems,
 )
 from roadnet.locations import EdgePoints
 
-__all__ = ["KIND_BOOLEAN", "KIND_THRESHOLD", "KIND_TOPK", "SUBSCRIPTION_KIND_NAMES",
+__all__ = ["KIND_BOOLEAN", "KIND_CODES", "KIND_THRESHOLD", "KIND_TOPK", "SUBSCRIPTION_KIND_NAMES",
            "BooleanSubscriptions", "SubscriptionSet", "TopkSubscriptions",
            "empty_subscriptions"]
 
@@ -41,6 +41,8 @@ KIND_BOOLEAN = "boolean"
 KIND_TOPK = "topk"
 #: The values of the ``kind`` column (null means threshold).
 SUBSCRIPTION_KIND_NAMES = (KIND_THRESHOLD, KIND_BOOLEAN, KIND_TOPK)
+#: Code of each kind name (the index in SUBSCRIPTION_KIND_NAMES).
+KIND_CODES = {name: code for code, name in enumerate(SUBSCRIPTION_KIND_NAMES)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,11 +69,12 @@ class BooleanSubscriptions(KeywordRows):
     kw_terms: npt.NDArray[np.int32]
 
     def __post_init__(self) -> None:
-        _check_rows(self.ids.size, (len(self.points), self.radius.size), self.kw_ptr)
-        problems = _keyword_and_id_problems(self.ids, self.kw_ptr)
+        check_rows(self.ids.size, (len(self.points), self.radius.size), self.kw_ptr)
+        problems = keyword_and_id_problems(self.ids, self.kw_ptr)
         bad = ~(np.isfinite(self.radius) & (self.radius >= 0))
         if bad.any():
-            problems.append(f"radius not a number of metres >= 0: ids {_ids(self.ids, bad)}")
+            problems.append(f"radius not a number of metres >= 0: ids "
+                            f"{describe_ids(self.ids, bad)}")
         if problems:
             msg = "invalid boolean subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
@@ -109,15 +112,15 @@ class TopkSubscriptions(KeywordRows):
     kw_terms: npt.NDArray[np.int32]
 
     def __post_init__(self) -> None:
-        _check_rows(self.ids.size, (len(self.points), self.alpha.size, self.k.size),
+        check_rows(self.ids.size, (len(self.points), self.alpha.size, self.k.size),
                     self.kw_ptr)
-        problems = _keyword_and_id_problems(self.ids, self.kw_ptr)
+        problems = keyword_and_id_problems(self.ids, self.kw_ptr)
         bad_alpha = ~((self.alpha >= 0) & (self.alpha <= 1))
         if bad_alpha.any():
-            problems.append(f"alpha outside [0, 1]: ids {_ids(self.ids, bad_alpha)}")
+            problems.append(f"alpha outside [0, 1]: ids {describe_ids(self.ids, bad_alpha)}")
         bad_k = self.k < 1
         if bad_k.any():
-            problems.append(f"k < 1: ids {_ids(self.ids, bad_k)}")
+            problems.append(f"k < 1: ids {describe_ids(self.ids, bad_k)}")
         if problems:
             msg = "invalid top-k subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)

@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from index import io as _io
 from index import rows as _rows
 from index import tables as _tables
+from index.csr import take_csr
 from index.kinds import (
     KIND_BOOLEAN,
+    KIND_CODES,
     KIND_THRESHOLD,
     KIND_TOPK,
     SUBSCRIPTION_KIND_NAMES,
@@ -41,60 +42,15 @@ from index.kinds import (
     TopkSubscriptions,
 )
 from index.model import InvalidSubscriptionError, Subscriptions
+from index.rows import kind_codes, optional_floats
 from index.terms import TermWeights
 from roadnet.lengths import check_dmax
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["KIND_CODES", "kind_field_checks", "read_subscription_set", "refuse_other_kinds",
-           "subscription_set_table", "write_subscription_set"]
+__all__ = ["kind_field_checks", "read_subscription_set", "subscription_set_table",
+           "write_subscription_set"]
 
-_KIND_CODE = {name: code for code, name in enumerate(SUBSCRIPTION_KIND_NAMES)}
-#: Code of each kind name (the index in SUBSCRIPTION_KIND_NAMES).
-KIND_CODES = _KIND_CODE
-_OPTIONAL = ("alpha", "tau", "radius", "k")
-
-
-def _kind_codes(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
-                ) -> npt.NDArray[np.int8]:
-    """Kind of each row as an index of SUBSCRIPTION_KIND_NAMES (null: threshold)."""
-    n = table.num_rows
-    if "kind" not in table.column_names:
-        return np.zeros(n, dtype=np.int8)
-    col = _rows._column(table, "kind")
-    if not _rows._is_string(col.type):
-        msg = f"kind is {col.type}, expected string"
-        raise InvalidSubscriptionError(msg)
-    if pa.types.is_dictionary(col.type):
-        col = col.dictionary_decode()
-    values = pc.cast(col, pa.string()).to_pylist() if not pa.types.is_null(col.type) \
-        else [None] * n
-    codes = np.array([_KIND_CODE.get(v if v is not None else KIND_THRESHOLD, -1)
-                      for v in values], dtype=np.int8)
-    bad = codes < 0
-    if bad.any():
-        problems.append(f"kind not one of {', '.join(SUBSCRIPTION_KIND_NAMES)}: ids "
-                        f"{_rows._names(labels, bad)}")
-    return codes
-
-
-def _optional_floats(table: pa.Table, path: Path) -> dict[str, npt.NDArray[np.float64]]:
-    """alpha, tau, radius, k as float64 (NaN for null or absent), types checked."""
-    out: dict[str, npt.NDArray[np.float64]] = {}
-    wrong = []
-    for name in _OPTIONAL:
-        if name not in table.column_names:
-            out[name] = np.full(table.num_rows, np.nan)
-            continue
-        arr = _rows._column(table, name)
-        if not _rows._is_numeric(arr.type):
-            wrong.append(f"{name} is {arr.type}, expected a number")
-            continue
-        out[name] = _rows._float_values(arr)
-    if wrong:
-        msg = f"invalid subscriptions in {path}: wrong column types: {'; '.join(wrong)}"
-        raise InvalidSubscriptionError(msg)
-    return out
 
 
 def kind_field_checks(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.float64]],
@@ -105,8 +61,8 @@ def kind_field_checks(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.fl
     to float64 (NaN: null or absent). The one statement of the rules, used by the file
     reader here and by the live service's body parser (:mod:`index.events`).
     """
-    thr, boo, top = (kind == _KIND_CODE[KIND_THRESHOLD], kind == _KIND_CODE[KIND_BOOLEAN],
-                     kind == _KIND_CODE[KIND_TOPK])
+    thr, boo, top = (kind == KIND_CODES[KIND_THRESHOLD], kind == KIND_CODES[KIND_BOOLEAN],
+                     kind == KIND_CODES[KIND_TOPK])
     given = {name: ~np.isnan(v) for name, v in f.items()}
     alpha, tau, radius, k = f["alpha"], f["tau"], f["radius"], f["k"]
     return [
@@ -136,36 +92,7 @@ def _field_problems(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.floa
     """Every bad combination of kind and fields, with the ids."""
     for mask, _fields, what in kind_field_checks(kind, f, dmax_m):
         if mask.any():
-            problems.append(f"{what}: ids {_rows._names(labels, mask)}")
-
-
-def refuse_other_kinds(table: pa.Table, path: Path) -> None:
-    """Raise when a table read as threshold subscriptions holds another kind.
-
-    For :func:`index.io.read_subscriptions`, which reads threshold subscriptions only: a
-    boolean or top-k row, or a radius or k on a threshold row, is named rather than lost.
-    """
-    if not ({"kind", "radius", "k"} & set(table.column_names)):
-        return
-    problems: list[str] = []
-    ids, null = _rows._int_values(_rows._column(table, "id")) if "id" in table.column_names \
-        else (np.arange(table.num_rows), np.zeros(table.num_rows, bool))
-    labels = _rows._row_labels(ids, null)
-    kind = _kind_codes(table, labels, problems)
-    other = kind > 0
-    if other.any():
-        problems.append("boolean or top-k subscriptions (read the file with "
-                        "index.read_subscription_set, or match it with 'roadpubsub "
-                        f"match'): ids {_rows._names(labels, other)}")
-    f = _optional_floats(table, path)
-    for name in ("radius", "k"):
-        bad = (kind == 0) & ~np.isnan(f[name])
-        if bad.any():
-            problems.append(f"{name} on a threshold subscription: ids "
-                            f"{_rows._names(labels, bad)}")
-    if problems:
-        msg = f"invalid subscriptions in {path}: " + "; ".join(problems)
-        raise InvalidSubscriptionError(msg)
+            problems.append(f"{what}: ids {_rows.label_names(labels, mask)}")
 
 
 def read_subscription_set(
@@ -218,14 +145,14 @@ def read_subscription_set(
     p = Path(path)
     error = InvalidSubscriptionError
     table = _tables.read_table(p, error=error)
-    has_uv, has_ll = _rows._check_columns(table, p, error, kind="subscriptions", extra=())
+    has_uv, has_ll = _rows.check_columns(table, p, error, kind="subscriptions", extra=())
     problems: list[str] = []
-    ids, labels = _rows._ids(table, problems)
-    kind = _kind_codes(table, labels, problems)
-    f = _optional_floats(table, p)
+    ids, labels = _rows.read_ids(table, problems)
+    kind = kind_codes(table, labels, problems)
+    f = optional_floats(table, p)
     _field_problems(kind, f, labels, dmax, problems)
-    lengths, values = _rows._keyword_rows(table, labels, problems)
-    points = _rows._read_locations(table, network, labels, problems, has_uv=has_uv,
+    lengths, values = _rows.keyword_rows(table, labels, problems)
+    points = _rows.read_locations(table, network, labels, problems, has_uv=has_uv,
                                  has_ll=has_ll, max_snap_m=max_snap_m)
     if problems:
         msg = f"invalid subscriptions in {p}: " + "; ".join(problems)
@@ -235,8 +162,7 @@ def read_subscription_set(
     thr, boo, top = rows
 
     def csr(r: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-        from index.model import _take_csr
-        return _take_csr(ptr, terms, r)
+        return take_csr(ptr, terms, r)
 
     return SubscriptionSet(
         Subscriptions(ids[thr], points[thr], f["alpha"][thr], f["tau"][thr], *csr(thr)),
@@ -264,8 +190,8 @@ def subscription_set_table(subs: SubscriptionSet, *, network: RoadNetwork,
         alpha, tau, radius, k = cols(batch)
         parts.append(pa.table({
             "id": pa.array(batch.ids, pa.int64()),
-            **_io._location_columns(network, batch.points, lonlat=lonlat),
-            "keywords": _io._keywords_array(batch.kw_ptr, batch.kw_terms, weights),
+            **_io.location_columns(network, batch.points, lonlat=lonlat),
+            "keywords": _io.keywords_array(batch.kw_ptr, batch.kw_terms, weights),
             "kind": pa.array([name] * len(batch), pa.string()),
             "alpha": pa.array(alpha, pa.float64(), from_pandas=True),
             "tau": pa.array(tau, pa.float64(), from_pandas=True),
@@ -282,5 +208,5 @@ def write_subscription_set(subs: SubscriptionSet, path: _tables.PathLike, *,
                            network: RoadNetwork, weights: TermWeights,
                            lonlat: bool = True) -> Path:
     """Write every kind to one file atomically (Parquet, or JSON Lines for ``.jsonl``)."""
-    return _tables._write_table(subscription_set_table(subs, network=network, weights=weights,
+    return _tables.write_table(subscription_set_table(subs, network=network, weights=weights,
                                                    lonlat=lonlat), path)

@@ -176,6 +176,88 @@ def row_suffix_sums(ptr: IntArray, w: FloatArray) -> FloatArray:
     return out
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def lap_kernel(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], alpha: FloatArray,
+               tau: FloatArray, weights: FloatArray, term_rank: IntArray, dmax_m: float,
+               tolerance: float):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """The arrays of :func:`index.limits.location_aware_prefixes`, row by row.
+
+    Per row: keywords in rank order (weight descending), suffix sums from the row's last
+    keyword back (as ``row_suffix_sums``), TUB = min(suffix / wsum + allowance,
+    1 + allowance) with allowance = TEXT_BOUND_INFLATION + (8k + 8) u, DNUB by the shared
+    scalar kernel; the same float operations in the same order as the vectorised code.
+    Returns (row, term, dnub, tub, wildcard_rows, wildcard_dnub, dn_limit).
+    """
+    n = alpha.size
+    longest = 0
+    for r in range(n):
+        longest = max(longest, kw_ptr[r + 1] - kw_ptr[r])
+    order = np.empty(longest, dtype=np.int64)
+    suffix = np.empty(longest, dtype=np.float64)
+    full = 1.0 + TEXT_BOUND_INFLATION
+    # Pass 1 counts; pass 2 (fill=True) writes. No per-keyword array is kept between them.
+    count = 0
+    n_wild = 0
+    row_o = np.empty(0, dtype=np.int64)
+    term_o = np.empty(0, dtype=np.int32)
+    dnub_o = np.empty(0, dtype=np.float64)
+    tub_o = np.empty(0, dtype=np.float64)
+    wild_o = np.empty(0, dtype=np.int64)
+    wdnub_o = np.empty(0, dtype=np.float64)
+    dn_limit = np.empty(n, dtype=np.float64)
+    for fill in (False, True):
+        if fill:
+            row_o = np.empty(count, dtype=np.int64)
+            term_o = np.empty(count, dtype=np.int32)
+            dnub_o = np.empty(count, dtype=np.float64)
+            tub_o = np.empty(count, dtype=np.float64)
+            wild_o = np.empty(n_wild, dtype=np.int64)
+            wdnub_o = np.empty(n_wild, dtype=np.float64)
+        k_out = 0
+        k_wild = 0
+        for r in range(n):
+            a = kw_ptr[r]
+            k = kw_ptr[r + 1] - a
+            # Insertion sort of the row's keywords by rank (ranks are unique).
+            for i in range(k):
+                j = i
+                while j > 0 and term_rank[kw_terms[a + order[j - 1]]] > term_rank[kw_terms[a + i]]:
+                    order[j] = order[j - 1]
+                    j -= 1
+                order[j] = i
+            acc = 0.0
+            for i in range(k - 1, -1, -1):
+                acc += weights[kw_terms[a + order[i]]]
+                suffix[i] = acc
+            wsum = suffix[0] if k > 0 else 0.0
+            allowance = TEXT_BOUND_INFLATION + (8.0 * float(k) + 8.0) * _U
+            tau_e = tau[r] - tolerance
+            al = alpha[r]
+            for i in range(k):
+                tub = min(suffix[i] / wsum + allowance, 1.0 + allowance)
+                dnub = distance_upper_bound_kernel(al, tau_e, tub, dmax_m)
+                if dnub >= 0.0:
+                    if fill:
+                        row_o[k_out] = r
+                        term_o[k_out] = kw_terms[a + order[i]]
+                        dnub_o[k_out] = dnub
+                        tub_o[k_out] = tub
+                    k_out += 1
+            lim = -np.inf if al >= 1.0 else (tau_e - al) / (1.0 - al)
+            if lim <= 0.0:
+                if fill:
+                    wild_o[k_wild] = r
+                    wdnub_o[k_wild] = distance_upper_bound_kernel(al, tau_e, 0.0, dmax_m)
+                k_wild += 1
+            if fill:
+                d = distance_upper_bound_kernel(al, tau_e, full, dmax_m)
+                dn_limit[r] = d if d >= 0.0 else -1.0
+        count = k_out
+        n_wild = k_wild
+    return row_o, term_o, dnub_o, tub_o, wild_o, wdnub_o, dn_limit
+
+
+
 @dataclass(frozen=True, eq=False)
 class LocationAwarePrefixes:
     """LAP postings of a batch of subscriptions (paper Eq. 9, Lemmas 3-6).
@@ -215,11 +297,9 @@ def location_aware_prefixes(
     (Eqs. 11-12). t_i is in the prefix iff DNUB(s|t_i) >= 0, i.e. iff TUB(s|t_i) >=
     TSIMlimit: the minimal p of Eq. 9 (suffix sums decrease, so this is a prefix).
     """
-    # One compiled pass per row (index.build_kernels.lap_kernel): the same operations as
-    # the vectorised form kept in _location_aware_prefixes_vectorised, without its
-    # per-keyword temporaries (26 million keywords at 10M subscriptions).
-    from index.build_kernels import lap_kernel
-
+    # One compiled pass per row (lap_kernel): the same operations as the vectorised form
+    # kept in _location_aware_prefixes_vectorised, without its per-keyword temporaries
+    # (26 million keywords at 10M subscriptions).
     row, term, dnub, tub, wild_rows, wild_dnub, dn_limit = lap_kernel(
         np.ascontiguousarray(subs.kw_ptr, dtype=np.int64),
         np.ascontiguousarray(subs.kw_terms, dtype=np.int32),

@@ -15,12 +15,13 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
+from index.csr import take_csr
 from index.terms import TermWeights
 from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
 __all__ = ["InvalidMessageError", "InvalidSubscriptionError", "KeywordRows", "Messages",
-           "Subscriptions", "concat_csr", "keyword_csr"]
+           "Subscriptions", "concat_csr", "concat_subscriptions", "keyword_csr"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -88,7 +89,7 @@ class KeywordRows:
     def take(self, rows: npt.ArrayLike) -> Self:
         """A new batch with the given rows, in that order (checked again on the way)."""
         r = np.asarray(rows, dtype=np.int64)
-        ptr, terms = _take_csr(self.kw_ptr, self.kw_terms, r)
+        ptr, terms = take_csr(self.kw_ptr, self.kw_terms, r)
         columns = {f.name: getattr(self, f.name)[r] for f in fields(self)
                    if f.name not in ("kw_ptr", "kw_terms")}
         return replace(self, **columns, kw_ptr=ptr, kw_terms=terms)
@@ -109,22 +110,22 @@ class KeywordRows:
         return replace(parts[0], **columns, kw_ptr=ptr, kw_terms=terms)
 
 
-def _check_rows(n: int, columns: tuple[int, ...], kw_ptr: IntArray) -> None:
+def check_rows(n: int, columns: tuple[int, ...], kw_ptr: IntArray) -> None:
     """Raise unless every column has ``n`` rows and the CSR ``n + 1`` pointers."""
     if not (all(c == n for c in columns) and kw_ptr.size == n + 1):
         msg = "subscription columns must all have one row per subscription"
         raise InvalidSubscriptionError(msg)
 
 
-def _keyword_and_id_problems(ids: IntArray, kw_ptr: IntArray) -> list[str]:
+def keyword_and_id_problems(ids: IntArray, kw_ptr: IntArray) -> list[str]:
     """The rules every subscription kind shares: a non-empty keyword list, a unique id."""
     problems = []
     empty = np.diff(kw_ptr) == 0
     if empty.any():
-        problems.append(f"empty keyword list: ids {_ids(ids, empty)}")
+        problems.append(f"empty keyword list: ids {describe_ids(ids, empty)}")
     dup = _duplicates(ids)
     if dup.any():
-        problems.append(f"duplicate ids: {_ids(ids, dup)}")
+        problems.append(f"duplicate ids: {describe_ids(ids, dup)}")
     return problems
 
 
@@ -154,19 +155,25 @@ class Subscriptions(KeywordRows):
     kw_terms: npt.NDArray[np.int32]
 
     def __post_init__(self) -> None:
-        _check_rows(self.ids.size, (len(self.points), self.alpha.size, self.tau.size),
+        check_rows(self.ids.size, (len(self.points), self.alpha.size, self.tau.size),
                    self.kw_ptr)
         problems = []
         bad_alpha = ~((self.alpha >= 0) & (self.alpha <= 1))
         if bad_alpha.any():
-            problems.append(f"alpha outside [0, 1]: ids {_ids(self.ids, bad_alpha)}")
+            problems.append(f"alpha outside [0, 1]: ids {describe_ids(self.ids, bad_alpha)}")
         bad_tau = ~((self.tau > 0) & (self.tau <= 1))
         if bad_tau.any():
-            problems.append(f"tau outside (0, 1]: ids {_ids(self.ids, bad_tau)}")
-        problems += _keyword_and_id_problems(self.ids, self.kw_ptr)
+            problems.append(f"tau outside (0, 1]: ids {describe_ids(self.ids, bad_tau)}")
+        problems += keyword_and_id_problems(self.ids, self.kw_ptr)
         if problems:
             msg = "invalid subscriptions: " + "; ".join(problems)
             raise InvalidSubscriptionError(msg)
+
+    @classmethod
+    def empty(cls) -> Subscriptions:
+        """No subscriptions."""
+        return cls(np.empty(0, np.int64), EdgePoints.of([], []), np.empty(0), np.empty(0),
+                   np.zeros(1, np.int64), np.empty(0, np.int32))
 
     @classmethod
     def checked(cls, ids: IntArray, points: EdgePoints, alpha: FloatArray, tau: FloatArray,
@@ -198,6 +205,27 @@ class Subscriptions(KeywordRows):
                    ptr, terms)
 
 
+def concat_subscriptions(parts: list[Subscriptions]) -> Subscriptions:
+    """Stack batches of subscriptions (ids must stay unique)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return Subscriptions.empty()
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [int(p.kw_ptr[-1]) for p in parts[:-1]])
+    ptr = np.concatenate([parts[0].kw_ptr[:1]] +
+                         [p.kw_ptr[1:] + off for p, off in zip(parts, offsets, strict=True)])
+    return Subscriptions(
+        ids=np.concatenate([p.ids for p in parts]),
+        points=EdgePoints(np.concatenate([p.points.edge for p in parts]),
+                          np.concatenate([p.points.offset for p in parts])),
+        alpha=np.concatenate([p.alpha for p in parts]),
+        tau=np.concatenate([p.tau for p in parts]),
+        kw_ptr=ptr.astype(np.int64),
+        kw_terms=np.concatenate([p.kw_terms for p in parts]).astype(np.int32),
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class Messages(KeywordRows):
     """A batch of messages as arrays (see :class:`Subscriptions` for the keyword CSR)."""
@@ -213,7 +241,7 @@ class Messages(KeywordRows):
             raise InvalidMessageError(msg)
         dup = _duplicates(self.ids)
         if dup.any():
-            msg = f"invalid messages: duplicate ids: {_ids(self.ids, dup)}"
+            msg = f"invalid messages: duplicate ids: {describe_ids(self.ids, dup)}"
             raise InvalidMessageError(msg)
 
     @classmethod
@@ -222,20 +250,6 @@ class Messages(KeywordRows):
         """Build from keyword strings; terms unknown to ``weights`` are dropped."""
         ptr, terms = keyword_csr(keywords, weights, add=False)
         return cls(np.asarray(ids, dtype=np.int64), points, ptr, terms)
-
-
-def _take_csr(ptr: IntArray, values: npt.NDArray[np.int32], rows: IntArray
-              ) -> tuple[IntArray, npt.NDArray[np.int32]]:
-    # Compiled: the vectorised gather made three keyword-sized int64 temporaries (600 MB
-    # at 10M subscriptions). Rows are bounds-checked here, before the kernel reads them.
-    from index.build_kernels import take_csr_kernel
-
-    if rows.size and (int(rows.min()) < -(ptr.size - 1) or int(rows.max()) >= ptr.size - 1):
-        msg = f"row index out of range for {ptr.size - 1} rows"
-        raise IndexError(msg)
-    rows = np.where(rows < 0, rows + (ptr.size - 1), rows)
-    return take_csr_kernel(np.ascontiguousarray(ptr, dtype=np.int64), values,
-                           np.ascontiguousarray(rows, dtype=np.int64))
 
 
 def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
@@ -248,7 +262,7 @@ def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
     return np.isin(ids, repeated)
 
 
-def _ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:
+def describe_ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:
     from roadnet.errors import describe_rows
 
     bad = ids[mask]

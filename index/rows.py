@@ -20,21 +20,23 @@ import pyarrow.compute as pc
 from pyproj import CRS, Transformer
 
 from index.geofiles import geometry_to_lonlat, keywords_from_text
+from index.kinds import KIND_CODES, KIND_THRESHOLD, SUBSCRIPTION_KIND_NAMES
+from index.model import InvalidSubscriptionError
 from index.tables import ErrorType, read_table
 from index.terms import TermWeights
 from roadnet.errors import InvalidLocationError, describe_rows
 from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
 from roadnet.network import RoadNetwork
 
-__all__ = ["keyword_term_csr"]
+__all__ = ["keyword_term_csr", "refuse_other_kinds"]
 
 
-def _column(table: pa.Table, name: str) -> pa.Array:
+def column(table: pa.Table, name: str) -> pa.Array:
     col = table.column(name)
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _is_numeric(t: pa.DataType) -> bool:
+def is_numeric(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
 
 
@@ -42,9 +44,9 @@ def _is_int(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_null(t))
 
 
-def _is_string(t: pa.DataType) -> bool:
+def is_string(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
-        return _is_string(t.value_type)
+        return is_string(t.value_type)
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
 
 
@@ -52,11 +54,11 @@ def _is_keyword_list(t: pa.DataType) -> bool:
     if pa.types.is_null(t):
         return True
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _is_string(t.value_type)
+        return is_string(t.value_type)
     return False
 
 
-def _float_values(arr: pa.Array) -> npt.NDArray[np.float64]:
+def float_values(arr: pa.Array) -> npt.NDArray[np.float64]:
     """Numeric column as float64 with NaN for nulls."""
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan)
@@ -65,7 +67,7 @@ def _float_values(arr: pa.Array) -> npt.NDArray[np.float64]:
                     dtype=np.float64, copy=True)
 
 
-def _int_values(arr: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def int_values(arr: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Integer column as int64 (0 for nulls) and its null mask."""
     if pa.types.is_null(arr.type):
         return np.zeros(len(arr), np.int64), np.ones(len(arr), dtype=bool)
@@ -74,7 +76,7 @@ def _int_values(arr: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bo
     return np.array(values, dtype=np.int64, copy=True), null
 
 
-def _check_columns(table: pa.Table, path: Path, error: ErrorType, *, kind: str,
+def check_columns(table: pa.Table, path: Path, error: ErrorType, *, kind: str,
                    extra: Sequence[str]) -> tuple[bool, bool]:
     """Raise for missing or mistyped columns; returns (has u/v/offset, has lon/lat)."""
     cols = set(table.column_names)
@@ -91,12 +93,12 @@ def _check_columns(table: pa.Table, path: Path, error: ErrorType, *, kind: str,
         "keywords": (_is_keyword_list, "list<string>"),
     }
     for c in extra:
-        expect[c] = (_is_numeric, "float")
+        expect[c] = (is_numeric, "float")
     if has_uv:
         expect.update({"u": (_is_int, "integer"), "v": (_is_int, "integer"),
-                       "offset": (_is_numeric, "float")})
+                       "offset": (is_numeric, "float")})
     if has_ll:
-        expect.update({"lon": (_is_numeric, "float"), "lat": (_is_numeric, "float")})
+        expect.update({"lon": (is_numeric, "float"), "lat": (is_numeric, "float")})
     wrong = [f"{c} is {table.schema.field(c).type}, expected {want}"
              for c, (ok, want) in expect.items() if not ok(table.schema.field(c).type)]
     if wrong:
@@ -105,12 +107,12 @@ def _check_columns(table: pa.Table, path: Path, error: ErrorType, *, kind: str,
     return has_uv, has_ll
 
 
-def _names(labels: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> str:
+def label_names(labels: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> str:
     rows = np.flatnonzero(mask)
     return describe_rows(labels[rows[:10]].tolist(), total=int(rows.size))
 
 
-def _row_labels(ids: npt.NDArray[np.int64], null: npt.NDArray[np.bool_]) -> npt.NDArray[Any]:
+def row_labels(ids: npt.NDArray[np.int64], null: npt.NDArray[np.bool_]) -> npt.NDArray[Any]:
     """Ids as labels for messages; rows without an id are called ``row N``."""
     if not null.any():
         return ids
@@ -121,7 +123,7 @@ def _row_labels(ids: npt.NDArray[np.int64], null: npt.NDArray[np.bool_]) -> npt.
 
 
 # ---------------------------------------------------------------------------- locations
-def _read_locations(
+def read_locations(
     table: pa.Table,
     network: RoadNetwork,
     labels: npt.NDArray[Any],
@@ -137,18 +139,18 @@ def _read_locations(
     offset = np.zeros(n, dtype=np.float64)
     use_uv = np.zeros(n, dtype=bool)
     if has_uv:
-        u, u_null = _int_values(_column(table, "u"))
-        v, v_null = _int_values(_column(table, "v"))
-        off = _float_values(_column(table, "offset"))
+        u, u_null = int_values(column(table, "u"))
+        v, v_null = int_values(column(table, "v"))
+        off = float_values(column(table, "offset"))
         use_uv = ~u_null & ~v_null & np.isfinite(off)
     use_ll = np.zeros(n, dtype=bool)
     if has_ll:
-        lon = _float_values(_column(table, "lon"))
-        lat = _float_values(_column(table, "lat"))
+        lon = float_values(column(table, "lon"))
+        lat = float_values(column(table, "lat"))
         use_ll = ~use_uv & np.isfinite(lon) & np.isfinite(lat)
     missing = ~(use_uv | use_ll)
     if missing.any():
-        problems.append(f"missing or NaN location: ids {_names(labels, missing)}")
+        problems.append(f"missing or NaN location: ids {label_names(labels, missing)}")
     near_xy = _projected(network, lon, lat) if has_ll else None
     if use_uv.any():
         rows = np.flatnonzero(use_uv)
@@ -160,7 +162,8 @@ def _read_locations(
             # Diagnose: unknown node ids first, then whatever the rest breaks.
             unknown = (network.node_index(u[rows]) < 0) | (network.node_index(v[rows]) < 0)
             if unknown.any():
-                problems.append(f"unknown node ids in u/v: ids {_names(labels[rows], unknown)}")
+                problems.append(f"unknown node ids in u/v: ids "
+                                f"{label_names(labels[rows], unknown)}")
                 rows = rows[~unknown]
             try:
                 locate_uv(network, u[rows], v[rows], off[rows], labels=labels[rows])
@@ -175,7 +178,8 @@ def _read_locations(
         rows = np.flatnonzero(use_ll)
         bad = (np.abs(lon[rows]) > 180) | (np.abs(lat[rows]) > 90)
         if bad.any():
-            problems.append(f"lon/lat outside the valid range: ids {_names(labels[rows], bad)}")
+            problems.append(f"lon/lat outside the valid range: ids "
+                            f"{label_names(labels[rows], bad)}")
             rows = rows[~bad]
         assert near_xy is not None  # has_ll holds wherever use_ll does
         try:
@@ -229,23 +233,24 @@ def _check_uv_against_lonlat(
         problems.append(
             f"u/v/offset more than {limit:g} m from the row's own lon/lat (a file written "
             f"for another network? largest gap {gap[far].max():,.0f} m): ids "
-            f"{_names(labels[given], far)}")
+            f"{label_names(labels[given], far)}")
 
 
 # ---------------------------------------------------------------------------- keywords
-def _keyword_rows(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
+def keyword_rows(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
                   ) -> tuple[npt.NDArray[np.int64], pa.Array]:
     """Per-row keyword counts (as in the file) and the flat keyword strings."""
-    col = _column(table, "keywords")
+    col = column(table, "keywords")
     n = len(col)
     if pa.types.is_null(col.type):
-        problems.append(f"missing or empty keyword list: ids {_names(labels, np.ones(n, bool))}")
+        problems.append(f"missing or empty keyword list: ids "
+                        f"{label_names(labels, np.ones(n, bool))}")
         return np.zeros(n, np.int64), pa.array([], pa.string())
     lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(
         zero_copy_only=False), dtype=np.int64)
     empty = lengths == 0
     if empty.any():
-        problems.append(f"missing or empty keyword list: ids {_names(labels, empty)}")
+        problems.append(f"missing or empty keyword list: ids {label_names(labels, empty)}")
     values = pc.list_flatten(col)
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
@@ -260,7 +265,8 @@ def _keyword_rows(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
         row_of = np.repeat(np.arange(n), lengths)
         bad_rows = np.zeros(n, dtype=bool)
         bad_rows[row_of[bad_value]] = True
-        problems.append(f"null, empty or white-space-only keywords: ids {_names(labels, bad_rows)}")
+        problems.append(f"null, empty or white-space-only keywords: ids "
+                        f"{label_names(labels, bad_rows)}")
     return lengths, values
 
 
@@ -320,11 +326,12 @@ def keyword_term_csr(lengths: npt.NDArray[np.int64], values: pa.Array,
     return ptr, (key % vocab).astype(np.int32)
 
 
-def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    ids, null = _int_values(_column(table, "id"))
-    labels = _row_labels(ids, null)
+def read_ids(table: pa.Table, problems: list[str]
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    ids, null = int_values(column(table, "id"))
+    labels = row_labels(ids, null)
     if null.any():
-        problems.append(f"missing ids: {_names(labels, null)}")
+        problems.append(f"missing ids: {label_names(labels, null)}")
     _, inverse, counts = np.unique(ids[~null], return_inverse=True, return_counts=True)
     dup = np.zeros(ids.size, dtype=bool)
     dup[~null] = counts[inverse] > 1
@@ -334,24 +341,24 @@ def _ids(table: pa.Table, problems: list[str]) -> tuple[npt.NDArray[np.int64], n
     return ids, labels
 
 
-def _keywords_and_places(table: pa.Table, network: RoadNetwork, labels: npt.NDArray[Any],
+def keywords_and_places(table: pa.Table, network: RoadNetwork, labels: npt.NDArray[Any],
                          problems: list[str], *, has_uv: bool, has_ll: bool,
                          max_snap_m: float) -> tuple[npt.NDArray[np.int64], pa.Array, EdgePoints]:
     """Keyword counts and strings, and edge points, of every row (problems appended)."""
-    lengths, values = _keyword_rows(table, labels, problems)
-    points = _read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
+    lengths, values = keyword_rows(table, labels, problems)
+    points = read_locations(table, network, labels, problems, has_uv=has_uv, has_ll=has_ll,
                              max_snap_m=max_snap_m)
     return lengths, values, points
 
 
-def _raise_problems(problems: list[str], error: ErrorType, what: str) -> None:
+def raise_problems(problems: list[str], error: ErrorType, what: str) -> None:
     if problems:
         msg = f"{what}: " + "; ".join(problems)
         raise error(msg)
 
 
 @contextmanager
-def _arrow_errors(path: Path, error: ErrorType) -> Iterator[None]:
+def arrow_errors(path: Path, error: ErrorType) -> Iterator[None]:
     """Turn an Arrow error while reading ``path``'s columns into ``error`` naming the file.
 
     The checks above name the usual problems; a value Arrow itself refuses (an unsigned id
@@ -364,8 +371,80 @@ def _arrow_errors(path: Path, error: ErrorType) -> Iterator[None]:
         raise error(msg) from exc
 
 
-def _read_rows(path: Path, error: ErrorType) -> pa.Table:
+def read_rows(path: Path, error: ErrorType) -> pa.Table:
     """A subscriptions or messages file as a table with the file columns: a GeoParquet
     geometry becomes lon/lat, a CSV cell of keywords a list."""
     table = geometry_to_lonlat(read_table(path, error=error), path, error)
     return keywords_from_text(table) if path.suffix.lower() == ".csv" else table
+
+
+# ---------------------------------------------------------------------- kind columns
+def kind_codes(table: pa.Table, labels: npt.NDArray[Any], problems: list[str]
+                ) -> npt.NDArray[np.int8]:
+    """Kind of each row as an index of SUBSCRIPTION_KIND_NAMES (null: threshold)."""
+    n = table.num_rows
+    if "kind" not in table.column_names:
+        return np.zeros(n, dtype=np.int8)
+    col = column(table, "kind")
+    if not is_string(col.type):
+        msg = f"kind is {col.type}, expected string"
+        raise InvalidSubscriptionError(msg)
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    values = pc.cast(col, pa.string()).to_pylist() if not pa.types.is_null(col.type) \
+        else [None] * n
+    codes = np.array([KIND_CODES.get(v if v is not None else KIND_THRESHOLD, -1)
+                      for v in values], dtype=np.int8)
+    bad = codes < 0
+    if bad.any():
+        problems.append(f"kind not one of {', '.join(SUBSCRIPTION_KIND_NAMES)}: ids "
+                        f"{label_names(labels, bad)}")
+    return codes
+
+
+def optional_floats(table: pa.Table, path: Path) -> dict[str, npt.NDArray[np.float64]]:
+    """alpha, tau, radius, k as float64 (NaN for null or absent), types checked."""
+    out: dict[str, npt.NDArray[np.float64]] = {}
+    wrong = []
+    for name in ("alpha", "tau", "radius", "k"):
+        if name not in table.column_names:
+            out[name] = np.full(table.num_rows, np.nan)
+            continue
+        arr = column(table, name)
+        if not is_numeric(arr.type):
+            wrong.append(f"{name} is {arr.type}, expected a number")
+            continue
+        out[name] = float_values(arr)
+    if wrong:
+        msg = f"invalid subscriptions in {path}: wrong column types: {'; '.join(wrong)}"
+        raise InvalidSubscriptionError(msg)
+    return out
+
+
+def refuse_other_kinds(table: pa.Table, path: Path) -> None:
+    """Raise when a table read as threshold subscriptions holds another kind.
+
+    For :func:`index.io.read_subscriptions`, which reads threshold subscriptions only: a
+    boolean or top-k row, or a radius or k on a threshold row, is named rather than lost.
+    """
+    if not ({"kind", "radius", "k"} & set(table.column_names)):
+        return
+    problems: list[str] = []
+    ids, null = int_values(column(table, "id")) if "id" in table.column_names \
+        else (np.arange(table.num_rows), np.zeros(table.num_rows, bool))
+    labels = row_labels(ids, null)
+    kind = kind_codes(table, labels, problems)
+    other = kind > 0
+    if other.any():
+        problems.append("boolean or top-k subscriptions (read the file with "
+                        "index.read_subscription_set, or match it with 'roadpubsub "
+                        f"match'): ids {label_names(labels, other)}")
+    f = optional_floats(table, path)
+    for name in ("radius", "k"):
+        bad = (kind == 0) & ~np.isnan(f[name])
+        if bad.any():
+            problems.append(f"{name} on a threshold subscription: ids "
+                            f"{label_names(labels, bad)}")
+    if problems:
+        msg = f"invalid subscriptions in {path}: " + "; ".join(problems)
+        raise InvalidSubscriptionError(msg)

@@ -32,7 +32,7 @@ PathLike = str | os.PathLike[str]
 ErrorType = type[ValueError]
 
 
-def _write_table(table: pa.Table, path: PathLike) -> Path:
+def write_table(table: pa.Table, path: PathLike) -> Path:
     """Write ``table`` atomically as Parquet, or JSON Lines for a ``.jsonl``/``.json`` path."""
     return write_tables({Path(path): table})[0]
 

@@ -36,14 +36,7 @@ import numpy.typing as npt
 
 from index.io import messages_table, subscriptions_table, weights_table, write_tables
 from index.model import Messages, Subscriptions
-from index.pois import (
-    OSM_POI_TAGS,
-    POIs,
-    find_poi_source,
-    load_pois,
-    read_li_pois,
-    read_osm_pois,
-)
+from index.pois import POIs
 from index.terms import TermWeights
 from index.text import read_tweet_tokens
 from roadnet.errors import InputError
@@ -51,22 +44,15 @@ from roadnet.locations import EdgePoints, locate_uv
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS, shared_data_dir
 
-# The POI names stay importable from here (notebooks and tests use this path).
 __all__ = [
     "MESSAGE_KEYWORDS",
-    "OSM_POI_TAGS",
     "SUBSCRIPTION_KEYWORDS",
     "TAU_MIN",
-    "POIs",
     "Workload",
     "default_tweets_path",
-    "find_poi_source",
     "generate_workload",
     "hotspot",
     "keyword_histogram",
-    "load_pois",
-    "read_li_pois",
-    "read_osm_pois",
     "write_workload",
 ]
 

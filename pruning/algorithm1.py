@@ -29,6 +29,8 @@ from pruning.kernel_args import (
     EdgeArrays,
     EiaCellArrays,
     LayoutArrays,
+    MatchLimits,
+    MessageProbe,
     ScratchArrays,
     SlotArrays,
 )
@@ -241,14 +243,16 @@ def edge_record(bbox: FloatArray, din_out: FloatArray, min_alpha: FloatArray,
 
 @numba.njit(cache=True, nogil=True)
 def _scan_postings(  # pragma: no cover - compiled
-    n_pass: int, n: int, m_cell: int, m_x: float, m_y: float, m_din_in: float,
-    kappa: float, D_col: FloatArray, eta_col: FloatArray, layout: LayoutArrays,
-    slots: SlotArrays, slack_abs: float, slack_rel: float, scratch: ScratchArrays, tag: int,
+    n_pass: int, n: int, probe: MessageProbe, bounds: BoundArrays, layout: LayoutArrays,
+    slots: SlotArrays, limits: MatchLimits, scratch: ScratchArrays, tag: int,
     counters: IntArray,
 ) -> int:
     """Lemma 6 over the postings of the first ``n_pass`` passing edge groups of
     :func:`eia_candidates` (``scratch.pass_eg``, their cells and edge bounds), in order;
     returns the new candidate count."""
+    m_cell, m_x, m_y, m_din_in = probe.cell, probe.x, probe.y, probe.din_in
+    kappa, D_col, eta_col = bounds.kappa, bounds.D_t[m_cell], bounds.eta_t[m_cell]
+    slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
     eg_start, post_slot, post_value = layout.eg_start, layout.post_slot, layout.post_value
     slot_point, slot_active = slots.record, slots.active
     pass_eg, pass_cell, pass_lb = scratch.pass_eg, scratch.pass_cell, scratch.pass_lb
@@ -297,17 +301,16 @@ def _scan_postings(  # pragma: no cover - compiled
 
 @numba.njit(cache=True)
 def eia_candidates(  # pragma: no cover - compiled
-    m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
-    bounds: BoundArrays, cells: EiaCellArrays, edges: EdgeArrays, layout: LayoutArrays,
-    slots: SlotArrays, dmax: float, slack_abs: float, slack_rel: float,
-    scratch: ScratchArrays, stamp: int, counters: IntArray,
+    probe: MessageProbe, bounds: BoundArrays, cells: EiaCellArrays, edges: EdgeArrays,
+    layout: LayoutArrays, slots: SlotArrays, limits: MatchLimits, scratch: ScratchArrays,
+    stamp: int, counters: IntArray,
 ) -> int:
     """EIA pruning for one message; returns the number of candidates in ``scratch.cand``.
 
-    The message is given by its cell, position (m), din_in (m) and term slots (0 the
-    wildcard, t + 1 for term t). ``scratch.cand_dnub[j]`` receives the largest DNUB(s|t)
-    of candidate j over the shared prefix keywords t that passed (Lemma 6), which bounds
-    the verification search. The edge groups of each IL(ci|t) must come DNUB-descending
+    The message is ``probe`` (its cell, position, din_in and term slots).
+    ``scratch.cand_dnub[j]`` receives the largest DNUB(s|t) of candidate j over the shared
+    prefix keywords t that passed (Lemma 6), which bounds the verification search. The edge
+    groups of each IL(ci|t) must come DNUB-descending
     (``build_posting_layout(..., edges_by_value=True)``): the scan of a list stops at the
     first one below dNmin(ci, m). ``scratch.mark[s]`` at least ``stamp << MARK_SHIFT``
     marks a slot already taken for this message, and its low bits give its candidate
@@ -315,6 +318,9 @@ def eia_candidates(  # pragma: no cover - compiled
     candidate j (``scratch.cand[j]``; the same for every posting of its slot), so that
     verification can drop a candidate whose exact distance limit lies below it.
     """
+    m_cell, m_x, m_y, m_din_in, m_term_slots = (probe.cell, probe.x, probe.y, probe.din_in,
+                                                probe.term_slots)
+    slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
     kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
     D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
     cell_dn_limit = cells.dn_limit
@@ -392,13 +398,12 @@ def eia_candidates(  # pragma: no cover - compiled
                 pass_lb[n_pass] = lbe
                 n_pass += 1
                 if n_pass == pass_eg.size:
-                    n = _scan_postings(n_pass, n, m_cell, m_x, m_y, m_din_in, kappa, D_col,
-                                       eta_col, layout, slots, slack_abs, slack_rel, scratch,
-                                       tag, counters)
+                    n = _scan_postings(n_pass, n, probe, bounds, layout, slots, limits,
+                                       scratch, tag, counters)
                     n_pass = 0
     if n_pass > 0:
-        n = _scan_postings(n_pass, n, m_cell, m_x, m_y, m_din_in, kappa, D_col, eta_col,
-                           layout, slots, slack_abs, slack_rel, scratch, tag, counters)
+        n = _scan_postings(n_pass, n, probe, bounds, layout, slots, limits, scratch, tag,
+                           counters)
     for c in range(n_cells):
         if cell_state[c] == 2:
             counters[CELLS_PRUNED_LEMMA4] += 1
@@ -410,10 +415,9 @@ def eia_candidates(  # pragma: no cover - compiled
 
 @numba.njit(cache=True)
 def bia_candidates(  # pragma: no cover - compiled
-    m_cell: int, m_x: float, m_y: float, m_din_in: float, m_term_slots: IntArray,
-    bounds: BoundArrays, cells: BiaCellArrays, edges: EdgeArrays, layout: LayoutArrays,
-    slots: SlotArrays, dmax: float, slack_abs: float, slack_rel: float,
-    scratch: ScratchArrays, stamp: int, counters: IntArray,
+    probe: MessageProbe, bounds: BoundArrays, cells: BiaCellArrays, edges: EdgeArrays,
+    layout: LayoutArrays, slots: SlotArrays, limits: MatchLimits, scratch: ScratchArrays,
+    stamp: int, counters: IntArray,
 ) -> int:
     """BIAB pruning for one message; returns the number of candidates in ``scratch.cand``.
 
@@ -423,6 +427,9 @@ def bia_candidates(  # pragma: no cover - compiled
     candidate (BIA keeps no per-subscription bound). The message is given as to
     :func:`eia_candidates`.
     """
+    m_cell, m_x, m_y, m_din_in, m_term_slots = (probe.cell, probe.x, probe.y, probe.din_in,
+                                                probe.term_slots)
+    dmax, slack_abs, slack_rel = limits.dmax, limits.slack_abs, limits.slack_rel
     kappa, cell_bbox = bounds.kappa, bounds.cell_bbox
     D_col, eta_col = bounds.D_t[m_cell], bounds.eta_t[m_cell]
     cell_min_alpha, cell_max_alpha, cell_min_tau_e = (cells.min_alpha, cells.max_alpha,

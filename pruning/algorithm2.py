@@ -7,12 +7,14 @@ a candidate leaves by is settled, or every unsettled one is farther than its can
 limit. A candidate's distance is then exact whenever it is within its limit; beyond it the
 candidate cannot be delivered and gets ``inf``. The expansion keeps its frontier in
 buckets of ``bucket_width_m`` metres rather than a heap (Dial's algorithm, exact: see
-:func:`~roadnet.distance.bucket_dijkstra_kernel`); the reference matcher keeps the heap, so
+:func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); the reference matcher keeps the heap, so
 the two check each other. Candidates are scored with the kernels of
 :mod:`pruning.similarity`, from the exact TSIM the matcher computed while setting limits.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -20,45 +22,58 @@ import numpy.typing as npt
 
 from pruning.kernel_args import GraphArrays
 from pruning.similarity import delivered_kernel, sim_kernel
-from roadnet.distance import (
+from roadnet.dijkstra_kernels import (
+    BucketQueue,
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
     bucket_dijkstra_kernel,
     dijkstra_kernel,
     distance_to_target_kernel,
     reset_kernel,
 )
 
-__all__ = ["score_candidates", "verify_candidates", "verify_known"]
+__all__ = ["VerifySearch", "score_candidates", "verify_candidates", "verify_known"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+class VerifySearch(NamedTuple):
+    """What one verification search runs on: the reversed arcs, chain edges and dead ends
+    (``net``), a :class:`~roadnet.distance.NodeSearch` workspace on them (``ws``, restored
+    on return), the bucket queue (``queue``; a search it cannot hold runs on the heap, with
+    the same distances) and the targets' scratch (``target_nodes``/``target_limits``, at
+    least twice as long as a call's candidates)."""
+
+    net: GraphArrays
+    ws: SearchWorkspace
+    queue: BucketQueue
+    target_nodes: IntArray
+    target_limits: FloatArray
+
+
 @numba.njit(cache=True, nogil=True)
 def verify_candidates(  # pragma: no cover - compiled
-    net: GraphArrays,
-    ws: tuple,
-    m_edge: int, m_offset: float,
+    search: VerifySearch, m_edge: int, m_offset: float,
     cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
-    n_cand: int, target_nodes: IntArray, target_limits: FloatArray, out_dist: FloatArray,
-    buckets: tuple, bucket_width: float,
+    n_cand: int, out_dist: FloatArray,
 ) -> int:
     """Distances from the first ``n_cand`` candidates to the message; returns nodes settled.
 
-    ``net`` holds the reversed arcs and their dead ends (:func:`~roadnet.distance.dead_ends`);
-    ``ws`` = a
-    :class:`~roadnet.distance.NodeSearch` workspace, restored on return.
-    ``target_nodes``/``target_limits`` are scratch buffers of length >= 2 * n_cand.
-    ``buckets`` = (bucket heads, entry links) of
-    :func:`~roadnet.distance.bucket_dijkstra_kernel`, which runs the search with buckets
-    of ``bucket_width`` metres; where it cannot (too few buckets or entries), the heap
-    kernel does, with the same distances.
+    The message stands at (``m_edge``, ``m_offset``); candidate i at (``cand_edge[i]``,
+    ``cand_offset[i]``) with the largest distance of interest ``cand_limit[i]`` (m).
+    ``search.target_nodes``/``target_limits`` must hold at least 2 * n_cand entries. The
+    search runs on buckets of ``search.queue.width`` metres
+    (:func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); where it cannot (too few
+    buckets or entries), the heap kernel does, with the same distances.
     """
-    indptr, indices, weights = net.indptr, net.indices, net.weights
+    net, ws = search.net, search.ws
+    target_nodes, target_limits = search.target_nodes, search.target_limits
+    graph = SearchGraph(net.indptr, net.indices, net.weights, net.dead_end_to)
     edge_u, edge_v, edge_length, edge_twoway = (net.edge_u, net.edge_v, net.edge_length,
                                                 net.edge_twoway)
-    dead_end_to = net.dead_end_to
-    dist, target_ws, heap_d, heap_n, touched = ws
-    bucket_head, entry_next = buckets
+    dist, touched = ws.dist, ws.touched
     if n_cand == 0:
         return 0
     n_t = 0
@@ -85,16 +100,12 @@ def verify_candidates(  # pragma: no cover - compiled
         seeds[1] = edge_v[m_edge]
         seed_d[1] = edge_length[m_edge] - m_offset
         n_seeds = 2
-    n_touched, n_settled, ok = bucket_dijkstra_kernel(
-        indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
-        target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n, touched,
-        dead_end_to, bucket_head, entry_next, bucket_width)
+    query = SearchQuery(seeds[:n_seeds], seed_d[:n_seeds], limit, target_nodes[:n_t],
+                        target_limits[:n_t])
+    n_touched, n_settled, ok = bucket_dijkstra_kernel(graph, query, ws, search.queue)
     if not ok:
         reset_kernel(dist, touched, n_touched)
-        n_touched, n_settled = dijkstra_kernel(
-            indptr, indices, weights, seeds[:n_seeds], seed_d[:n_seeds], limit,
-            target_nodes[:n_t], target_limits[:n_t], dist, target_ws, heap_d, heap_n,
-            touched, dead_end_to)
+        n_touched, n_settled = dijkstra_kernel(graph, query, ws)
     for i in range(n_cand):
         d = distance_to_target_kernel(dist, cand_edge[i], cand_offset[i], edge_u, edge_v,
                                       edge_length, edge_twoway, m_edge, m_offset)
@@ -131,10 +142,9 @@ def score_candidates(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def verify_known(  # pragma: no cover - compiled
-    net: GraphArrays, ws: tuple, m_edge: IntArray, m_offset: FloatArray, ptr: IntArray,
+    search: VerifySearch, m_edge: IntArray, m_offset: FloatArray, ptr: IntArray,
     cand_edge: npt.NDArray[np.int32], cand_offset: FloatArray, cand_limit: FloatArray,
-    target_nodes: IntArray, target_limits: FloatArray, out_dist: FloatArray,
-    buckets: tuple, bucket_width: float,
+    out_dist: FloatArray,
 ) -> int:
     """The verification floor: :func:`verify_candidates` for each message j with only the
     points ``ptr[j]:ptr[j + 1]`` as candidates, each limited to its own distance (a
@@ -143,8 +153,7 @@ def verify_known(  # pragma: no cover - compiled
     settled = 0
     for j in range(m_edge.size):
         a = ptr[j]
-        settled += verify_candidates(net, ws, m_edge[j], m_offset[j], cand_edge[a:],
+        settled += verify_candidates(search, m_edge[j], m_offset[j], cand_edge[a:],
                                      cand_offset[a:], cand_limit[a:], ptr[j + 1] - a,
-                                     target_nodes, target_limits, out_dist[a:], buckets,
-                                     bucket_width)
+                                     out_dist[a:])
     return settled

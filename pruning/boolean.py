@@ -50,10 +50,11 @@ from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds
-from pruning.algorithm2 import verify_candidates, verify_known
+from pruning.algorithm2 import VerifySearch, verify_candidates, verify_known
 from pruning.deliveries import Deliveries
 from pruning.indexed import default_threads
 from pruning.kernel_args import GraphArrays, MessageArrays
+from roadnet.dijkstra_kernels import BucketQueue
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
 from roadnet.locations import point_xy
@@ -199,8 +200,8 @@ def _collect(  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _match_boolean(  # pragma: no cover - compiled
     start: int, stop: int, msg: MessageArrays, cb: CellBoundArrays,
-    lay: BooleanPostingArrays, net: GraphArrays, ws: tuple, buckets: tuple,
-    bucket_width: float, sc: VerifyScratch, out: BooleanOutput, n_out: int,
+    lay: BooleanPostingArrays, search: VerifySearch, sc: VerifyScratch, out: BooleanOutput,
+    n_out: int,
 ) -> tuple[int, int]:
     """Match messages ``start`` .. ``stop - 1`` into ``out`` from ``n_out`` on, while the
     output has room for every candidate; returns (next message, new end of the output)."""
@@ -226,9 +227,8 @@ def _match_boolean(  # pragma: no cover - compiled
         n_found = 0
         if n_cand > 0:
             out.stats[1] += verify_candidates(
-                net, ws, msg.chain[i], msg.chain_offset[i], sc.cand_edge, sc.cand_offset,
-                sc.cand_limit, n_cand, sc.t_nodes, sc.t_limits, sc.cand_dist, buckets,
-                bucket_width)
+                search, msg.chain[i], msg.chain_offset[i], sc.cand_edge, sc.cand_offset,
+                sc.cand_limit, n_cand, sc.cand_dist)
             for j in range(n_cand):
                 d = sc.cand_dist[j]
                 if d <= sc.cand_limit[j]:
@@ -265,7 +265,7 @@ def _place(  # pragma: no cover - compiled
 
 def verification_graph(spatial: SpatialIndex, *, dmax_m: float,
                        bucket_width_m: float = DEFAULTS.bucket_width_m
-                       ) -> tuple[NodeSearch, GraphArrays, tuple[I64, I64]]:
+                       ) -> tuple[NodeSearch, GraphArrays, BucketQueue]:
     """A reverse search on the spatial index's chain graph, its arrays and bucket queue."""
     search = NodeSearch(spatial.graph, reverse=True)
     adj = search.adjacency
@@ -273,8 +273,9 @@ def verification_graph(spatial: SpatialIndex, *, dmax_m: float,
     net = GraphArrays(adj.indptr, adj.indices, adj.weights, g.edge_u, g.edge_v, g.edge_length,
                       g.edge_twoway, dead_ends(adj))
     n_buckets = min(int(dmax_m / bucket_width_m) + 3, 1 << 22)
-    buckets = (np.empty(n_buckets, dtype=np.int64),
-               np.empty(search.workspace()[2].size, dtype=np.int64))
+    buckets = BucketQueue(np.empty(n_buckets, dtype=np.int64),
+                          np.empty(search.workspace().heap_d.size, dtype=np.int64),
+                          float(bucket_width_m))
     return search, net, buckets
 
 
@@ -378,15 +379,15 @@ class BooleanIndexMatcher:
     def _run_lane(self, k: int, msg: MessageArrays, msg_count: I64,
                   runs: Iterator[tuple[int, int]]) -> list[tuple[int, int, I64, F]]:
         search, buckets, scratch, out_id, out_dist = self._lane(k)
-        ws = search.workspace()
+        verify = VerifySearch(self._net, search.workspace(), buckets, scratch.t_nodes,
+                              scratch.t_limits)
         out = BooleanOutput(msg_count, out_id, out_dist, np.zeros(3, np.int64))
         found = []
         for a, b in runs:
             start = a
             while start < b:
-                stop, n_out = _match_boolean(start, b, msg, self._cb, self._lay, self._net,
-                                             ws, buckets, self.bucket_width_m, scratch, out,
-                                             0)
+                stop, n_out = _match_boolean(start, b, msg, self._cb, self._lay, verify,
+                                             scratch, out, 0)
                 found.append((start, stop, out_id[:n_out].copy(), out_dist[:n_out].copy()))
                 start = stop
         with self._stats_lock:
@@ -437,12 +438,11 @@ class BooleanIndexMatcher:
         out = np.empty(limit.size)
         m_edge = mf.chain.astype(np.int64)
         c_edge, c_off = self.index.post_chain[post], self.index.post_chain_offset[post]
-        ws = search.workspace()
+        verify = VerifySearch(self._net, search.workspace(), buckets, t_nodes, t_limits)
         for n_msg in (0, n):  # no message first: compiles outside the timing
             t0 = time.perf_counter()
-            settled = verify_known(self._net, ws, m_edge[:n_msg], mf.chain_offset[:n_msg],
-                                   ptr[:n_msg + 1], c_edge, c_off, limit, t_nodes, t_limits,
-                                   out, buckets, self.bucket_width_m)
+            settled = verify_known(verify, m_edge[:n_msg], mf.chain_offset[:n_msg],
+                                   ptr[:n_msg + 1], c_edge, c_off, limit, out)
         seconds = time.perf_counter() - t0
         if not np.array_equal(out, limit):
             msg = "verification_floor: a delivered distance differs from the floor's search"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -39,7 +39,7 @@ from pruning.algorithm1 import (
     eia_candidates,
     network_lower_bound,
 )
-from pruning.algorithm2 import score_candidates, verify_candidates
+from pruning.algorithm2 import VerifySearch, score_candidates, verify_candidates
 from pruning.deliveries import Deliveries
 from pruning.kernel_args import (
     BiaCellArrays,
@@ -48,8 +48,12 @@ from pruning.kernel_args import (
     EdgeArrays,
     EiaCellArrays,
     GraphArrays,
+    IndexArrays,
+    LaneArrays,
     LayoutArrays,
+    MatchLimits,
     MessageArrays,
+    MessageProbe,
     OutputArrays,
     QueueArrays,
     ScratchArrays,
@@ -64,6 +68,7 @@ from pruning.lanes import (
 )
 from pruning.similarity import tsim_kernel
 from roadnet._prefetch import prefetch
+from roadnet.dijkstra_kernels import BucketQueue
 from roadnet.distance import NodeSearch, dead_ends
 from roadnet.errors import InputError
 from roadnet.network import spatial_order
@@ -114,12 +119,14 @@ class MatchStats:
 
 @numba.njit(cache=True, nogil=True)
 def _delta_candidates(  # pragma: no cover - compiled
-    m_cell: int, m_x: float, m_y: float, m_din: float, kappa: float, D_col: FloatArray,
-    eta_col: FloatArray, delta: DeltaArrays, term_mark: IntArray, stamp: int,
-    slack_abs: float, slack_rel: float, out_rows: IntArray, out_limit: FloatArray,
+    probe: MessageProbe, bounds: BoundArrays, delta: DeltaArrays, term_mark: IntArray,
+    stamp: int, limits: MatchLimits, out_rows: IntArray, out_limit: FloatArray,
 ) -> int:
     """Recent subscriptions passing Lemma 1 (distance <= DNlimit) and Lemma 3 (a shared
     keyword, or the wildcard)."""
+    m_cell, m_x, m_y, m_din = probe.cell, probe.x, probe.y, probe.din_in
+    kappa, D_col, eta_col = bounds.kappa, bounds.D_t[m_cell], bounds.eta_t[m_cell]
+    slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
     d_x, d_y, d_cell, d_din_out = delta.x, delta.y, delta.cell, delta.din_out
     d_limit, d_wild, d_kw_ptr, d_kw_terms = (delta.dn_limit, delta.wildcard, delta.kw_ptr,
                                              delta.kw_terms)
@@ -149,13 +156,9 @@ def _delta_candidates(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _match_batch(  # pragma: no cover - compiled
-    is_eia: bool, start: int, stop: int, order: IntArray,
-    msg: MessageArrays, bounds: BoundArrays, edges: EdgeArrays, lay: LayoutArrays,
-    eia_cells: EiaCellArrays, bia_cells: BiaCellArrays, slots: SlotArrays,
-    delta: DeltaArrays, net: GraphArrays, ws: tuple, buckets: tuple,
-    scratch: ScratchArrays, queue: QueueArrays, weights: FloatArray,
-    dmax: float, tolerance: float, slack_abs: float, slack_rel: float, stamp: int,
-    out: OutputArrays, n_out: int, stats: IntArray, bucket_width: float,
+    is_eia: bool, start: int, stop: int, order: IntArray, msg: MessageArrays,
+    index: IndexArrays, weights: FloatArray, limits: MatchLimits, search: VerifySearch,
+    lane: LaneArrays, stamp: int, n_out: int,
 ) -> tuple[int, int, int]:
     """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
@@ -164,12 +167,16 @@ def _match_batch(  # pragma: no cover - compiled
     stays in cache), scoring from the TSIM computed for the limits (a little faster than
     interleaving the phases per message; BENCHMARKS.md).
 
-    Returns (next position in ``order``, rows written, stamp); next == start means the
-    output buffers must grow. Statistics and output rows name messages by input index.
+    Returns (next position in ``order``, rows written to ``lane.out``, stamp); next ==
+    start means the output buffers must grow. Statistics (``lane.stats``, a row per
+    message) and output rows name messages by input index.
     """
+    bounds, slots, delta = index.bounds, index.slots, index.delta
+    scratch, queue, out, stats = lane.scratch, lane.queue, lane.out, lane.stats
+    dmax, tolerance = limits.dmax, limits.tolerance
+    slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
     m_chain, m_chain_offset, m_x, m_y = msg.chain, msg.chain_offset, msg.x, msg.y
     m_cell, m_din, m_kw_ptr, m_kw_terms = msg.cell, msg.din_in, msg.kw_ptr, msg.kw_terms
-    kappa, D_t, eta_t = bounds.kappa, bounds.D_t, bounds.eta_t
     s_rec, s_rec_int = slots.record, slots.record_int
     s_kw_ptr, s_kw_terms = slots.kw_ptr, slots.kw_terms
     d_chain, d_chain_offset, d_alpha, d_tau = (delta.chain, delta.chain_offset, delta.alpha,
@@ -178,7 +185,6 @@ def _match_batch(  # pragma: no cover - compiled
     cand, cand_dnub, cand_lb = scratch.cand, scratch.cand_dnub, scratch.cand_lb
     term_mark = scratch.term_mark
     term_slots, d_rows, d_lim = scratch.term_slots, scratch.d_rows, scratch.d_lim
-    t_nodes, t_limits = scratch.t_nodes, scratch.t_limits
     q_ptr, q_row, q_src, q_edge, q_off = (queue.ptr, queue.row, queue.src, queue.edge,
                                           queue.offset)
     q_lim, q_alpha, q_tau, q_tsim, q_dist = (queue.limit, queue.alpha, queue.tau, queue.tsim,
@@ -202,17 +208,14 @@ def _match_batch(  # pragma: no cover - compiled
             n_terms += 1
             if t < term_mark.size:
                 term_mark[t] = stamp
-        c = m_cell[i]
+        probe = MessageProbe(m_cell[i], m_x[i], m_y[i], m_din[i], term_slots[:n_terms])
         if is_eia:
-            n_main = eia_candidates(c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], bounds,
-                                    eia_cells, edges, lay, slots, dmax, slack_abs, slack_rel,
-                                    scratch, stamp, counters)
+            n_main = eia_candidates(probe, bounds, index.eia_cells, index.edges, index.layout,
+                                    slots, limits, scratch, stamp, counters)
         else:
-            n_main = bia_candidates(c, m_x[i], m_y[i], m_din[i], term_slots[:n_terms], bounds,
-                                    bia_cells, edges, lay, slots, dmax, slack_abs, slack_rel,
-                                    scratch, stamp, counters)
-        n_delta = _delta_candidates(c, m_x[i], m_y[i], m_din[i], kappa, D_t[c], eta_t[c],
-                                    delta, term_mark, stamp, slack_abs, slack_rel, d_rows,
+            n_main = bia_candidates(probe, bounds, index.bia_cells, index.edges, index.layout,
+                                    slots, limits, scratch, stamp, counters)
+        n_delta = _delta_candidates(probe, bounds, delta, term_mark, stamp, limits, d_rows,
                                     d_lim)
         counters[_CANDIDATES] += n_delta
         n_cand = n_main + n_delta
@@ -284,8 +287,8 @@ def _match_batch(  # pragma: no cover - compiled
         a = q_ptr[p - start]
         n = q_ptr[p - start + 1] - a
         stats[i][_SETTLED] = verify_candidates(
-            net, ws, m_chain[i], m_chain_offset[i], q_edge[a:], q_off[a:], q_lim[a:], n,
-            t_nodes, t_limits, q_dist[a:], buckets, bucket_width)
+            search, m_chain[i], m_chain_offset[i], q_edge[a:], q_off[a:], q_lim[a:], n,
+            q_dist[a:])
         before = n_out
         n_out = score_candidates(q_dist[a:], q_alpha[a:], q_tau[a:], q_tsim[a:], n, dmax,
                                  tolerance, out_row, out_dist, out_score, n_out)
@@ -306,12 +309,27 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Batch(NamedTuple):
+    """What every lane of one :meth:`IndexMatcher.match` call shares: the index's kind,
+    the batch's order and messages, the index's arrays, the term weights, the limits, the
+    verification graph and the per-message statistics."""
+
+    is_eia: bool
+    order: IntArray
+    msg: MessageArrays
+    arrays: IndexArrays
+    weights: FloatArray
+    limits: MatchLimits
+    net: GraphArrays
+    stats: IntArray
+
+
 @dataclass(eq=False)
 class _Lane:
     """What one matching thread owns: a search workspace, buckets and scratch arrays."""
 
     search: NodeSearch
-    buckets: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+    buckets: BucketQueue
     scratch: ScratchArrays | None = None
     queue: QueueArrays | None = None
     capacity: tuple[int, int, int] | None = None
@@ -409,8 +427,9 @@ class IndexMatcher:
             # (at most 4M, 32 MiB: a search needing more falls back to the heap, as one
             # needing more entries than the heap holds does).
             n_buckets = min(int(self.index.dmax_m / self.bucket_width_m) + 3, 1 << 22)
-            buckets = (np.empty(n_buckets, dtype=np.int64),
-                       np.empty(search.workspace()[2].size, dtype=np.int64))
+            buckets = BucketQueue(np.empty(n_buckets, dtype=np.int64),
+                                  np.empty(search.workspace().heap_d.size, dtype=np.int64),
+                                  self.bucket_width_m)
             self._lanes.append(_Lane(search, buckets))
         return self._lanes[k]
 
@@ -501,9 +520,9 @@ class IndexMatcher:
         t_nodes, t_limits = np.empty(2 * most + 2, dtype=np.int64), np.empty(2 * most + 2)
         out = np.empty(limit.size)
         t0 = time.perf_counter()
-        settled = verify_known(net, lane.search.workspace(), mf.chain.astype(np.int64),
-                               mf.chain_offset, ptr, edge, offset, limit, t_nodes, t_limits,
-                               out, lane.buckets, self.bucket_width_m)
+        verify = VerifySearch(net, lane.search.workspace(), lane.buckets, t_nodes, t_limits)
+        settled = verify_known(verify, mf.chain.astype(np.int64), mf.chain_offset, ptr, edge,
+                               offset, limit, out)
         seconds = time.perf_counter() - t0
         if not np.array_equal(out, limit):
             msg = "verification_floor: a delivered distance differs from the floor's search"
@@ -574,9 +593,12 @@ class IndexMatcher:
         # 30% (BIA) faster than in input order. The output is sorted by message anyway.
         order = (spatial_order(mf.x, mf.y) if self.hilbert_order
                  else np.arange(len(messages), dtype=np.int64))
-        shared = (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                  delta, net_arrays, index.weights.weights, index.dmax_m, index.tolerance,
-                  stats)
+        shared = _Batch(is_eia, order, msg,
+                        IndexArrays(bounds, edges, layout, eia_cells, bia_cells, slots, delta),
+                        index.weights.weights,
+                        MatchLimits(float(index.dmax_m), float(index.tolerance),
+                                    self.slack_abs, self.slack_rel),
+                        net_arrays, stats)
         # Lanes (threads) pull runs of consecutive positions of the Hilbert order from one
         # queue: long runs first (each keeps its locality), short ones last so that the
         # lanes end together whatever the messages cost (lanes.guided_runs). Stats rows are
@@ -607,7 +629,7 @@ class IndexMatcher:
         self.last_timing = CallTiming(wall, wall - par, clocks)
         return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
 
-    def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: tuple,
+    def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: _Batch,
                    clocks: list[LaneClock]
                    ) -> tuple[list[tuple[OutputArrays, int]], _Result, float]:
         """Match and assemble a batch on ``n_lanes`` threads: the calling thread is lane 0,
@@ -619,7 +641,7 @@ class IndexMatcher:
         the parallel part."""
         n = message_ids.size
         runs = iter(guided_runs(n, n_lanes, largest=self.chunk, smallest=min(8, self.chunk)))
-        stats = shared[-1]
+        stats = shared.stats
         s_ids, d_ids = self.index.subs.ids, self.index.delta.ids
         for k in range(n_lanes):
             self._lane(k)
@@ -683,7 +705,7 @@ class IndexMatcher:
         with clock:
             assemble_kernel(out, n_out, starts, message_ids, slot_ids, delta_ids, *result)
 
-    def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: tuple,
+    def _run_lane(self, k: int, runs: Iterable[tuple[int, int]], longest: int, shared: _Batch,
                   progress: Callable[[int], None] | None, clock: LaneClock
                   ) -> tuple[OutputArrays, int]:
         """Match runs ``(start, stop)`` of positions of the batch's order on lane k (taken
@@ -693,26 +715,25 @@ class IndexMatcher:
             return self._run_lane_runs(k, runs, longest, shared, progress)
 
     def _run_lane_runs(self, k: int, runs: Iterable[tuple[int, int]], longest: int,
-                       shared: tuple, progress: Callable[[int], None] | None
+                       shared: _Batch, progress: Callable[[int], None] | None
                        ) -> tuple[OutputArrays, int]:
         lane = self._lane(k)
         scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
-        ws = lane.search.workspace()
+        verify = VerifySearch(shared.net, lane.search.workspace(), lane.buckets,
+                              scratch.t_nodes, scratch.t_limits)
         if lane.out is None or lane.out.msg.size != lane.out_capacity:
             lane.out = self._new_out(lane.out_capacity)
         out = lane.out
         n_out = 0
         for start, stop in runs:
-            n_out, out = self._run_span(lane, start, stop, scratch, ws, out, n_out, shared,
-                                        progress)
+            n_out, out = self._run_span(lane, start, stop, scratch, verify, out, n_out,
+                                        shared, progress)
         lane.out = out
         return out, n_out
 
     def _run_span(self, lane: _Lane, start: int, stop: int, scratch: ScratchArrays,
-                  ws: tuple, out: OutputArrays, n_out: int, shared: tuple,
+                  verify: VerifySearch, out: OutputArrays, n_out: int, shared: _Batch,
                   progress: Callable[[int], None] | None) -> tuple[int, OutputArrays]:
-        (is_eia, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots, delta,
-         net_arrays, weights, dmax, tolerance, stats) = shared
         queue = lane.queue
         assert queue is not None
         i = start
@@ -725,10 +746,9 @@ class IndexMatcher:
                     marks.fill(0)
                 lane.stamp = 0
             nxt, n_out, lane.stamp = _match_batch(
-                is_eia, i, end, order, msg, bounds, edges, layout, eia_cells, bia_cells, slots,
-                delta, net_arrays, ws, lane.buckets, scratch, queue, weights,
-                dmax, tolerance, self.slack_abs, self.slack_rel, lane.stamp, out, n_out,
-                stats, self.bucket_width_m)
+                shared.is_eia, i, end, shared.order, shared.msg, shared.arrays, shared.weights,
+                shared.limits, verify, LaneArrays(scratch, queue, out, shared.stats),
+                lane.stamp, n_out)
             if progress is not None and nxt > i:
                 progress(nxt - i)
             if nxt == i:  # output buffers full: grow and resume

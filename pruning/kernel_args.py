@@ -13,8 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["BiaCellArrays", "BoundArrays", "DeltaArrays", "EdgeArrays", "EiaCellArrays",
-           "GraphArrays", "LayoutArrays", "MessageArrays", "OutputArrays", "QueueArrays",
-           "ScratchArrays", "SlotArrays"]
+           "GraphArrays", "IndexArrays", "LaneArrays", "LayoutArrays", "MatchLimits",
+           "MessageArrays", "MessageProbe", "OutputArrays", "QueueArrays", "ScratchArrays",
+           "SlotArrays"]
 
 F = npt.NDArray[np.float64]
 F2 = npt.NDArray[np.float64]  # 2-d, C order
@@ -36,6 +37,27 @@ class MessageArrays(NamedTuple):
     din_in: F
     kw_ptr: I64
     kw_terms: I32
+
+
+class MessageProbe(NamedTuple):
+    """One message as Algorithm 1 sees it: its cell, position (m), din_in (m) and term
+    slots (0 the wildcard, t + 1 for term t)."""
+
+    cell: int
+    x: float
+    y: float
+    din_in: float
+    term_slots: I64
+
+
+class MatchLimits(NamedTuple):
+    """Dmax (m), the delivery rule's tolerance on tau, and the rounding slack of the bound
+    comparisons (metres and fraction of the limit)."""
+
+    dmax: float
+    tolerance: float
+    slack_abs: float
+    slack_rel: float
 
 
 class BoundArrays(NamedTuple):
@@ -175,3 +197,26 @@ class OutputArrays(NamedTuple):
     row: I64
     dist: F
     score: F
+
+
+class IndexArrays(NamedTuple):
+    """Everything of the index a batch is matched against (one kind's cell arrays are
+    empty: EIA reads ``eia_cells``, BIA ``bia_cells``)."""
+
+    bounds: BoundArrays
+    edges: EdgeArrays
+    layout: LayoutArrays
+    eia_cells: EiaCellArrays
+    bia_cells: BiaCellArrays
+    slots: SlotArrays
+    delta: DeltaArrays
+
+
+class LaneArrays(NamedTuple):
+    """What one matching thread writes: its scratch, verification queue and output, and
+    the per-message statistics (rows of other lanes' messages are left alone)."""
+
+    scratch: ScratchArrays
+    queue: QueueArrays
+    out: OutputArrays
+    stats: I64

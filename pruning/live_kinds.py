@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages, concat_csr
+from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.boolean import BooleanIndexMatcher
@@ -28,7 +28,7 @@ from pruning.deliveries import Deliveries
 from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
-__all__ = ["LiveBoolean", "concat_csr"]
+__all__ = ["LiveBoolean"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -47,12 +47,12 @@ def _concat_boolean(parts: list[BooleanSubscriptions]) -> BooleanSubscriptions:
     return BooleanSubscriptions.concat(parts) if parts else BooleanSubscriptions.empty()
 
 
-def _concat_topk(parts: list[TopkSubscriptions]) -> TopkSubscriptions:
+def concat_topk(parts: list[TopkSubscriptions]) -> TopkSubscriptions:
     parts = [p for p in parts if len(p)]
     return TopkSubscriptions.concat(parts) if parts else TopkSubscriptions.empty()
 
 
-def _rows_of(ids: IntArray, wanted: IntArray) -> IntArray:
+def rows_of_ids(ids: IntArray, wanted: IntArray) -> IntArray:
     """Row of each wanted id in ``ids`` (-1 when absent)."""
     if ids.size == 0:
         return np.full(wanted.size, -1, np.int64)
@@ -109,10 +109,10 @@ class LiveBoolean:
     def contains(self, ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each id is a live boolean subscription."""
         q = np.asarray(ids, dtype=np.int64)
-        rows = _rows_of(self._base.ids, q)
+        rows = rows_of_ids(self._base.ids, q)
         live = rows >= 0
         live[live] = ~self._dead[rows[live]]
-        return live | (_rows_of(self._delta.ids, q) >= 0)
+        return live | (rows_of_ids(self._delta.ids, q) >= 0)
 
     def subscriptions(self) -> BooleanSubscriptions:
         """The live subscriptions, by id."""
@@ -122,10 +122,10 @@ class LiveBoolean:
     def rows_of(self, ids: npt.ArrayLike) -> BooleanSubscriptions:
         """The live subscriptions ``ids`` in that order (each must be live)."""
         q = np.asarray(ids, dtype=np.int64)
-        b = _rows_of(self._base.ids, q)
+        b = rows_of_ids(self._base.ids, q)
         ok = b >= 0
         ok[ok] = ~self._dead[b[ok]]
-        d = _rows_of(self._delta.ids, q)
+        d = rows_of_ids(self._delta.ids, q)
         if not np.all(ok | (d >= 0)):
             msg = f"not live boolean subscriptions: {q[~(ok | (d >= 0))][:10].tolist()}"
             raise KeyError(msg)
@@ -148,12 +148,12 @@ class LiveBoolean:
     def remove(self, ids: npt.ArrayLike) -> None:
         """Remove live subscriptions (ids that are not live are ignored)."""
         q = np.asarray(ids, dtype=np.int64)
-        b = _rows_of(self._base.ids, q)
+        b = rows_of_ids(self._base.ids, q)
         b = b[b >= 0]
         fresh = b[~self._dead[b]]
         self._dead[fresh] = True
         self._n_dead += int(np.unique(fresh).size)
-        d = _rows_of(self._delta.ids, q)
+        d = rows_of_ids(self._delta.ids, q)
         if np.any(d >= 0):
             keep = np.ones(len(self._delta), dtype=bool)
             keep[d[d >= 0]] = False

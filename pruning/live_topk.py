@@ -44,7 +44,7 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from index.validate import decode_terms, encode_terms
 from pruning.kinds_reference import check_window
-from pruning.live_kinds import _concat_topk, _rows_of
+from pruning.live_kinds import concat_topk, rows_of_ids
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_buffers import relink
 from pruning.topk_events import EVENT_EVICT, TopkEvents
@@ -160,7 +160,7 @@ class LiveTopk:
         """Row of each id in each part (-1: not a live row there)."""
         out = []
         for p in self._parts:
-            rows = _rows_of(p.ids, q)
+            rows = rows_of_ids(p.ids, q)
             hit = rows >= 0
             hit[hit] = p.live[rows[hit]]
             out.append(np.where(hit, rows, -1))
@@ -173,7 +173,7 @@ class LiveTopk:
         for rows in self._find(q):
             live |= rows >= 0
         for s in self._pending:
-            live |= _rows_of(s.ids, q) >= 0
+            live |= rows_of_ids(s.ids, q) >= 0
         return live
 
     def _live_parts(self) -> list[TopkSubscriptions]:
@@ -182,14 +182,14 @@ class LiveTopk:
 
     def subscriptions(self) -> TopkSubscriptions:
         """The live subscriptions, by id."""
-        live = _concat_topk(self._live_parts())
+        live = concat_topk(self._live_parts())
         return live.take(np.argsort(live.ids, kind="stable"))
 
     def rows_of(self, ids: npt.ArrayLike) -> TopkSubscriptions:
         """The live subscriptions ``ids`` in that order (each must be live)."""
         q = np.asarray(ids, dtype=np.int64)
-        every = _concat_topk(self._live_parts())
-        rows = _rows_of(every.ids, q)
+        every = concat_topk(self._live_parts())
+        rows = rows_of_ids(every.ids, q)
         if np.any(rows < 0):
             msg = f"not live top-k subscriptions: {q[rows < 0][:10].tolist()}"
             raise KeyError(msg)
@@ -210,7 +210,7 @@ class LiveTopk:
                 p.live[hit] = False
         kept = []
         for s in self._pending:
-            gone = _rows_of(s.ids, q)
+            gone = rows_of_ids(s.ids, q)
             if np.any(gone >= 0):
                 keep = np.ones(len(s), dtype=bool)
                 keep[gone[gone >= 0]] = False
@@ -291,15 +291,15 @@ class LiveTopk:
         if total - base + retired > max(self.rebuild_min, self.rebuild_ratio * base):
             every = self._live_parts()
             self._parts, self._pending = [], []
-            self._parts.append(self._build(_concat_topk(every)))
+            self._parts.append(self._build(concat_topk(every)))
             return
         if self._pending:
-            self._parts.append(self._build(_concat_topk(self._pending)))
+            self._parts.append(self._build(concat_topk(self._pending)))
             self._pending = []
         if len(self._parts) > self.max_parts:  # merge the newer parts into one
             newer = [p.matcher.subs.take(np.flatnonzero(p.live)) for p in self._parts[1:]]
             self._parts = self._parts[:1]
-            self._parts.append(self._build(_concat_topk(newer)))
+            self._parts.append(self._build(concat_topk(newer)))
 
     def push(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]], *,
              messages: Messages | None = None) -> TopkEvents:

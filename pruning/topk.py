@@ -52,6 +52,7 @@ from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from index.topk import DEFAULT_BUFFER_EXTRA, TopkIndex
+from pruning.algorithm2 import VerifySearch
 from pruning.boolean import (
     cell_bound_arrays,
     message_arrays,
@@ -72,14 +73,20 @@ from pruning.topk_buffers import (
     withdraw,
 )
 from pruning.topk_events import TopkEvents
-from pruning.topk_kernels import SIM_SLACK, TopkCellArrays, push_messages, resort_cells
+from pruning.topk_kernels import (
+    KillLists,
+    TopkArrays,
+    TopkCellArrays,
+    push_messages,
+    resort_cells,
+)
 from roadnet.distance import NodeSearch
 from roadnet.errors import InputError
 from roadnet.lengths import check_dmax
 from roadnet.network import RoadNetwork
 from roadnet.settings import DEFAULTS
 
-__all__ = ["SIM_SLACK", "TopkCellArrays", "TopkIndexMatcher"]
+__all__ = ["TopkIndexMatcher"]
 
 F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -387,7 +394,9 @@ class TopkIndexMatcher:
             return TopkEvents.empty()
         self._grow_window(int(np.diff(messages.kw_ptr).max(initial=0)))
         msg = message_arrays(self.spatial, messages)
-        ws = self._search.workspace()
+        search = VerifySearch(self._net, self._search.workspace(), self._buckets,
+                              self._scratch.t_nodes, self._scratch.t_limits)
+        kills = KillLists(kill_ptr, kill_row)
         parts: list[TopkEvents] = []
         start = 0
         while start < n_msg:
@@ -395,11 +404,10 @@ class TopkIndexMatcher:
                 resort_cells(self.index.cell_ptr, self.subs.alpha, self.state)
                 self._since_sort = 0
             stop = min(n_msg, start + self.resort_every - self._since_sort)
-            nxt, n_ev = push_messages(start, stop, messages.ids, msg, self._cb, self._cells,
-                              self._sub, self.state, self._win, self._fw, self._rs, self._net,
-                              ws, self._buckets, self.bucket_width_m, self._scratch,
-                              self._cand_tsim, self.weights.weights, self.dmax_m, self._ev,
-                              kill_ptr, kill_row)
+            tk = TopkArrays(self._cb, self._cells, self._sub, self.state, self._win,
+                            self._fw, self._rs, self.weights.weights, self.dmax_m)
+            nxt, n_ev = push_messages(start, stop, messages.ids, msg, tk, search,
+                                      self._scratch, self._cand_tsim, self._ev, kills)
             self._since_sort += nxt - start
             start = nxt
             if n_ev:

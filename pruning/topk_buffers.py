@@ -38,7 +38,13 @@ import numpy.typing as npt
 
 from pruning.similarity import sim_kernel, tsim_kernel
 from pruning.topk_events import EVENT_EVICT, EVENT_INSERT
-from roadnet.distance import dijkstra_kernel, reset_kernel
+from roadnet.dijkstra_kernels import (
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
+    dijkstra_kernel,
+    reset_kernel,
+)
 
 __all__ = ["EventArrays", "ForwardArrays", "ReevalScratch", "TopkState", "TopkSubArrays",
            "WindowArrays", "expire", "join", "offer", "reevaluate", "relink", "relink_all",
@@ -326,10 +332,11 @@ def reevaluate(st: TopkState, sub: TopkSubArrays, win: WindowArrays, fw: Forward
         seed_d[1] = o
         n_seeds = 2
     no_t = np.empty(0, dtype=np.int64)
-    n_touched, _ = dijkstra_kernel(fw.indptr, fw.indices, fw.weights, seeds[:n_seeds],
-                                   seed_d[:n_seeds], dmax, no_t, np.empty(0), fw.dist,
-                                   fw.target_ws, fw.heap_d, fw.heap_n, fw.touched,
-                                   np.empty(0, dtype=np.int32))  # no dead ends skipped
+    n_touched, _ = dijkstra_kernel(
+        SearchGraph(fw.indptr, fw.indices, fw.weights,
+                    np.empty(0, dtype=np.int32)),  # no dead ends skipped
+        SearchQuery(seeds[:n_seeds], seed_d[:n_seeds], dmax, no_t, np.empty(0)),
+        SearchWorkspace(fw.dist, fw.target_ws, fw.heap_d, fw.heap_n, fw.touched))
     nc = 0
     alpha = sub.alpha[s]
     for seq in range(t - 1, max(oldest, 0) - 1, -1):  # newest first

@@ -15,10 +15,10 @@ import numpy.typing as npt
 
 from index.limits import distance_upper_bound_kernel
 from pruning.algorithm1 import cell_lower_bounds
-from pruning.algorithm2 import verify_candidates
+from pruning.algorithm2 import VerifySearch, verify_candidates
 from pruning.boolean import CellBoundArrays
 from pruning.boolean import VerifyScratch as _Scratch
-from pruning.kernel_args import GraphArrays, MessageArrays
+from pruning.kernel_args import MessageArrays
 from pruning.similarity import sim_kernel, tsim_kernel
 from pruning.topk_buffers import (
     EventArrays,
@@ -32,7 +32,8 @@ from pruning.topk_buffers import (
     withdraw,
 )
 
-__all__ = ["SIM_SLACK", "TopkCellArrays", "push_messages", "resort_cells"]
+__all__ = ["SIM_SLACK", "KillLists", "TopkArrays", "TopkCellArrays", "push_messages",
+           "resort_cells"]
 
 F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -59,6 +60,29 @@ class TopkCellArrays(NamedTuple):
     seen: I64
 
 
+class TopkArrays(NamedTuple):
+    """What the top-k matcher's kernels work on: cell bounds and cells, subscriptions,
+    their state and the window, the forward search and re-evaluation scratch, the term
+    weights and Dmax (m)."""
+
+    cb: CellBoundArrays
+    cells: TopkCellArrays
+    sub: TopkSubArrays
+    st: TopkState
+    win: WindowArrays
+    fw: ForwardArrays
+    rs: ReevalScratch
+    weights: F
+    dmax: float
+
+
+class KillLists(NamedTuple):
+    """Per message i, the subscription rows ``row[ptr[i]:ptr[i + 1]]`` withdrawn before it."""
+
+    ptr: I64
+    row: I64
+
+
 @numba.njit(cache=True, inline="always")
 def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
           ) -> bool:  # pragma: no cover - compiled
@@ -67,18 +91,19 @@ def _keep(lb: float, limit: float, slack_abs: float, slack_rel: float
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _consider(  # pragma: no cover - compiled
-    s: int, tsim: float, theta: float, same: bool, eta: float, dcm: float, mx: float,
-    my: float, m_din: float, sub: TopkSubArrays, cb: CellBoundArrays, sc: _Scratch,
-    cand_tsim: F, dmax: float, n_cand: int,
+    s: int, tsim: float, theta: float, same: bool, eta: float, dcm: float, i: int,
+    msg: MessageArrays, tk: TopkArrays, sc: _Scratch, cand_tsim: F, n_cand: int,
 ) -> int:
-    """Steps 2-3 for row s with its exact TSIM: a candidate (appended) or not."""
-    lim = distance_upper_bound_kernel(sub.alpha[s], theta, tsim, dmax)
+    """Steps 2-3 for row s and message i with the exact TSIM: a candidate (appended) or
+    not. ``same``, ``eta`` and ``dcm`` are the cell pair's (s's cell, i's cell) bounds."""
+    sub, cb = tk.sub, tk.cb
+    lim = distance_upper_bound_kernel(sub.alpha[s], theta, tsim, tk.dmax)
     if lim < 0.0:
         return n_cand
-    dx = sub.x[s] - mx
-    dy = sub.y[s] - my
+    dx = sub.x[s] - msg.x[i]
+    dy = sub.y[s] - msg.y[i]
     de = np.sqrt(dx * dx + dy * dy)
-    lb_s = cb.kappa * de if same else max(eta * de, sub.din_out[s] + dcm + m_din)
+    lb_s = cb.kappa * de if same else max(eta * de, sub.din_out[s] + dcm + msg.din_in[i])
     if not _keep(lb_s, lim, cb.slack_abs, cb.slack_rel):
         return n_cand
     sc.cand_row[n_cand] = s
@@ -91,12 +116,12 @@ def _consider(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _arrive(  # pragma: no cover - compiled
-    i: int, t: int, msg: MessageArrays, cb: CellBoundArrays, cells: TopkCellArrays,
-    sub: TopkSubArrays, st: TopkState, win: WindowArrays, net: GraphArrays, ws: tuple,
-    buckets: tuple, bucket_width: float, sc: _Scratch, cand_tsim: F, weights: F,
-    dmax: float, ev: EventArrays, n_ev: int,
+    i: int, t: int, msg: MessageArrays, tk: TopkArrays, search: VerifySearch, sc: _Scratch,
+    cand_tsim: F, ev: EventArrays, n_ev: int,
 ) -> int:
     """Offer message i (arrival number t) to every subscription it may matter to."""
+    cb, cells, sub, st, win = tk.cb, tk.cells, tk.sub, tk.st, tk.win
+    weights, dmax = tk.weights, tk.dmax
     mc = msg.cell[i]
     mx, my, m_din = msg.x[i], msg.y[i], msg.din_in[i]
     cell_lower_bounds(mc, mx, my, m_din, cb.kappa, cb.D_t[mc], cb.eta_t[mc], cb.cell_bbox,
@@ -132,8 +157,8 @@ def _arrive(  # pragma: no cover - compiled
                     continue
                 st.stats[2] += 1
                 tsim = tsim_kernel(sub.kw_ptr, sub.kw_terms, weights, s, sc.term_mark, stamp)
-                n_cand = _consider(s, tsim, theta, same, eta, dcm, mx, my, m_din, sub, cb,
-                                   sc, cand_tsim, dmax, n_cand)
+                n_cand = _consider(s, tsim, theta, same, eta, dcm, i, msg, tk, sc, cand_tsim,
+                                   n_cand)
     # Text-free path: every other row has TSIM = 0 exactly (no shared weight is summed;
     # its keyword weights are positive), so SIM <= alpha (1 - dNmin / Dmax) =: UB0; rows
     # are scanned in the order of their key snapshot theta / alpha up to the cut
@@ -161,8 +186,8 @@ def _arrive(  # pragma: no cover - compiled
             if theta > sub.alpha[s] * spro + SIM_SLACK or cells.seen[s] == stamp:
                 continue
             st.stats[2] += 1
-            n_cand = _consider(s, 0.0, theta, same, eta, dcm, mx, my, m_din, sub, cb, sc,
-                               cand_tsim, dmax, n_cand)
+            n_cand = _consider(s, 0.0, theta, same, eta, dcm, i, msg, tk, sc, cand_tsim,
+                               n_cand)
     if n_cand == 0:
         return n_ev
     st.stats[3] += n_cand
@@ -170,9 +195,8 @@ def _arrive(  # pragma: no cover - compiled
     for j in range(n_cand):
         radius = max(radius, sc.cand_limit[j])
     st.stats[6] += int(radius)
-    st.stats[5] += verify_candidates(net, ws, msg.chain[i], msg.chain_offset[i], sc.cand_edge,
-                      sc.cand_offset, sc.cand_limit, n_cand, sc.t_nodes, sc.t_limits,
-                      sc.cand_dist, buckets, bucket_width)
+    st.stats[5] += verify_candidates(search, msg.chain[i], msg.chain_offset[i], sc.cand_edge,
+                                     sc.cand_offset, sc.cand_limit, n_cand, sc.cand_dist)
     for j in range(n_cand):
         d = sc.cand_dist[j]
         if not d <= dmax:
@@ -185,17 +209,17 @@ def _arrive(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def push_messages(  # pragma: no cover - compiled
-    start: int, stop: int, ids: I64, msg: MessageArrays, cb: CellBoundArrays,
-    cells: TopkCellArrays, sub: TopkSubArrays, st: TopkState, win: WindowArrays,
-    fw: ForwardArrays, rs: ReevalScratch, net: GraphArrays, ws: tuple, buckets: tuple,
-    bucket_width: float, sc: _Scratch, cand_tsim: F, weights: F, dmax: float,
-    ev: EventArrays, kill_ptr: I64, kill_row: I64,
+    start: int, stop: int, ids: I64, msg: MessageArrays, tk: TopkArrays,
+    search: VerifySearch, sc: _Scratch, cand_tsim: F, ev: EventArrays, kills: KillLists,
 ) -> tuple[int, int]:
     """Messages start .. stop - 1 in order, while the events surely fit; (next, n_events).
 
-    Before message i, the rows ``kill_row[kill_ptr[i]:kill_ptr[i + 1]]`` (subscriptions
+    Before message i, the rows ``kills.row[kills.ptr[i]:kills.ptr[i + 1]]`` (subscriptions
     whose ``expires_at`` the message's time reaches) are withdrawn.
     """
+    sub, st, win, fw, rs = tk.sub, tk.st, tk.win, tk.fw, tk.rs
+    weights, dmax = tk.weights, tk.dmax
+    kill_ptr, kill_row = kills.ptr, kills.row
     window = win.seq.size
     n_subs = sub.k.size
     n_ev = 0
@@ -228,8 +252,7 @@ def push_messages(  # pragma: no cover - compiled
             win.terms[j, nt] = msg.kw_terms[q]
             nt += 1
         win.nterms[j] = nt
-        n_ev = _arrive(i, t, msg, cb, cells, sub, st, win, net, ws, buckets, bucket_width,
-                       sc, cand_tsim, weights, dmax, ev, n_ev)
+        n_ev = _arrive(i, t, msg, tk, search, sc, cand_tsim, ev, n_ev)
         st.counter[0] = t + 1
         i += 1
     return i, n_ev

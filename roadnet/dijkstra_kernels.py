@@ -9,15 +9,63 @@ between edge points). :func:`distance_to_target_kernel` finishes a search at an 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["bucket_dijkstra_kernel", "dijkstra_kernel", "distance_to_target_kernel",
+__all__ = ["BucketQueue", "SearchGraph", "SearchQuery", "SearchWorkspace",
+           "bucket_dijkstra_kernel", "dijkstra_kernel", "distance_to_target_kernel",
            "distances_to_target_kernel", "reset_kernel"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+class SearchGraph(NamedTuple):
+    """The arcs a search follows (CSR by node) and, optionally, their dead ends.
+
+    ``dead_end_to`` (from :func:`~roadnet.distance.dead_ends`, or empty) names, per node y,
+    the only neighbour x of a dead end y (else -1).
+    """
+
+    indptr: IntArray
+    indices: npt.NDArray[np.int32]
+    weights: FloatArray
+    dead_end_to: npt.NDArray[np.int32]
+
+
+class SearchQuery(NamedTuple):
+    """Where a search starts (nodes and distances, m), how far it goes (m) and what it
+    looks for (target nodes, each with the largest distance of interest, m)."""
+
+    seed_nodes: IntArray
+    seed_dist: FloatArray
+    limit: float
+    target_nodes: IntArray
+    target_limits: FloatArray
+
+
+class SearchWorkspace(NamedTuple):
+    """A search's arrays: distance per node (all inf between searches), target marks
+    (all -inf between searches), the heap's (or the buckets' entries') keys and nodes,
+    and the nodes touched (whose ``dist`` the caller resets)."""
+
+    dist: FloatArray
+    target_ws: FloatArray
+    heap_d: FloatArray
+    heap_n: IntArray
+    touched: IntArray
+
+
+class BucketQueue(NamedTuple):
+    """The bucket queue of :func:`bucket_dijkstra_kernel`: a head per bucket, a link per
+    entry (as long as the workspace's heap arrays), and the bucket width (m)."""
+
+    head: IntArray
+    entry_next: IntArray
+    width: float
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -91,20 +139,7 @@ def _mark_targets(target_nodes: IntArray, target_limits: FloatArray, target_ws: 
 
 @numba.njit(cache=True, nogil=True)
 def dijkstra_kernel(  # pragma: no cover - compiled
-    indptr: IntArray,
-    indices: npt.NDArray[np.int32],
-    weights: FloatArray,
-    seed_nodes: IntArray,
-    seed_dist: FloatArray,
-    limit: float,
-    target_nodes: IntArray,
-    target_limits: FloatArray,
-    dist: FloatArray,
-    target_ws: FloatArray,
-    heap_d: FloatArray,
-    heap_n: IntArray,
-    touched: IntArray,
-    dead_end_to: npt.NDArray[np.int32],
+    graph: SearchGraph, query: SearchQuery, ws: SearchWorkspace,
 ) -> tuple[int, int]:
     """Multi-source Dijkstra with a 4-ary heap (lazy deletion), bounded by ``limit``.
 
@@ -114,7 +149,7 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     listed twice keeps its largest limit): an unsettled target is then farther than its
     limit, so whatever it would add is of no interest.
 
-    With targets, ``dead_end_to`` (from :func:`dead_ends`, or empty) lets the search skip a
+    With targets, ``graph.dead_end_to`` (or empty) lets the search skip a
     dead end y entered from its only neighbour x unless y is a target: every arc of y
     leads back to x, so no shortest path to another node passes through y. Such nodes keep
     ``dist = inf``; on Rome's chain graph verification settles 13% fewer nodes.
@@ -124,6 +159,12 @@ def dijkstra_kernel(  # pragma: no cover - compiled
     final distance is the minimum over its settled predecessors, so it does not depend on
     where the search stops. Returns (number of touched nodes, number of settled nodes).
     """
+    indptr, indices, weights, dead_end_to = (graph.indptr, graph.indices, graph.weights,
+                                             graph.dead_end_to)
+    seed_nodes, seed_dist, limit = query.seed_nodes, query.seed_dist, query.limit
+    target_nodes, target_limits = query.target_nodes, query.target_limits
+    dist, target_ws, heap_d, heap_n, touched = (ws.dist, ws.target_ws, ws.heap_d, ws.heap_n,
+                                                ws.touched)
     n_touched = 0
     size = 0
     n_targets = target_nodes.size
@@ -174,27 +215,11 @@ def dijkstra_kernel(  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def bucket_dijkstra_kernel(  # pragma: no cover - compiled
-    indptr: IntArray,
-    indices: npt.NDArray[np.int32],
-    weights: FloatArray,
-    seed_nodes: IntArray,
-    seed_dist: FloatArray,
-    limit: float,
-    target_nodes: IntArray,
-    target_limits: FloatArray,
-    dist: FloatArray,
-    target_ws: FloatArray,
-    entry_d: FloatArray,
-    entry_n: IntArray,
-    touched: IntArray,
-    dead_end_to: npt.NDArray[np.int32],
-    bucket_head: IntArray,
-    entry_next: IntArray,
-    width: float,
+    graph: SearchGraph, query: SearchQuery, ws: SearchWorkspace, queue: BucketQueue,
 ) -> tuple[int, int, bool]:
     """:func:`dijkstra_kernel` with a bucket queue in place of the heap (Dial's algorithm).
 
-    A tentative distance d goes into bucket floor(d / ``width``). Buckets are emptied in
+    A tentative distance d goes into bucket floor(d / ``queue.width``). Buckets are emptied in
     order; inside one, entries come out last-in first-out and a node improved again is
     scanned again (label correcting), so once bucket b is empty every node whose distance
     falls in bucket b or earlier is final. The distances are those of
@@ -205,13 +230,20 @@ def bucket_dijkstra_kernel(  # pragma: no cover - compiled
 
     The stop rules and ``dead_end_to`` are those of :func:`dijkstra_kernel`, tested at
     bucket boundaries: stop when every target is final, or when every target not yet final
-    has its limit in an earlier bucket. ``limit`` (metres) must be finite,
-    with ``limit / width`` below ``bucket_head.size - 1``; ``entry_d``/``entry_n``/
-    ``entry_next`` hold the entries. Returns (touched, scanned, ok); ok is False when the
-    limit needs more buckets or the entries outgrow their arrays, and then the caller resets
-    the touched nodes and runs :func:`dijkstra_kernel` instead. ``target_ws`` is restored
-    either way.
+    has its limit in an earlier bucket. ``query.limit`` (metres) must be finite,
+    with ``limit / width`` below ``queue.head.size - 1``; ``ws.heap_d``/``ws.heap_n``/
+    ``queue.entry_next`` hold the entries. Returns (touched, scanned, ok); ok is False when
+    the limit needs more buckets or the entries outgrow their arrays, and then the caller
+    resets the touched nodes and runs :func:`dijkstra_kernel` instead. ``target_ws`` is
+    restored either way.
     """
+    indptr, indices, weights, dead_end_to = (graph.indptr, graph.indices, graph.weights,
+                                             graph.dead_end_to)
+    seed_nodes, seed_dist, limit = query.seed_nodes, query.seed_dist, query.limit
+    target_nodes, target_limits = query.target_nodes, query.target_limits
+    dist, target_ws, entry_d, entry_n, touched = (ws.dist, ws.target_ws, ws.heap_d,
+                                                  ws.heap_n, ws.touched)
+    bucket_head, entry_next, width = queue.head, queue.entry_next, queue.width
     n_touched = 0
     if not limit < (bucket_head.size - 1) * width:
         return 0, 0, False

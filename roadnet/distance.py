@@ -7,12 +7,12 @@ costs); it is reached from u at cost ``o`` and, on a two-way edge, from v at cos
 between an exit and an entry, or the direct run along a shared edge.
 
 The reference matcher, the cell-bound precompute and the Spark jobs call :class:`NodeSearch`
-(:func:`dijkstra_kernel`, a 4-ary heap); the verification of the indexed matchers runs
-:func:`bucket_dijkstra_kernel`, the same search with a bucket queue. Both give the same
-floating-point sums everywhere: a node's final distance is the minimum over its final
-predecessors and depends neither on the order they are scanned in nor on where a search
-stops. The two kernels also check each other, since the indexed matchers are tested
-against the reference.
+(:func:`~roadnet.dijkstra_kernels.dijkstra_kernel`, a 4-ary heap); the verification of the
+indexed matchers runs :func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`, the same
+search with a bucket queue. Both give the same floating-point sums everywhere: a node's
+final distance is the minimum over its final predecessors and depends neither on the order
+they are scanned in nor on where a search stops. The two kernels also check each other,
+since the indexed matchers are tested against the reference.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 from roadnet.dijkstra_kernels import (
-    bucket_dijkstra_kernel,
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
     dijkstra_kernel,
-    distance_to_target_kernel,
     distances_to_target_kernel,
     reset_kernel,
 )
@@ -37,10 +38,7 @@ from roadnet.network import Adjacency, Topology
 __all__ = [
     "NodeSearch",
     "SearchResult",
-    "bucket_dijkstra_kernel",
     "dead_ends",
-    "dijkstra_kernel",
-    "distance_to_target_kernel",
     "distances_from_point",
     "distances_to_point",
     "entry_costs",
@@ -48,7 +46,6 @@ __all__ = [
     "network_distance",
     "point_distances_from_nodes",
     "point_distances_to_target",
-    "reset_kernel",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -115,7 +112,7 @@ class NodeSearch:
         self._no_dead_ends = np.empty(0, dtype=np.int32)
         self._no_limits = np.empty(0, dtype=np.float64)
 
-    def workspace(self) -> tuple[FloatArray, FloatArray, FloatArray, IntArray, IntArray]:
+    def workspace(self) -> SearchWorkspace:
         """Workspace arrays (dist, target_ws, heap_d, heap_n, touched) for compiled callers.
 
         They are reset first. A caller running :func:`dijkstra_kernel` on them must restore
@@ -123,7 +120,8 @@ class NodeSearch:
         """
         reset_kernel(self._dist, self._touched, self._n_touched)
         self._n_touched = 0
-        return self._dist, self._target_ws, self._heap_d, self._heap_n, self._touched
+        return SearchWorkspace(self._dist, self._target_ws, self._heap_d, self._heap_n,
+                               self._touched)
 
     def run(
         self,
@@ -158,10 +156,11 @@ class NodeSearch:
                   else np.asarray(target_limits, dtype=np.float64))
         adj = self.adjacency
         n_touched, n_settled = dijkstra_kernel(
-            adj.indptr, adj.indices, adj.weights,
-            np.asarray(seed_nodes, dtype=np.int64), np.asarray(seed_dist, dtype=np.float64),
-            float(limit), tg, tl, self._dist, self._target_ws,
-            self._heap_d, self._heap_n, self._touched, self._no_dead_ends,
+            SearchGraph(adj.indptr, adj.indices, adj.weights, self._no_dead_ends),
+            SearchQuery(np.asarray(seed_nodes, dtype=np.int64),
+                        np.asarray(seed_dist, dtype=np.float64), float(limit), tg, tl),
+            SearchWorkspace(self._dist, self._target_ws, self._heap_d, self._heap_n,
+                            self._touched),
         )
         self._n_touched = n_touched
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)

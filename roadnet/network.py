@@ -26,11 +26,11 @@ from roadnet.errors import NetworkFormatError
 from roadnet.files import atomic_paths, read_npz
 from roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
 from roadnet.network_input import (
-    _check_lengths,
-    _checked_nodes,
-    _edge_nodes,
-    _edge_polylines,
-    _lookup,
+    check_lengths,
+    checked_nodes,
+    edge_nodes,
+    edge_polylines,
+    lookup_ids,
 )
 
 T = TypeVar("T")
@@ -154,7 +154,7 @@ class RoadNetwork:
             # Labels only now: building them costs two gathers per construction.
             u = self.node_ids[np.clip(self.edge_u, 0, self.node_ids.size - 1)]
             v = self.node_ids[np.clip(self.edge_v, 0, self.node_ids.size - 1)]
-            _check_lengths(length, u, v)
+            check_lengths(length, u, v)
         object.__setattr__(self, "edge_length", length)
 
     # ------------------------------------------------------------------ construction
@@ -205,11 +205,11 @@ class RoadNetwork:
         NetworkFormatError
             Duplicate node ids, edges naming unknown nodes, bad lengths or coordinates.
         """
-        ids, lon, lat, order, sorted_ids = _checked_nodes(node_ids, node_lon, node_lat, name)
+        ids, lon, lat, order, sorted_ids = checked_nodes(node_ids, node_lon, node_lat, name)
         u_ids = np.asarray(edge_u_ids, dtype=np.int64)
         v_ids = np.asarray(edge_v_ids, dtype=np.int64)
         length = np.array(edge_length, dtype=np.float64)  # a copy: callers keep theirs
-        u, v = _edge_nodes(u_ids, v_ids, length, sorted_ids, order)
+        u, v = edge_nodes(u_ids, v_ids, length, sorted_ids, order)
         oneway = (
             np.zeros(length.shape, dtype=bool)
             if edge_oneway is None
@@ -228,7 +228,7 @@ class RoadNetwork:
         lon, lat, x, y = lon[node_order], lat[node_order], x[node_order], y[node_order]
         u = new_index[u]
         v = new_index[v]
-        ptr, gxy = _edge_polylines(geom_ptr, geom_lonlat, to_metric, x, y, u, v, length.size)
+        ptr, gxy = edge_polylines(geom_ptr, geom_lonlat, to_metric, x, y, u, v, length.size)
         return cls(
             node_ids=ids,
             node_lon=lon,
@@ -407,7 +407,7 @@ class RoadNetwork:
         """Internal indices of original node ids; -1 where an id is unknown."""
         order = self.memo("id_order", lambda: np.argsort(self.node_ids, kind="stable"))
         sorted_ids = self.memo("sorted_ids", lambda: self.node_ids[order])
-        return _lookup(sorted_ids, order, np.asarray(ids, dtype=np.int64))
+        return lookup_ids(sorted_ids, order, np.asarray(ids, dtype=np.int64))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -19,7 +19,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def _checked_nodes(node_ids: npt.ArrayLike, node_lon: npt.ArrayLike, node_lat: npt.ArrayLike,
+def checked_nodes(node_ids: npt.ArrayLike, node_lon: npt.ArrayLike, node_lat: npt.ArrayLike,
                    name: str) -> tuple[IntArray, FloatArray, FloatArray, IntArray, IntArray]:
     """Node arrays checked (one length, unique ids, valid degrees): (ids, lon, lat, the
     order that sorts ids, the sorted ids)."""
@@ -45,14 +45,14 @@ def _checked_nodes(node_ids: npt.ArrayLike, node_lon: npt.ArrayLike, node_lat: n
     return ids, lon, lat, order, sorted_ids
 
 
-def _edge_nodes(u_ids: IntArray, v_ids: IntArray, length: FloatArray, sorted_ids: IntArray,
+def edge_nodes(u_ids: IntArray, v_ids: IntArray, length: FloatArray, sorted_ids: IntArray,
                 order: IntArray) -> tuple[IntArray, IntArray]:
     """Node indices of each edge's ends, every end checked to name a known node."""
     if not (u_ids.shape == v_ids.shape == length.shape):
         msg = "edge_u_ids, edge_v_ids and edge_length must have one length"
         raise NetworkFormatError(msg)
-    u = _lookup(sorted_ids, order, u_ids)
-    v = _lookup(sorted_ids, order, v_ids)
+    u = lookup_ids(sorted_ids, order, u_ids)
+    v = lookup_ids(sorted_ids, order, v_ids)
     missing = (u < 0) | (v < 0)
     if missing.any():
         rows = np.flatnonzero(missing)
@@ -61,7 +61,7 @@ def _edge_nodes(u_ids: IntArray, v_ids: IntArray, length: FloatArray, sorted_ids
     return u, v
 
 
-def _edge_polylines(geom_ptr: npt.ArrayLike | None, geom_lonlat: npt.ArrayLike | None,
+def edge_polylines(geom_ptr: npt.ArrayLike | None, geom_lonlat: npt.ArrayLike | None,
                     to_metric: Transformer, x: FloatArray, y: FloatArray, u: IntArray,
                     v: IntArray, n_edges: int) -> tuple[IntArray, FloatArray]:
     """(geom_ptr, geom_xy) in metres: the given polylines projected with their ends pinned
@@ -90,7 +90,7 @@ def _edge_polylines(geom_ptr: npt.ArrayLike | None, geom_lonlat: npt.ArrayLike |
     gxy[ptr[1:] - 1, 0], gxy[ptr[1:] - 1, 1] = x[v], y[v]
     return ptr, gxy
 
-def _lookup(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:
+def lookup_ids(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:
     """Positions of ``query`` ids in the unsorted id array, -1 where absent."""
     pos = np.searchsorted(sorted_ids, query)
     pos_clipped = np.minimum(pos, sorted_ids.size - 1)
@@ -98,7 +98,7 @@ def _lookup(sorted_ids: IntArray, order: IntArray, query: IntArray) -> IntArray:
     return np.where(found, order[pos_clipped], -1).astype(np.int64)
 
 
-def _check_lengths(length: FloatArray, u_ids: IntArray, v_ids: IntArray) -> None:
+def check_lengths(length: FloatArray, u_ids: IntArray, v_ids: IntArray) -> None:
     """One NetworkFormatError naming the edges whose length is not a valid one."""
     bad = ~(np.isfinite(length) & (length >= 0) & (length < LONGEST_EXACT_M))
     if bad.any():

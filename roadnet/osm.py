@@ -67,8 +67,8 @@ _DRIVE_EXCLUDE_RE = {key: re.compile(pattern) for key, pattern in DRIVE_EXCLUDE.
 
 # osmnx graph._add_paths: values of 'oneway' meaning one-way, and those meaning one-way
 # against the order of the way's nodes.
-_ONEWAY_VALUES = frozenset({"yes", "true", "1", "-1", "reverse", "T", "F"})
-_REVERSED_VALUES = frozenset({"-1", "reverse", "T"})
+ONEWAY_VALUES = frozenset({"yes", "true", "1", "-1", "reverse", "T", "F"})
+REVERSED_VALUES = frozenset({"-1", "reverse", "T"})
 # OSM: highway=motorway implies oneway=yes unless tagged otherwise (osmnx 2.1 does not apply
 # this implication; see is_oneway).
 _TWOWAY_VALUES = frozenset({"no", "false", "0"})
@@ -122,8 +122,8 @@ def is_oneway(tags: Mapping[str, str]) -> tuple[bool, bool]:
         ``(oneway, reversed)``.
     """
     oneway_tag = tags.get("oneway")
-    if oneway_tag in _ONEWAY_VALUES:
-        return True, oneway_tag in _REVERSED_VALUES
+    if oneway_tag in ONEWAY_VALUES:
+        return True, oneway_tag in REVERSED_VALUES
     if tags.get("junction") == "roundabout":
         return True, False
     if tags.get("highway") == "motorway" and oneway_tag not in _TWOWAY_VALUES:
@@ -132,7 +132,7 @@ def is_oneway(tags: Mapping[str, str]) -> tuple[bool, bool]:
 
 
 # ---------------------------------------------------------------------------- geometry
-def _great_circle_m(lon1: FloatArray, lat1: FloatArray, lon2: FloatArray,
+def great_circle_m(lon1: FloatArray, lat1: FloatArray, lon2: FloatArray,
                     lat2: FloatArray) -> FloatArray:
     """Haversine distance in metres, the formula and radius osmnx uses."""
     y1, y2 = np.deg2rad(lat1), np.deg2rad(lat2)
@@ -143,7 +143,7 @@ def _great_circle_m(lon1: FloatArray, lat1: FloatArray, lon2: FloatArray,
 
 def _polyline_lengths_m(ptr: IntArray, lonlat: FloatArray) -> FloatArray:
     """Great-circle length in metres of each flattened polyline."""
-    seg = _great_circle_m(lonlat[:-1, 0], lonlat[:-1, 1], lonlat[1:, 0], lonlat[1:, 1])
+    seg = great_circle_m(lonlat[:-1, 0], lonlat[:-1, 1], lonlat[1:, 0], lonlat[1:, 1])
     # Drop the joins between one polyline's last point and the next one's first.
     seg[ptr[1:-1] - 1] = 0.0
     cum = np.zeros(lonlat.shape[0], dtype=np.float64)
@@ -160,7 +160,7 @@ def _gather_ranges(ptr: IntArray, order: IntArray) -> tuple[IntArray, IntArray]:
     return new_ptr, pos
 
 
-def _flip_positions(ptr: IntArray, flip: BoolArray) -> IntArray:
+def flip_positions(ptr: IntArray, flip: BoolArray) -> IntArray:
     """Positions that reverse the polylines where ``flip`` holds and keep the others."""
     counts = np.diff(ptr)
     owner = np.repeat(np.arange(flip.size), counts)
@@ -170,7 +170,7 @@ def _flip_positions(ptr: IntArray, flip: BoolArray) -> IntArray:
 
 
 # ---------------------------------------------------------------------------- assembly
-def _assemble(
+def assemble_network(
     *,
     node_ids: IntArray,
     node_lon: FloatArray,
@@ -195,7 +195,7 @@ def _assemble(
         pts = geom_lonlat[geom_ptr[e]:geom_ptr[e + 1]]
         fwd, back = pts.ravel().tolist(), pts[::-1].ravel().tolist()
         flip[e] = back < fwd
-    geom_lonlat = geom_lonlat[_flip_positions(geom_ptr, flip)]
+    geom_lonlat = geom_lonlat[flip_positions(geom_ptr, flip)]
     u_ids, v_ids = np.where(flip, v_ids, u_ids), np.where(flip, u_ids, v_ids)
 
     order = np.lexsort((length, v_ids, u_ids))
@@ -312,7 +312,7 @@ def from_osmnx_graph(G: nx.MultiDiGraph, *, name: str = "") -> RoadNetwork:
         length[missing] = _polyline_lengths_m(ptr, lonlat)[missing]
     u_ids, v_ids, length, oneway, ptr, lonlat = _merge_twin_arcs(
         u_ids, v_ids, length, ptr, lonlat)
-    return _assemble(node_ids=node_ids, node_lon=node_lon, node_lat=node_lat, u_ids=u_ids,
+    return assemble_network(node_ids=node_ids, node_lon=node_lon, node_lat=node_lat, u_ids=u_ids,
                      v_ids=v_ids, length=length, oneway=oneway, geom_ptr=ptr,
                      geom_lonlat=lonlat, name=label)
 

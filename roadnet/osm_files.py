@@ -16,12 +16,12 @@ import numpy.typing as npt
 from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
 from roadnet.network import RoadNetwork
 from roadnet.osm import (
-    _ONEWAY_VALUES,
-    _REVERSED_VALUES,
-    _assemble,
-    _flip_positions,
-    _great_circle_m,
+    ONEWAY_VALUES,
+    REVERSED_VALUES,
+    assemble_network,
+    flip_positions,
     from_osmnx_graph,
+    great_circle_m,
     is_drivable,
     is_oneway,
 )
@@ -90,8 +90,8 @@ def _format_error(p: Path, what: str, exc: Exception) -> NetworkFormatError:
 def _osmnx_oneway(tags: Mapping[str, str]) -> tuple[bool, bool]:
     """osmnx's one-way rules exactly (no motorway implication), for OSM XML."""
     oneway_tag = tags.get("oneway")
-    if oneway_tag in _ONEWAY_VALUES:
-        return True, oneway_tag in _REVERSED_VALUES
+    if oneway_tag in ONEWAY_VALUES:
+        return True, oneway_tag in REVERSED_VALUES
     return tags.get("junction") == "roundabout", False
 
 
@@ -149,11 +149,11 @@ def _read_with_osmium(p: Path, *, drivable_only: bool) -> RoadNetwork:
     node_lon, node_lat = lon[first], lat[first]
     a = np.searchsorted(node_ids, refs[seg_a])
     b = np.searchsorted(node_ids, refs[seg_b])
-    seg_len = _great_circle_m(node_lon[a], node_lat[a], node_lon[b], node_lat[b])
+    seg_len = great_circle_m(node_lon[a], node_lat[a], node_lon[b], node_lat[b])
     chains = _simplify(a, b, seg_oneway, seg_len, node_ids.size)
     path_nodes, path_ptr, length, edge_oneway = chains
     geom = np.column_stack([node_lon[path_nodes], node_lat[path_nodes]])
-    return _assemble(
+    return assemble_network(
         node_ids=node_ids, node_lon=node_lon, node_lat=node_lat,
         u_ids=node_ids[path_nodes[path_ptr[:-1]]], v_ids=node_ids[path_nodes[path_ptr[1:] - 1]],
         length=length, oneway=edge_oneway, geom_ptr=path_ptr, geom_lonlat=geom, name=p.name,
@@ -258,7 +258,7 @@ def _way_segments(counts: IntArray, refs: IntArray, lon: FloatArray, way_oneway:
     ptr = np.zeros(n_ways + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     # Reverse the nodes of ways travelled against their node order.
-    pos = _flip_positions(ptr, way_oneway & way_reversed)
+    pos = flip_positions(ptr, way_oneway & way_reversed)
     same_way = way[1:] == way[:-1]
     a, b = pos[:-1][same_way], pos[1:][same_way]
     ok = (refs[a] != refs[b]) & np.isfinite(lon[a]) & np.isfinite(lon[b])

@@ -20,9 +20,9 @@ from roadpubsub.progress import Steps
 
 if TYPE_CHECKING:
     from index.model import Messages, Subscriptions
+    from index.pois import POIs
     from index.spatial import SpatialIndex
     from index.terms import TermWeights
-    from index.workload import POIs
     from roadnet.network import RoadNetwork
 
 __all__ = [
@@ -65,8 +65,9 @@ def load_source(network: RoadNetwork, network_path: Path, keywords_from: str | N
                 tweets: str | None) -> WorkloadSource:
     """The keyword source: tweets when the corpus exists (or is asked for), else the
     network file's POIs."""
+    from index.pois import find_poi_source, load_pois
     from index.text import read_tweet_tokens
-    from index.workload import default_tweets_path, find_poi_source, load_pois
+    from index.workload import default_tweets_path
 
     tweet_path = Path(tweets) if tweets else default_tweets_path()
     if keywords_from is None:

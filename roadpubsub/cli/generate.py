@@ -78,12 +78,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Generate and write the workload; returns the exit code."""
+    from index.pois import find_poi_source, load_pois
     from index.workload import (
         default_tweets_path,
-        find_poi_source,
         generate_workload,
         keyword_histogram,
-        load_pois,
         write_workload,
     )
     from roadnet.io import load_network

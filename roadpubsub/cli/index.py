@@ -156,7 +156,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     """Print what an index file holds; returns the exit code."""
-    from index.store import index_file_info
+    from index.index_file import index_file_info
 
     info = {"file": str(args.path), **index_file_info(args.path)}
     if args.json:

@@ -50,9 +50,9 @@ from roadpubsub.records import (
 if TYPE_CHECKING:
     from index.base import SubscriptionIndex
     from index.model import Messages, Subscriptions
+    from index.pois import POIs
     from index.spatial import SpatialIndex
     from index.terms import TermWeights
-    from index.workload import POIs
     from pruning.deliveries import Deliveries
     from pruning.indexed import MatchStats
     from roadnet.network import RoadNetwork
@@ -129,8 +129,9 @@ def _load_workload(
     info: dict[str, str],
 ) -> tuple[Subscriptions, Messages, TermWeights, dict[str, Any]]:
     from index.io import read_messages, read_subscriptions, read_weights
+    from index.pois import find_poi_source, load_pois
     from index.terms import TermWeights
-    from index.workload import default_tweets_path, find_poi_source, generate_workload, load_pois
+    from index.workload import default_tweets_path, generate_workload
 
     poi_source = find_poi_source(network_path)
     pois: POIs | None = None

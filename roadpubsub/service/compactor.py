@@ -7,10 +7,10 @@ the slots are never changed in place), a worker thread builds the new index from
 (numpy and the compiled kernels, much of it without the GIL), and meanwhile the apply
 thread keeps applying events to the live index and notes every id it removes. When the
 build is done, the apply thread adopts it between two events
-(:func:`index.delta.adopt_compacted`): the removed ids are deactivated in the new slots,
-and the delta rows added since the input was taken are carried over. The live set is then
-exactly the one the events gave, so matching is unchanged; only the work per message
-drops as the delta shrinks.
+(:meth:`index.base.SubscriptionIndex.adopt_compacted`): the removed ids are deactivated
+in the new slots, and the delta rows added since the input was taken are carried over. The
+live set is then exactly the one the events gave, so matching is unchanged; only the work
+per message drops as the delta shrinks.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
-from index.delta import adopt_compacted, build_compacted, compaction_input
+from index.delta import build_compacted, compaction_input
 
 __all__ = ["Compactor"]
 
@@ -111,7 +111,7 @@ class Compactor:
             raise error
         assert built is not None
         t0 = time.perf_counter()
-        adopt_compacted(self.index, built, removed)
+        self.index.adopt_compacted(built, removed)
         self.last_adopt_seconds = time.perf_counter() - t0
         self.completed += 1
         return True

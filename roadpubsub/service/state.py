@@ -54,18 +54,20 @@ import numpy as np
 import numpy.typing as npt
 
 from index.base import SubscriptionIndex
+from index.csr import take_csr
 from index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
 from index.io import subscriptions_table
 from index.kinds import (
     KIND_BOOLEAN,
+    KIND_CODES,
     KIND_TOPK,
     SUBSCRIPTION_KIND_NAMES,
     BooleanSubscriptions,
     SubscriptionSet,
     TopkSubscriptions,
 )
-from index.kinds_io import KIND_CODES, subscription_set_table
-from index.model import Messages, Subscriptions, _take_csr, keyword_csr
+from index.kinds_io import subscription_set_table
+from index.model import Messages, Subscriptions, keyword_csr
 from index.store import load_index
 from pruning.deliveries import Deliveries
 from pruning.indexed import IndexMatcher
@@ -539,13 +541,13 @@ class ServiceState:
             rows = [np.flatnonzero(kind == c) for c in range(len(SUBSCRIPTION_KIND_NAMES))]
             thr, boo, top = rows
             subs = Subscriptions(ids[thr], points[thr], alpha[thr], tau[thr],
-                                 *_take_csr(ptr, terms, thr))
+                                 *take_csr(ptr, terms, thr))
             assert radius is not None and k is not None
             self.boolean.add(BooleanSubscriptions(ids[boo], points[boo], radius[boo],
-                                                  *_take_csr(ptr, terms, boo)))
+                                                  *take_csr(ptr, terms, boo)))
             self.topk.add(TopkSubscriptions(ids[top], points[top], alpha[top],
                                             k[top].astype(np.int64),
-                                            *_take_csr(ptr, terms, top)))
+                                            *take_csr(ptr, terms, top)))
         if len(subs):
             before = self.index.subs
             self.index.subscribe(subs)

@@ -10,10 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.base import concat_subscriptions
 from index.bia import BasicIndex
 from index.eia import EnhancedIndex
-from index.model import InvalidSubscriptionError, Subscriptions
+from index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
 from index.postings import build_posting_layout, edge_groups_by_value
 from index.spatial import SpatialIndex
 from index.store import load_index

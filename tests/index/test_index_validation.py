@@ -128,7 +128,8 @@ def tampered(source: Path, folder: Path, case: str, edit: Callable[[Arrays], Non
 
 _CHILD = """
 import json, sys
-from index.store import index_file_info, load_index
+from index.index_file import index_file_info
+from index.store import load_index
 from index.io import read_messages
 from pruning.indexed import IndexMatcher
 out = []

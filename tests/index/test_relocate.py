@@ -1,6 +1,7 @@
-"""Moves through the compiled relocate (index.delta.relocate): one at a time or batched,
-they leave the index in the state the general ``_move_rows`` gives, and matching equals the
-reference matcher. Bad moves get one clear error and change nothing."""
+"""Moves through the compiled relocate (``SubscriptionIndex._relocate``, behind ``move``):
+one at a time or batched, they leave the index in the state the general ``_move_rows``
+gives, and matching equals the reference matcher. Bad moves get one clear error and change
+nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from hypothesis import strategies as st
 
 from index.base import SubscriptionIndex
 from index.bia import BasicIndex
-from index.delta import relocate
 from index.eia import EnhancedIndex
 from index.model import InvalidSubscriptionError
 from index.spatial import PointFacts, SpatialIndex
@@ -108,7 +108,7 @@ def test_single_moves_equal_the_batch_and_move(andorra, seed: int, n_moves: int,
     points = _point(network, rng, n_moves)
     matcher = IndexMatcher(one)  # lives through the moves, reusing its scratch arrays
     for i in range(n_moves):
-        relocate(one, ids[i:i + 1], points[i:i + 1])
+        one.move(ids[i:i + 1], points[i:i + 1])
         general._move_rows(ids[i:i + 1], points[i:i + 1])
         if i % 20 == 19:
             got, _ = matcher.match(wl.messages)
@@ -118,7 +118,7 @@ def test_single_moves_equal_the_batch_and_move(andorra, seed: int, n_moves: int,
     # the batch: the last move of each id wins, as the service's applier groups them
     _, first_reversed = np.unique(ids[::-1], return_index=True)
     last = np.sort(ids.size - 1 - first_reversed)
-    relocate(batch, ids[last], points[last])
+    batch.move(ids[last], points[last])
     assert _state(one) == _state(batch)
     np.testing.assert_array_equal(one.active, batch.active)
     state_general = {k: v[:5] for k, v in _state(general).items()}
@@ -144,7 +144,7 @@ def test_bad_moves_change_nothing(andorra, seed: int, bad: str, k: int) -> None:
     index = EnhancedIndex(spatial, subs.take(np.arange(400)), wl.weights, dmax_m=DMAX)
     index.auto_compact = False
     index.subscribe(subs.take(np.arange(400, 450)))
-    relocate(index, subs.ids[[3, 410]], _point(network, rng, 2))  # a moved row, a delta row
+    index.move(subs.ids[[3, 410]], _point(network, rng, 2))  # a moved row, a delta row
     index.unsubscribe(subs.ids[[5, 420]])
     before = _state(index)
     active = index.active.copy()
@@ -182,7 +182,7 @@ def test_bad_moves_change_nothing(andorra, seed: int, bad: str, k: int) -> None:
             offset[j] = np.inf
         match = "edge ids outside|offsets not within"
     with pytest.raises(InvalidSubscriptionError, match=match):
-        relocate(index, ids, EdgePoints(edge, offset))
+        index.move(ids, EdgePoints(edge, offset))
     assert _state(index) == before
     np.testing.assert_array_equal(index.active, active)
     _check_consistent(index)
@@ -200,8 +200,8 @@ def test_a_full_buffer_grows_and_keeps_every_row(andorra) -> None:
     ids = rng.permutation(subs.ids)[:700]
     points = _point(network, rng, ids.size)
     for i in range(ids.size):
-        relocate(one, ids[i:i + 1], points[i:i + 1])
-    relocate(batch, ids, points)
+        one.move(ids[i:i + 1], points[i:i + 1])
+    batch.move(ids, points)
     assert len(one.delta) == 700
     assert _state(one) == _state(batch)
     _check_consistent(one)
@@ -212,12 +212,11 @@ def test_a_move_reads_the_slots_in_place(andorra, architecture) -> None:
     """The slots' columns a move reads are the index's own arrays, not copies: alpha and
     tau are strided columns of the slot record, and a contiguous copy of them per move
     made a single move cost the whole index's size (4 ms at 1M slots)."""
-    from index.delta import _slot_source
 
     _, spatial, wl = andorra
     index = architecture(spatial, wl.subscriptions, wl.weights, dmax_m=DMAX)
     index.slot_record  # noqa: B018 - packs the record first, as matching does
-    source = _slot_source(index)
+    source = index._slot_source()
     for name in ("ids", "alpha", "tau", "kw_ptr", "kw_terms"):
         assert np.shares_memory(getattr(source, name), getattr(index.subs, name)), name
     assert source.active is index.active

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from index.eia import EnhancedIndex
+from index.index_file import index_file_info
 from index.model import Subscriptions
 from index.spatial import SpatialIndex
-from index.store import index_file_info, load_index, verify_index
+from index.store import load_index, verify_index
 from index.validate import IndexFileError, array_digest, decode_terms, encode_terms
 from index.workload import generate_workload
 from roadnet.locations import EdgePoints

@@ -10,18 +10,15 @@ import pytest
 
 from index.io import read_messages, read_subscriptions, read_weights
 from index.model import Messages, Subscriptions
+from index.pois import POIs, find_poi_source, load_pois, read_li_pois
 from index.terms import smoothed_idf
 from index.workload import (
     MESSAGE_KEYWORDS,
     SUBSCRIPTION_KEYWORDS,
     TAU_MIN,
-    POIs,
     Workload,
-    find_poi_source,
     generate_workload,
     keyword_histogram,
-    load_pois,
-    read_li_pois,
     write_workload,
 )
 from roadnet.locations import EdgePoints

@@ -37,7 +37,7 @@ from index.spatial import SpatialIndex
 from index.store import load_index
 from index.terms import TermWeights
 from pruning.algorithm1 import cell_lower_bounds, edge_record, eia_candidates
-from pruning.algorithm2 import verify_candidates
+from pruning.algorithm2 import VerifySearch, verify_candidates
 from pruning.brute import match_brute
 from pruning.indexed import IndexMatcher
 from pruning.kernel_args import (
@@ -46,16 +46,20 @@ from pruning.kernel_args import (
     EiaCellArrays,
     GraphArrays,
     LayoutArrays,
+    MatchLimits,
+    MessageProbe,
     ScratchArrays,
     SlotArrays,
 )
-from roadnet.distance import (
-    NodeSearch,
+from roadnet.dijkstra_kernels import (
+    BucketQueue,
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
     bucket_dijkstra_kernel,
-    dead_ends,
-    distances_to_point,
     reset_kernel,
 )
+from roadnet.distance import NodeSearch, dead_ends, distances_to_point
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 
@@ -91,22 +95,23 @@ def verify(net: RoadNetwork, m_edge: int, m_offset: float, cand: EdgePoints,
     net_arrays = GraphArrays(adj.indptr, adj.indices, adj.weights, net.edge_u, net.edge_v,
                              net.edge_length, net.edge_twoway, dead_ends(adj))
     ws = search.workspace()
-    heap_d = ws[2]
+    heap_d = ws.heap_d
     if n_heads is None:
         n_heads = int(float(limits.max(initial=0.0)) / width) + 3
-    buckets = (np.empty(n_heads, dtype=np.int64), np.empty(heap_d.size, dtype=np.int64))
+    buckets = BucketQueue(np.empty(n_heads, dtype=np.int64),
+                          np.empty(heap_d.size, dtype=np.int64), width)
     n = len(cand)
     out = np.full(n + 1, -1.0)
-    verify_candidates(net_arrays, ws, m_edge, m_offset,
+    verify_candidates(VerifySearch(net_arrays, ws, buckets, np.empty(2 * n + 2, dtype=np.int64),
+                                   np.empty(2 * n + 2)),
+                      m_edge, m_offset,
                       np.ascontiguousarray(cand.edge, dtype=np.int32),
                       np.ascontiguousarray(cand.offset, dtype=np.float64),
-                      np.ascontiguousarray(limits, dtype=np.float64), n,
-                      np.empty(2 * n + 2, dtype=np.int64), np.empty(2 * n + 2), out,
-                      buckets, width)
+                      np.ascontiguousarray(limits, dtype=np.float64), n, out)
     assert out[n] == -1.0  # nothing written past the candidates
     # The workspace comes back clean for the next message.
-    assert np.all(ws[0] == INF)
-    assert np.all(ws[1] == -INF)
+    assert np.all(ws.dist == INF)
+    assert np.all(ws.target_ws == -INF)
     return out[:n], search
 
 
@@ -201,10 +206,11 @@ def test_verification_falls_back_to_the_heap_when_entries_overflow(k: int) -> No
     dist, tws, heap_d, heap_n, touched = search.workspace()
     seeds = np.array([net.edge_u[m_edge], net.edge_v[m_edge]], dtype=np.int64)
     n_touched, _, ok = bucket_dijkstra_kernel(
-        adj.indptr, adj.indices, adj.weights, seeds, np.array([0.0, 1.0]), 100.0,
-        np.empty(0, dtype=np.int64), np.empty(0), dist, tws, heap_d, heap_n, touched,
-        np.empty(0, dtype=np.int32), np.empty(4, dtype=np.int64),
-        np.empty(heap_d.size, dtype=np.int64), 1e4)
+        SearchGraph(adj.indptr, adj.indices, adj.weights, np.empty(0, dtype=np.int32)),
+        SearchQuery(seeds, np.array([0.0, 1.0]), 100.0, np.empty(0, dtype=np.int64),
+                    np.empty(0)),
+        SearchWorkspace(dist, tws, heap_d, heap_n, touched),
+        BucketQueue(np.empty(4, dtype=np.int64), np.empty(heap_d.size, dtype=np.int64), 1e4))
     assert not ok
     reset_kernel(dist, touched, n_touched)
     rng = np.random.default_rng(k)
@@ -293,10 +299,11 @@ def kernel_candidates(index: EnhancedIndex, messages: Messages, i: int, *,
                             np.empty(n_slots + 1), none_i, none_i, none_i, none_f, none_i,
                             none_f, np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64),
                             np.empty(3))
-    n = eia_candidates(c, x, y, din_in, slots, bounds, EiaCellArrays(cell_dn_limit),
+    n = eia_candidates(MessageProbe(c, x, y, din_in, slots), bounds,
+                       EiaCellArrays(cell_dn_limit),
                        EdgeArrays(*edge, edge_record(*edge, index.dmax_m)), layout,
-                       slot_arrays, index.dmax_m, slack_abs,
-                       slack_rel, scratch, 1, np.zeros(8, dtype=np.int64))
+                       slot_arrays, MatchLimits(index.dmax_m, 0.0, slack_abs, slack_rel),
+                       scratch, 1, np.zeros(8, dtype=np.int64))
     chosen = cand[:n].tolist()
     assert len(set(chosen)) == len(chosen)
     return {int(s): float(dnub[j]) for j, s in enumerate(chosen)}

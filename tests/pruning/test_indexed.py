@@ -83,7 +83,7 @@ def test_bucket_width_and_heap_fallback_change_no_delivery(andorra, arch) -> Non
         assert stats.totals()["candidates"] == base_stats.totals()["candidates"]
     heap_only = IndexMatcher(index, threads=1)
     lane = heap_only._lane(0)
-    lane.buckets = (np.empty(1, dtype=np.int64), lane.buckets[1])  # too few
+    lane.buckets = lane.buckets._replace(head=np.empty(1, dtype=np.int64))  # too few
     got, _ = heap_only.match(wl.messages)
     assert_same(got, want)
     with pytest.raises(ValueError, match="bucket_width_m must be a positive"):

@@ -27,6 +27,10 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
 from roadnet.dijkstra_kernels import (
+    BucketQueue,
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
     _mark_targets,
     bucket_dijkstra_kernel,
     dijkstra_kernel,
@@ -134,10 +138,11 @@ class Workspace:
             dead_end_to: npt.NDArray[Any], width: float) -> BucketRun:
         indptr, indices, weights = csr
         n_touched, n_scanned, ok = bucket_dijkstra_kernel(
-            indptr, indices, weights, seeds, seed_dist, limit, targets, limits, self.dist,
-            self.target_ws, self._entry_d[:self.capacity], self._entry_n[:self.capacity],
-            self._touched[:self.n], dead_end_to, self._heads[:self.n_heads],
-            self._entry_next[:self.capacity], width)
+            SearchGraph(indptr, indices, weights, dead_end_to),
+            SearchQuery(seeds, seed_dist, limit, targets, limits),
+            SearchWorkspace(self.dist, self.target_ws, self._entry_d[:self.capacity],
+                            self._entry_n[:self.capacity], self._touched[:self.n]),
+            BucketQueue(self._heads[:self.n_heads], self._entry_next[:self.capacity], width))
         self.check_guards()
         return BucketRun(self.dist.copy(), self._touched[:n_touched].copy(), n_scanned,
                          bool(ok))
@@ -255,10 +260,11 @@ def heap_search(case: Case, dist: FloatArray, target_ws: FloatArray) -> int:
     indptr, indices, weights = case.g.csr()
     size = indices.size + case.g.n + 2 + case.seeds.size
     touched = np.empty(case.g.n, dtype=np.int64)
-    n_touched, _ = dijkstra_kernel(indptr, indices, weights, case.seeds, case.seed_dist,
-                                   case.limit, case.targets, case.limits, dist, target_ws,
-                                   np.empty(size), np.empty(size, dtype=np.int64), touched,
-                                   case.dead_end_to())
+    n_touched, _ = dijkstra_kernel(
+        SearchGraph(indptr, indices, weights, case.dead_end_to()),
+        SearchQuery(case.seeds, case.seed_dist, case.limit, case.targets, case.limits),
+        SearchWorkspace(dist, target_ws, np.empty(size), np.empty(size, dtype=np.int64),
+                        touched))
     reached = touched[:n_touched].copy()
     return int(reached.size)
 
@@ -332,8 +338,10 @@ def test_reused_buffers_carry_nothing_between_searches(cases: list[Case],
                                                    np.zeros(indices.size, dtype=np.int32)))
         np.testing.assert_array_equal(de, slow_dead_ends(indptr, indices))
         n_touched, _, ok = bucket_dijkstra_kernel(
-            indptr, indices, weights, case.seeds, case.seed_dist, limit, case.targets,
-            case.limits, dist, tws, entry_d, entry_n, touched, de, heads, entry_next, width)
+            SearchGraph(indptr, indices, weights, de),
+            SearchQuery(case.seeds, case.seed_dist, limit, case.targets, case.limits),
+            SearchWorkspace(dist, tws, entry_d, entry_n, touched),
+            BucketQueue(heads, entry_next, width))
         assert np.all(tws == -INF)
         if ok:
             for t, lim in zip(case.targets.tolist(), case.limits.tolist(), strict=True):

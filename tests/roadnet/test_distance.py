@@ -11,6 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roadnet.dijkstra_kernels import (
+    BucketQueue,
+    SearchGraph,
+    SearchQuery,
+    SearchWorkspace,
     _heap_pop,
     _heap_push,
     bucket_dijkstra_kernel,
@@ -366,9 +370,11 @@ def test_target_search_with_dead_end_skipping_is_exact(case, reverse: bool) -> N
     dist, target_ws, heap_d, heap_n, touched = search.workspace()
     tg = np.asarray(targets, dtype=np.int64)
     tl = np.asarray(limits)
-    dijkstra_kernel(adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
-                    np.zeros(len(seeds)), float(tl.max()), tg, tl, dist, target_ws, heap_d,
-                    heap_n, touched, dead_ends(adj))
+    dijkstra_kernel(
+        SearchGraph(adj.indptr, adj.indices, adj.weights, dead_ends(adj)),
+        SearchQuery(np.asarray(seeds, dtype=np.int64), np.zeros(len(seeds)), float(tl.max()),
+                    tg, tl),
+        SearchWorkspace(dist, target_ws, heap_d, heap_n, touched))
     for t, lim in zip(targets, limits, strict=True):
         if want[t] <= lim:
             assert dist[t] == want[t]
@@ -398,9 +404,10 @@ def test_bucket_search_gives_the_heap_search_distances(case, reverse: bool,
     heads = np.empty(int(limit / width) + 3, dtype=np.int64)
     links = np.empty(heap_d.size, dtype=np.int64)
     n_touched, n_scanned, ok = bucket_dijkstra_kernel(
-        adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
-        np.zeros(len(seeds)), limit, tg, tl, dist, target_ws, heap_d, heap_n, touched,
-        dead_ends(adj), heads, links, width)
+        SearchGraph(adj.indptr, adj.indices, adj.weights, dead_ends(adj)),
+        SearchQuery(np.asarray(seeds, dtype=np.int64), np.zeros(len(seeds)), limit, tg, tl),
+        SearchWorkspace(dist, target_ws, heap_d, heap_n, touched),
+        BucketQueue(heads, links, width))
     assert ok and n_scanned >= 1
     for t, lim in zip(targets, limits, strict=True):
         if want[t] <= lim:
@@ -436,9 +443,10 @@ def test_bucket_search_stop_rule_with_negative_and_huge_limits(case, reverse: bo
     heads = np.empty(int(limit / width) + 3, dtype=np.int64)
     links = np.empty(heap_d.size, dtype=np.int64)
     _, _, ok = bucket_dijkstra_kernel(
-        adj.indptr, adj.indices, adj.weights, np.asarray(seeds, dtype=np.int64),
-        np.zeros(len(seeds)), limit, tg, tl, dist, target_ws, heap_d, heap_n, touched,
-        dead_ends(adj), heads, links, width)
+        SearchGraph(adj.indptr, adj.indices, adj.weights, dead_ends(adj)),
+        SearchQuery(np.asarray(seeds, dtype=np.int64), np.zeros(len(seeds)), limit, tg, tl),
+        SearchWorkspace(dist, target_ws, heap_d, heap_n, touched),
+        BucketQueue(heads, links, width))
     assert ok
     for t in set(targets):
         best = max(lim for t2, lim in zip(targets, limits, strict=True) if t2 == t)
@@ -459,9 +467,11 @@ def test_bucket_search_stops_only_past_a_targets_bucket(width: float) -> None:
     dist, target_ws, heap_d, heap_n, touched = search.workspace()
     heads = np.empty(int(12.0 / width) + 3, dtype=np.int64)
     links = np.empty(heap_d.size, dtype=np.int64)
-    bucket_dijkstra_kernel(adj.indptr, adj.indices, adj.weights, index[:1], np.zeros(1), 12.0,
-                           index[2:3], np.array([3.0]), dist, target_ws, heap_d, heap_n,
-                           touched, np.empty(0, dtype=np.int32), heads, links, width)
+    bucket_dijkstra_kernel(
+        SearchGraph(adj.indptr, adj.indices, adj.weights, np.empty(0, dtype=np.int32)),
+        SearchQuery(index[:1], np.zeros(1), 12.0, index[2:3], np.array([3.0])),
+        SearchWorkspace(dist, target_ws, heap_d, heap_n, touched),
+        BucketQueue(heads, links, width))
     assert dist[index[2]] == 2.0
 
 
@@ -477,16 +487,19 @@ def test_bucket_search_says_when_it_cannot_run() -> None:
     links = np.empty(heap_d.size, dtype=np.int64)
     no_dead_ends = np.empty(0, dtype=np.int32)
     # 25 m in buckets of 10 m needs 3 buckets (and one spare): 3 heads are too few.
-    result = bucket_dijkstra_kernel(adj.indptr, adj.indices, adj.weights, seeds, zero, 25.0,
-                                    tg, tl, dist, target_ws, heap_d, heap_n, touched,
-                                    no_dead_ends, np.empty(3, dtype=np.int64), links, 10.0)
+    result = bucket_dijkstra_kernel(
+        SearchGraph(adj.indptr, adj.indices, adj.weights, no_dead_ends),
+        SearchQuery(seeds, zero, 25.0, tg, tl),
+        SearchWorkspace(dist, target_ws, heap_d, heap_n, touched),
+        BucketQueue(np.empty(3, dtype=np.int64), links, 10.0))
     assert result == (0, 0, False)
     assert np.all(dist == np.inf) and np.all(target_ws == -np.inf)
     # Two entries cannot hold the seed and both of its neighbours.
     n_touched, _, ok = bucket_dijkstra_kernel(
-        adj.indptr, adj.indices, adj.weights, seeds, zero, 25.0, tg, tl, dist, target_ws,
-        heap_d[:2], heap_n[:2], touched, no_dead_ends, np.empty(5, dtype=np.int64),
-        links[:2], 10.0)
+        SearchGraph(adj.indptr, adj.indices, adj.weights, no_dead_ends),
+        SearchQuery(seeds, zero, 25.0, tg, tl),
+        SearchWorkspace(dist, target_ws, heap_d[:2], heap_n[:2], touched),
+        BucketQueue(np.empty(5, dtype=np.int64), links[:2], 10.0))
     assert not ok and np.all(target_ws == -np.inf)
     assert set(np.flatnonzero(np.isfinite(dist)).tolist()) == set(touched[:n_touched].tolist())
     reset_kernel(dist, touched, n_touched)
