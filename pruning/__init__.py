@@ -12,6 +12,7 @@ from pruning import (
     boolean,
     brute,
     deliveries,
+    edge_rows,
     indexed,
     kernel_args,
     kinds_reference,
@@ -32,6 +33,7 @@ from pruning.algorithm2 import *  # noqa: F403
 from pruning.boolean import *  # noqa: F403
 from pruning.brute import *  # noqa: F403
 from pruning.deliveries import *  # noqa: F403
+from pruning.edge_rows import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
@@ -48,8 +50,8 @@ from pruning.topk_events import *  # noqa: F403
 from pruning.topk_kernels import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
-API_MODULES = (similarity, deliveries, brute, routing, algorithm1, algorithm2, kernel_args,
-               lanes, indexed, matchers, topk_events, kinds_reference, boolean, topk_buffers,
-               topk_kernels, topk, live_kinds, live_topk, set_locations)
+API_MODULES = (similarity, deliveries, edge_rows, brute, routing, algorithm1, algorithm2,
+               kernel_args, lanes, indexed, matchers, topk_events, kinds_reference, boolean,
+               topk_buffers, topk_kernels, topk, live_kinds, live_topk, set_locations)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from index.model import Messages, Subscriptions
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
+from pruning.edge_rows import EdgeRows
 from pruning.set_locations import SetLocations, SetReach
 from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
 from roadnet.distance import NodeSearch, entry_costs, point_distances_to_target
@@ -56,17 +57,6 @@ class MatchCounters:
     settled: IntArray
 
 
-def _csr_gather(ptr: IntArray, values: IntArray, keys: IntArray) -> IntArray:
-    """Concatenation of ``values[ptr[k]:ptr[k + 1]]`` for every k in ``keys``."""
-    starts = ptr[keys]
-    lengths = ptr[keys + 1] - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.empty(0, dtype=values.dtype)
-    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return values[np.arange(total) + offsets]
-
-
 class BruteMatcher:
     """Exact matcher of messages against a fixed batch of subscriptions.
 
@@ -93,41 +83,11 @@ class BruteMatcher:
         self.network = network
         self.subs = subs
         self.weights = weights
-        # Subscription rows grouped by edge.
-        edge = subs.points.edge.astype(np.int64)
-        self._sub_rows: IntArray = np.argsort(edge, kind="stable").astype(np.int64)
-        self._edge_ptr = np.zeros(network.n_edges + 1, dtype=np.int64)
-        np.cumsum(np.bincount(edge, minlength=network.n_edges), out=self._edge_ptr[1:])
-        # Edges incident to each node (a self-loop once).
-        eu = network.edge_u.astype(np.int64)
-        ev = network.edge_v.astype(np.int64)
-        e = np.arange(network.n_edges, dtype=np.int64)
-        loop = eu == ev
-        inc_node = np.concatenate([eu, ev[~loop]])
-        inc_edge = np.concatenate([e, e[~loop]])
-        order = np.argsort(inc_node, kind="stable")
-        self._inc_edge: IntArray = inc_edge[order]
-        self._node_ptr = np.zeros(network.n_nodes + 1, dtype=np.int64)
-        np.cumsum(np.bincount(inc_node, minlength=network.n_nodes), out=self._node_ptr[1:])
-        self._eu = eu
-        self._ev = ev
+        self._rows = EdgeRows(network, subs.points.edge)
         self._search = NodeSearch(network, reverse=True)
         self.counters: MatchCounters | None = None
         self._sets = (None if set_locations is None
                       else SetReach(network, set_locations, n_subscriptions=len(subs)))
-
-    def candidate_rows(self, dist: npt.NDArray[np.float64], touched: IntArray,
-                       message_edge: int) -> IntArray:
-        """Rows of subscriptions on the message's edge or on an edge with a reached end."""
-        inc = _csr_gather(self._node_ptr, self._inc_edge, touched)
-        owner = np.repeat(touched, self._node_ptr[touched + 1] - self._node_ptr[touched])
-        # Take each edge once: from its u if u was reached, else from its v.
-        once = (owner == self._eu[inc]) | ~np.isfinite(dist[self._eu[inc]])
-        edges = inc[once]
-        if not (np.isfinite(dist[self._eu[message_edge]])
-                or np.isfinite(dist[self._ev[message_edge]])):
-            edges = np.append(edges, message_edge)
-        return _csr_gather(self._edge_ptr, self._sub_rows, edges)
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries of every message, sorted by (message_id, subscription_id).
@@ -150,7 +110,7 @@ class BruteMatcher:
             ok = np.isfinite(costs)
             res = self._search.run(seeds[ok], costs[ok], limit=dmax)
             settled[i] = res.n_settled
-            rows = self.candidate_rows(res.dist, res.touched, int(point.edge[0]))
+            rows = self._rows.near(res.dist, res.touched, int(point.edge[0]))
             dist = point_distances_to_target(self.network, res.dist, point, subs.points[rows],
                                              limit=dmax)
             near = np.isfinite(dist)

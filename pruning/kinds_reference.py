@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages, Subscriptions
+from index.model import Messages
 from index.terms import TermWeights
-from pruning.brute import BruteMatcher
 from pruning.deliveries import Deliveries
+from pruning.edge_rows import EdgeRows
 from pruning.set_locations import SetLocations, SetReach
 from pruning.similarity import sim_kernel, spatio_textual_similarity, tsim_kernel
 from pruning.topk_events import EVENT_EVICT, EVENT_INSERT, TopkEvents
@@ -75,17 +75,7 @@ def _all_present(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], rows: IntArr
         mark[t] = 0
 
 
-def _edge_lookup(network: RoadNetwork, points: EdgePoints, weights: TermWeights,
-                 dmax_m: float) -> BruteMatcher:
-    """A BruteMatcher over placeholder threshold rows at ``points``: its candidate lookup
-    (rows on the reached edges) is the reference's, shared rather than rewritten."""
-    n = len(points)
-    fake = Subscriptions(np.arange(n, dtype=np.int64), points, np.zeros(n), np.ones(n),
-                         np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int32))
-    return BruteMatcher(network, fake, weights, dmax_m=dmax_m)
-
-
-def _reach(lookup: BruteMatcher, search: NodeSearch, network: RoadNetwork,
+def _reach(lookup: EdgeRows, search: NodeSearch, network: RoadNetwork,
            points: EdgePoints, messages: Messages, i: int, limit: float,
            stats: dict[str, int] | None = None, sets: SetReach | None = None
            ) -> tuple[IntArray, FloatArray]:
@@ -98,7 +88,7 @@ def _reach(lookup: BruteMatcher, search: NodeSearch, network: RoadNetwork,
     res = search.run(seeds[ok], costs[ok], limit=limit)
     if stats is not None:
         stats["settled"] += res.n_settled
-    rows = lookup.candidate_rows(res.dist, res.touched, int(point.edge[0]))
+    rows = lookup.near(res.dist, res.touched, int(point.edge[0]))
     dist = _to_target(network, res.dist, point, points[rows], limit=limit)
     near = np.isfinite(dist)
     if sets is not None:
@@ -137,7 +127,7 @@ class BooleanBruteMatcher:
             msg = f"boolean radii must be at most Dmax = {self.dmax_m:g} m"
             raise InputError(msg)
         self.network, self.subs, self.weights = network, subs, weights
-        self._lookup = _edge_lookup(network, subs.points, weights, self.dmax_m)
+        self._lookup = EdgeRows(network, subs.points.edge)
         self._search = NodeSearch(network, reverse=True)
         self._limit = float(subs.radius.max(initial=0.0))
         self._sets = (None if set_locations is None
@@ -260,7 +250,7 @@ class TopkBruteMatcher:
         self.subs = TopkSubscriptions.concat([a, subs])
         self._live = np.ones(len(self.subs), dtype=bool)
         self._expires = np.concatenate([self._expires[keep], e])
-        self._lookup = _edge_lookup(self.network, self.subs.points, self.weights, self.dmax_m)
+        self._lookup = EdgeRows(self.network, self.subs.points.edge)
         if self._mark.size < len(self.weights) + 1:
             self._mark = np.zeros(len(self.weights) + 1, dtype=np.int64)
 

@@ -19,18 +19,15 @@ minimum over its pieces. The point a set row carries in its batch is not used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from pruning.edge_rows import EdgeRows
 from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 from roadnet.network import RoadNetwork
 from roadnet.segment_sets import SegmentSet, SegmentSets, piece_distances_to_target
-
-if TYPE_CHECKING:
-    from pruning.brute import BruteMatcher
 
 __all__ = ["SetLocations", "SetReach"]
 
@@ -93,25 +90,15 @@ class SetReach:
 
     def __init__(self, network: RoadNetwork, locations: SetLocations, *,
                  n_subscriptions: int) -> None:
-        from index.model import Subscriptions
-        from index.terms import TermWeights
-        from pruning.brute import BruteMatcher
-
         locations.check_rows(n_subscriptions)
         self.network, self.locations = network, locations
         sets = locations.sets
-        n = sets.edge.size
         self._owner_row = locations.rows[sets.owner]
         #: Per subscription row: whether its location is a set (its point is not used).
         self.is_set_row = np.zeros(n_subscriptions, dtype=bool)
         self.is_set_row[locations.rows] = True
-        # The reference's candidate lookup (pieces on reached edges), over placeholder
-        # rows at each piece's edge: shared rather than rewritten.
-        fake = Subscriptions(np.arange(n, dtype=np.int64), EdgePoints(sets.edge, sets.start),
-                             np.zeros(n), np.ones(n), np.arange(n + 1, dtype=np.int64),
-                             np.zeros(n, np.int32))
-        self._lookup: BruteMatcher = BruteMatcher(
-            network, fake, TermWeights({}, default_weight=1.0), dmax_m=1.0)
+        # The reference's candidate rule, over the pieces.
+        self._lookup = EdgeRows(network, sets.edge)
 
     def reach(self, dist: FloatArray, touched: IntArray, point: EdgePoints, limit: float
               ) -> tuple[IntArray, FloatArray]:
@@ -121,7 +108,7 @@ class SetReach:
         entry costs and bounded by ``limit`` (the reference matchers' search).
         """
         sets = self.locations.sets
-        pieces = self._lookup.candidate_rows(dist, touched, int(point.edge[0]))
+        pieces = self._lookup.near(dist, touched, int(point.edge[0]))
         if pieces.size == 0:
             return np.empty(0, np.int64), np.empty(0)
         d = piece_distances_to_target(self.network, dist, point, sets.edge[pieces],

@@ -83,7 +83,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -420,13 +420,40 @@ def piece_distances_to_target(network: RoadNetwork, dist: FloatArray, target: Ed
 
 
 # ----------------------------------------------------------------------------- routes
+class TightGraph(NamedTuple):
+    """Both adjacencies of the network, as the route walk reads them (CSR arrays)."""
+
+    indptr: IntArray
+    indices: Int32Array
+    weights: FloatArray
+    arc_edge: Int32Array
+    rindptr: IntArray
+    rindices: Int32Array
+    rweights: FloatArray
+
+
+class LegEnds(NamedTuple):
+    """A leg's start nodes with their exit costs and end nodes with their entry costs (m)."""
+
+    start_nodes: IntArray
+    start_costs: FloatArray
+    end_nodes: IntArray
+    end_costs: FloatArray
+
+
+class WalkWork(NamedTuple):
+    """The walk's workspaces, each of ``n_nodes`` entries (``hops`` all -1 between calls)."""
+
+    hops: IntArray
+    queue: IntArray
+    path: IntArray
+    path_edges: IntArray
+
+
 @numba.njit(cache=True, nogil=True)
 def _tight_walk_kernel(  # pragma: no cover - compiled
-    indptr: IntArray, indices: Int32Array, weights: FloatArray, arc_edge: Int32Array,
-    rindptr: IntArray, rindices: Int32Array, rweights: FloatArray,
-    dist: FloatArray, node_ids: IntArray,
-    start_nodes: IntArray, start_costs: FloatArray, end_nodes: IntArray, end_costs: FloatArray,
-    total: float, hops: IntArray, queue: IntArray, path: IntArray, path_edges: IntArray,
+    graph: TightGraph, dist: FloatArray, node_ids: IntArray, ends: LegEnds, total: float,
+    work: WalkWork,
 ) -> tuple[int, int, int]:
     """The route's node path by the tie rule: among the shortest ways (arcs x -> y with
     dist[x] + w == dist[y]), the fewest nodes, then the smallest original ids.
@@ -435,6 +462,11 @@ def _tight_walk_kernel(  # pragma: no cover - compiled
     nodes in ``path``, index of the start taken, index of the end taken); path_edges[i]
     is the edge from path[i] to path[i + 1].
     """
+    indptr, indices, weights, arc_edge = graph.indptr, graph.indices, graph.weights, graph.arc_edge
+    rindptr, rindices, rweights = graph.rindptr, graph.rindices, graph.rweights
+    start_nodes, start_costs = ends.start_nodes, ends.start_costs
+    end_nodes, end_costs = ends.end_nodes, ends.end_costs
+    hops, queue, path, path_edges = work.hops, work.queue, work.path, work.path_edges
     # Hops to the end over tight arcs, breadth first from the end nodes backwards.
     head = 0
     tail = 0
@@ -502,10 +534,11 @@ class _Legs:
         self.fwd = network.adjacency(reverse=False)
         self.rev = network.adjacency(reverse=True)
         n = network.n_nodes
-        self.hops = np.full(n, -1, dtype=np.int64)
-        self.queue = np.empty(n, dtype=np.int64)
-        self.path = np.empty(n, dtype=np.int64)
-        self.path_edges = np.empty(n, dtype=np.int64)
+        self.work = WalkWork(np.full(n, -1, dtype=np.int64), np.empty(n, dtype=np.int64),
+                             np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+        f, r = self.fwd, self.rev
+        self.graph = TightGraph(f.indptr, f.indices, f.weights, f.arc_edge,
+                                r.indptr, r.indices, r.weights)
 
     def leg(self, p: EdgePoints, q: EdgePoints, label: str
             ) -> tuple[IntArray, list[tuple[int, float, float]]]:
@@ -533,17 +566,14 @@ class _Legs:
             return np.empty(0, np.int64), [(ep, min(op, oq), max(op, oq))]
         # Every node at most ``via`` away, with its final distance.
         res = self.search.run(starts[ok], scost[ok], limit=via)
-        f, r = self.fwd, self.rev
-        n, k_start, k_end = _tight_walk_kernel(
-            f.indptr, f.indices, f.weights, f.arc_edge, r.indptr, r.indices, r.weights,
-            res.dist, net.node_ids, starts.astype(np.int64), scost,
-            ends.astype(np.int64), ecost, via, self.hops, self.queue, self.path,
-            self.path_edges)
+        leg_ends = LegEnds(starts.astype(np.int64), scost, ends.astype(np.int64), ecost)
+        n, k_start, k_end = _tight_walk_kernel(self.graph, res.dist, net.node_ids, leg_ends,
+                                               via, self.work)
         if n == 0:
             msg = f"route: {label}: no shortest way found (an internal inconsistency)"
             raise RuntimeError(msg)
-        nodes = self.path[:n].copy()
-        edges = self.path_edges[:n - 1].tolist()
+        nodes = self.work.path[:n].copy()
+        edges = self.work.path_edges[:n - 1].tolist()
         pieces = [(ep, op, float(net.edge_length[ep])) if k_start == 0 else (ep, 0.0, op)]
         pieces += [(e, 0.0, float(net.edge_length[e])) for e in edges]
         pieces.append((eq, 0.0, oq) if k_end == 0 else (eq, oq, float(net.edge_length[eq])))
