@@ -50,9 +50,11 @@ def mixed_cases(draw: st.DrawFn) -> tuple[RoadNetwork, SubscriptionSet, Messages
     n, n_msgs = len(subs), len(messages)
     if n_msgs > 1 and draw(st.booleans()):  # a message repeated later: equal scores
         rows = np.r_[np.arange(n_msgs), rng.integers(0, n_msgs, 2)]
-        again = messages.take(rows)
-        messages = Messages(np.arange(rows.size, dtype=np.int64) + 100, again.points,
-                            again.kw_ptr, again.kw_terms)
+        kws = [messages.keywords(int(r)) for r in rows]
+        ptr = np.zeros(rows.size + 1, np.int64)
+        np.cumsum([w.size for w in kws], out=ptr[1:])
+        messages = Messages(np.arange(rows.size, dtype=np.int64) + 100, messages.points[rows],
+                            ptr, np.concatenate(kws).astype(np.int32))
         n_msgs = len(messages)
     kind = rng.integers(0, 3, n)
     radius = rng.choice([0.0, dmax, dmax / 3, dmax * rng.random()], n)
