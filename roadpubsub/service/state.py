@@ -8,8 +8,8 @@ covered the record. Restarting replays the log after the last snapshot through t
 functions, so the recovered state, and every delivery, equals the original.
 
 Expiry rule (exact and replayable; the one of :mod:`pruning.expiry`, applied with every
-kind's matching by :class:`pruning.mixed.MixedMatcher`): the SERVER's clock purges. Before a publish request is
-matched, every subscription with ``expires_at <=`` the server's clock at that moment is
+kind's matching by :class:`pruning.mixed.MixedMatcher`): the SERVER's clock purges.
+Before a publish request is matched, every subscription with ``expires_at <=`` the server's clock at that moment is
 unsubscribed; that clock reading is logged with the publish (``now``), so a replay purges
 exactly the same. A message's own ``time`` (or the server's clock when absent) only decides
 whether that message is delivered to a subscription: not when ``time >= expires_at`` (the
