@@ -7,18 +7,19 @@ write-ahead log (:mod:`roadpubsub.service.wal`). The HTTP layer answers once an 
 covered the record. Restarting replays the log after the last snapshot through the same
 functions, so the recovered state, and every delivery, equals the original.
 
-Expiry rule (exact and replayable; the one of :mod:`pruning.expiry`, applied with every
-kind's matching by :class:`pruning.mixed.MixedMatcher`): the SERVER's clock purges. Before
-a publish request is matched, every subscription with ``expires_at <=`` the server's clock
-at that moment is unsubscribed; that clock reading is logged with the publish (``now``), so
-a replay purges exactly the same. A message's own ``time`` (or the server's clock when
-absent) only decides whether that message is delivered to a subscription: not when ``time
->= expires_at`` (the rule of ``roadpubsub match``), so a message from the far future
-delivers to no expiring subscription but removes none. Messages of one batch are matched in
-ascending order of their time. An expired subscription is gone for good, and the index
-purges it at its next compaction. (Log records written before ``now`` was logged replay the
-former rule: purge at the message's time.) Top-k subscriptions take every message into
-their window whatever its time; only the purge ends them.
+Expiry rule (exact and replayable): the SERVER's clock purges. Before a publish request is
+matched, every subscription with ``expires_at <=`` the server's clock at that moment is
+unsubscribed; that clock reading is logged with the publish (``now``), so a replay purges
+exactly the same. A message's own ``time`` (or the server's clock when absent) only decides
+whether that message is delivered to a subscription: not when ``time >= expires_at`` (the
+rule of ``roadpubsub match``), so a message from the far future delivers to no expiring
+subscription but removes none. Messages of one batch are matched in ascending order of
+their time. An expired subscription is gone for good, and the index purges it at its next
+compaction. (Log records written before ``now`` was logged replay the former rule: purge at
+the message's time.) Top-k subscriptions take every message into their window whatever its
+time; only the purge ends them.
+The rule is :mod:`pruning.expiry`'s, applied with every kind's matching by
+:class:`pruning.mixed.MixedMatcher`.
 
 Idempotent publishing: a message whose id was published before is not matched again; its
 recorded deliveries are returned (``"duplicate": true``).
