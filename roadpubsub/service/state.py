@@ -680,8 +680,7 @@ class ServiceState:
                 mine = found
             else:
                 rows = order[int(starts[k]):int(stops[k])]
-                mine = Deliveries(found.message_id[rows], found.subscription_id[rows],
-                                  found.distance[rows], found.score[rows])
+                mine = found.take(rows)
             known = self.messages.get(m)
             if known is not None:
                 if replay and known[0] == seq:
