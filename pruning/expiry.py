@@ -4,25 +4,26 @@ A subscription may carry ``expires_at`` = e (epoch seconds; NaN: never). Each me
 has a time t(m) (its own; without one, the clock when it is matched) and arrives at a
 clock reading c(m):
 
-* in a batch (``roadpubsub match``, the Spark jobs), the latest time of the messages so
-  far in stream order, m's included (:func:`stream_clock`): a recorded stream's times are
-  its clock;
 * in the service, the server's clock at the publish, logged with it so that a replay
   reads the same (a message's own time never moves that clock: a message from the far
-  future withholds itself from every expiring subscription but removes none).
+  future withholds itself from every expiring subscription but removes none);
+* in a batch (``roadpubsub match``), which has no other clock, the message's own time:
+  c(m) = t(m).
 
 The rule:
 
-1. withdrawal: a subscription is withdrawn at the first message m with c(m) >= e: it
-   takes no message from m on, and a top-k subscription's results are evicted among m's
-   events (phase 0, bottom rank first; :meth:`pruning.topk.TopkIndexMatcher.push`). Until
-   then a top-k subscription is offered every message, whatever its time;
-2. deliveries: a threshold or boolean subscription is delivered m only when
-   max(t(m), c(m)) < e (:func:`withhold_expired`).
+1. deliveries: a threshold or boolean subscription is delivered m only when
+   max(t(m), c(m)) < e, decided pair by pair (:func:`withhold_expired`);
+2. withdrawal: a top-k subscription is withdrawn at the first message m, in stream order,
+   with c(m) >= e: its results are evicted among m's events (phase 0, bottom rank first;
+   :meth:`pruning.topk.TopkIndexMatcher.push`) and it is offered no message after. Until
+   then it is offered every message, whatever its time (a top-k result is a function of
+   the stream: it cannot skip a message).
 
-In a batch c(m) >= t(m), so rule 2 reads c(m) < e there; in the service the purge at
-c(m) (:meth:`Expiry.due`) has removed every subscription with e <= c(m), so it reads
-t(m) < e. :class:`pruning.mixed.MixedMatcher` applies both rules for every caller.
+The service's clock only moves forward, so it also purges (:meth:`Expiry.due`): every
+subscription with e <= c(m) is removed before m is matched, which rule 1 and 2 imply for
+every later message. :class:`pruning.mixed.MixedMatcher` applies both rules for every
+caller.
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pruning.deliveries import Deliveries
-from roadnet.errors import InputError
 
-__all__ = ["Expiry", "stream_clock", "withhold_expired"]
+__all__ = ["Expiry", "withhold_expired"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -117,27 +117,6 @@ class Expiry:
         """(ids, expires_at) of every subscription that expires (for snapshots)."""
         ids = np.fromiter(self.at.keys(), dtype=np.int64, count=len(self.at))
         return ids, np.fromiter(self.at.values(), dtype=np.float64, count=len(self.at))
-
-
-def stream_clock(times: npt.ArrayLike) -> FloatArray:
-    """The clock of a batch at each message: the latest time so far in stream order,
-    the message's own included (seconds).
-
-    Examples
-    --------
-    >>> stream_clock([3.0, 1.0, 5.0, 4.0]).tolist()
-    [3.0, 3.0, 5.0, 5.0]
-
-    Raises
-    ------
-    InputError
-        A time that is NaN (give the clock's reading for messages without a time).
-    """
-    t = np.asarray(times, dtype=np.float64)
-    if np.isnan(t).any():
-        msg = "message times must be numbers (epoch seconds), not NaN"
-        raise InputError(msg)
-    return np.maximum.accumulate(t) if t.size else t.copy()
 
 
 def withhold_expired(deliveries: Deliveries, expiry: Expiry, message_ids: npt.ArrayLike,

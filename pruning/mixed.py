@@ -30,7 +30,7 @@ from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.boolean import BooleanIndexMatcher
 from pruning.deliveries import Deliveries
-from pruning.expiry import Expiry, stream_clock, withhold_expired
+from pruning.expiry import Expiry, withhold_expired
 from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher, check_window
 from pruning.matchers import Matcher, build_matcher
 from pruning.topk import TopkIndexMatcher
@@ -216,11 +216,11 @@ class MixedMatcher:
         messages
             The batch, in stream order (top-k results depend on it).
         times
-            Each message's time, epoch seconds (None: nothing expires). Without
-            ``clock``, the batch's clock is :func:`~pruning.expiry.stream_clock` of them.
+            Each message's time, epoch seconds, none NaN (None: nothing expires).
         clock
             The clock the batch arrives at (seconds; one for all, e.g. the service's at a
-            publish, or one per message).
+            publish, or one per message); None: a batch's, each message's own time
+            (:mod:`pruning.expiry`).
         keywords
             The messages' keyword strings (see :meth:`push`).
 
@@ -238,8 +238,11 @@ class MixedMatcher:
         if t.shape != (len(messages),):
             msg = f"times must hold one number per message ({len(messages)}), got {t.shape}"
             raise InputError(msg)
-        c = stream_clock(t) if clock is None else np.broadcast_to(
-            np.asarray(clock, dtype=np.float64), t.shape)
+        if np.isnan(t).any():
+            msg = "message times must be numbers (epoch seconds), not NaN"
+            raise InputError(msg)
+        c = t if clock is None else np.broadcast_to(np.asarray(clock, dtype=np.float64),
+                                                    t.shape)
         return MixedResult(self.deliver(messages, at=np.maximum(t, c)),
                            self.push(messages, clock=c, keywords=keywords))
 

@@ -37,11 +37,11 @@ A subscriptions file with a kind column may mix threshold, boolean (radius) and 
 rows: boolean deliveries join the deliveries file (score 1.0); top-k results go to
 --topk-out as insert/evict events over a window of the last --window messages.
 
-Subscriptions may carry an expires_at column (epoch seconds) and messages a time column
-(without one, or for a null, the clock now): the run's clock is the latest message time so
-far in file order, and a subscription takes no message once that clock reaches its
-expires_at (a top-k one is withdrawn then, its results evicted): the rule of
-'roadpubsub serve', whose clock is the server's.
+Subscriptions may carry an expires_at column (epoch seconds) and messages a time column:
+a subscription is not delivered messages whose time is >= its expires_at, and a top-k
+one is withdrawn (its results evicted) at the first message, in file order, whose time
+reaches it (the rule of 'roadpubsub serve', pruning/expiry.py; without a time column,
+or for a null, the clock decides).
 
 The output has one row per delivery: message_id, subscription_id, distance (network
 metres from the subscription to the message) and score (SIM); with --geometry line (or
@@ -110,7 +110,6 @@ def run(args: argparse.Namespace) -> int:
     from index.kinds import SubscriptionSet
     from index.store import load_index
     from pruning.deliveries import Deliveries
-    from pruning.expiry import stream_clock
     from pruning.indexed import IndexMatcher
     from pruning.kinds_reference import check_window
     from pruning.mixed import MixedMatcher
@@ -183,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
     t_build = time.perf_counter()
     say(f"ready in {t_build - t0:.1f} s (read {t_read - t0:.1f} s, build "
         f"{t_build - t_read:.1f} s)")
-    # The batch's clock (pruning.expiry): the latest message time so far, in file order.
-    clock = None if times is None else stream_clock(times)
+    # A batch's clock (pruning.expiry) is each message's own time.
+    clock = times
     parts: list[Deliveries] = []
     n = len(messages)
     # Batches of neighbouring messages (Hilbert order of their locations) find the index

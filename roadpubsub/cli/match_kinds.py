@@ -100,8 +100,8 @@ def read_expiry(subscriptions: str | Path, messages: str | Path,
     column.
 
     A null ``expires_at`` never expires; a message without a ``time`` (no column, or a
-    null) takes the clock now. The rule is :mod:`pruning.expiry`'s (the batch's clock:
-    the latest time so far in file order).
+    null) takes the clock now. The rule is :mod:`pruning.expiry`'s (a batch's clock:
+    each message's own time).
     """
     import numpy as np
 

@@ -16,7 +16,7 @@ from index.terms import TermWeights
 from index.workload import generate_workload
 from pruning.brute import match_brute
 from pruning.deliveries import Deliveries
-from pruning.expiry import Expiry, stream_clock, withhold_expired
+from pruning.expiry import Expiry, withhold_expired
 from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
 from pruning.mixed import MixedMatcher, MixedResult
 from roadnet.errors import InputError
@@ -43,7 +43,7 @@ def mixed_cases(draw: st.DrawFn) -> tuple[RoadNetwork, SubscriptionSet, Messages
     """A mixed set drawn to break the entry point: every kind, tau exactly at a score,
     alpha in {0, 1} among others, repeated messages (equal scores: ties), radii of 0 and
     Dmax, message times with ties and out of order, expiries exactly at a message's time;
-    a batch's clock (None) or a service's (a number)."""
+    a batch's clock (None: each message's time) or a service's (a number)."""
     network, subs, messages, weights, dmax, capacity = draw(scenarios())
     subs = with_borderline_taus(network, subs, messages, weights, dmax)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -71,7 +71,7 @@ def _reference(network: RoadNetwork, subs: SubscriptionSet, messages: Messages,
                weights: TermWeights, dmax: float, window: int, expiry: Expiry,
                times: np.ndarray, clock: float | None) -> MixedResult:
     """Every kind's reference matcher; the expiry rule applied pair by pair."""
-    c = np.maximum.accumulate(times) if clock is None else np.full(times.size, clock)
+    c = times if clock is None else np.full(times.size, clock)  # a batch: each own time
     parts = [match_brute(network, subs.threshold, messages, weights, dmax_m=dmax)]
     if len(subs.boolean):
         parts.append(BooleanBruteMatcher(network, subs.boolean, weights,
@@ -105,15 +105,15 @@ def test_entry_point_equals_the_references(index: str, case: tuple) -> None:
 @SLOW
 @given(case=mixed_cases(), cut=st.integers(0, 8))
 def test_batches_in_any_order_deliver_the_same(case: tuple, cut: int) -> None:
-    """deliver() over Hilbert-like batches with the stream's clock, push() over the whole
-    stream: the CLI's way equals one call."""
+    """deliver() over batches in any order, push() over the whole stream: the CLI's way
+    equals one call."""
     network, subs, messages, weights, dmax, capacity, window, expiry, times, _ = case
     spatial = SpatialIndex.build(network, capacity=capacity)
     one = MixedMatcher.build(network, subs, weights, dmax_m=dmax, window=window,
                              spatial=spatial, expiry=expiry).match(messages, times=times)
     again = MixedMatcher.build(network, subs, weights, dmax_m=dmax, window=window,
                                spatial=spatial, expiry=expiry)
-    c = stream_clock(times)
+    c = times
     order = np.random.default_rng(cut).permutation(len(messages))
     parts = [again.deliver(messages.take(rows), at=c[rows])
              for rows in (order[:cut], order[cut:])]
