@@ -3,7 +3,7 @@ that put them together.
 
 The public API is the union of the modules' ``__all__``::
 
-    from pruning import IndexMatcher, BruteMatcher, build_matcher
+    from pruning import IndexMatcher, BruteMatcher, MixedMatcher, build_matcher
 """
 
 from pruning import (
@@ -13,6 +13,7 @@ from pruning import (
     brute,
     deliveries,
     edge_rows,
+    expiry,
     indexed,
     kernel_args,
     kinds_reference,
@@ -20,6 +21,7 @@ from pruning import (
     live_kinds,
     live_topk,
     matchers,
+    mixed,
     routing,
     set_locations,
     similarity,
@@ -34,6 +36,7 @@ from pruning.boolean import *  # noqa: F403
 from pruning.brute import *  # noqa: F403
 from pruning.deliveries import *  # noqa: F403
 from pruning.edge_rows import *  # noqa: F403
+from pruning.expiry import *  # noqa: F403
 from pruning.indexed import *  # noqa: F403
 from pruning.kernel_args import *  # noqa: F403
 from pruning.kinds_reference import *  # noqa: F403
@@ -41,6 +44,7 @@ from pruning.lanes import *  # noqa: F403
 from pruning.live_kinds import *  # noqa: F403
 from pruning.live_topk import *  # noqa: F403
 from pruning.matchers import *  # noqa: F403
+from pruning.mixed import *  # noqa: F403
 from pruning.routing import *  # noqa: F403
 from pruning.set_locations import *  # noqa: F403
 from pruning.similarity import *  # noqa: F403
@@ -52,6 +56,7 @@ from pruning.topk_kernels import *  # noqa: F403
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, edge_rows, brute, routing, algorithm1, algorithm2,
                kernel_args, lanes, indexed, matchers, topk_events, kinds_reference, boolean,
-               topk_buffers, topk_kernels, topk, live_kinds, live_topk, set_locations)
+               topk_buffers, topk_kernels, topk, live_kinds, live_topk, set_locations, expiry,
+               mixed)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

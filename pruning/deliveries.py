@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,8 +59,18 @@ class Deliveries:
         return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0))
 
     @classmethod
-    def concat(cls, parts: list[Deliveries]) -> Deliveries:
-        """Join parts and sort by (message_id, subscription_id)."""
+    def concat(cls, parts: Iterable[Deliveries]) -> Deliveries:
+        """Join parts and sort by (message_id, subscription_id).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> a = Deliveries(np.array([2]), np.array([7]), np.array([10.0]), np.array([0.5]))
+        >>> b = Deliveries(np.array([1]), np.array([9]), np.array([30.0]), np.array([1.0]))
+        >>> Deliveries.concat([a, b]).message_id.tolist()
+        [1, 2]
+        """
+        parts = list(parts)
         if not parts:
             return cls.empty()
         mid = np.concatenate([p.message_id for p in parts])
@@ -68,6 +79,24 @@ class Deliveries:
         return cls(mid[order], sid[order],
                    np.concatenate([p.distance for p in parts])[order],
                    np.concatenate([p.score for p in parts])[order])
+
+    def take(self, rows: npt.ArrayLike) -> Deliveries:
+        """The deliveries at ``rows``: a boolean mask of ``len(self)`` entries, or row
+        numbers (kept in the order given; ascending ones keep the sort order).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> d = Deliveries(np.array([1, 1, 2]), np.array([4, 5, 4]), np.zeros(3), np.ones(3))
+        >>> d.take(d.subscription_id != 5).pairs() == {(1, 4), (2, 4)}
+        True
+        """
+        r = np.asarray(rows)
+        if r.dtype == np.bool_ and r.shape != self.message_id.shape:
+            msg = f"a mask of {len(self)} entries is needed, got shape {r.shape}"
+            raise ValueError(msg)
+        return Deliveries(self.message_id[r], self.subscription_id[r], self.distance[r],
+                          self.score[r])
 
     def pairs(self) -> set[tuple[int, int]]:
         """The delivered (message_id, subscription_id) pairs (for tests and comparisons)."""

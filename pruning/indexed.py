@@ -396,6 +396,8 @@ class IndexMatcher:
         self._executor: tuple[ThreadPoolExecutor, int, int] | None = None
         #: Where the last :meth:`match` call's time went (threads, serial part).
         self.last_timing: CallTiming | None = None
+        #: Per-message statistics of the last :meth:`match` call (None before the first).
+        self.stats: MatchStats | None = None
         self._dead_end_to = dead_ends(self._lane(0).search.adjacency)
         bounds = index.spatial.bounds
         # Rows are message cells: D_t[cm][ci] = D(ci, cm), contiguous per message cell.
@@ -534,8 +536,9 @@ class IndexMatcher:
         messages: Messages,
         *,
         progress: Callable[[int], None] | None = None,
-    ) -> tuple[Deliveries, MatchStats]:
-        """Deliveries of a batch of messages, with per-message statistics.
+    ) -> Deliveries:
+        """Deliveries of a batch of messages, sorted by (message_id, subscription_id); the
+        per-message statistics of the call in :attr:`stats`.
 
         Raises
         ------
@@ -627,7 +630,8 @@ class IndexMatcher:
                 self._lanes[k].out = None
         wall = time.perf_counter() - t_call
         self.last_timing = CallTiming(wall, wall - par, clocks)
-        return Deliveries(*result), MatchStats(messages.ids.copy(), stats)
+        self.stats = MatchStats(messages.ids.copy(), stats)
+        return Deliveries(*result)
 
     def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: _Batch,
                    clocks: list[LaneClock]

@@ -17,6 +17,7 @@ subscriptions, with the same distance code, so distances are bit-identical:
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 import numba
 import numpy as np
@@ -254,13 +255,15 @@ class TopkBruteMatcher:
         if self._mark.size < len(self.weights) + 1:
             self._mark = np.zeros(len(self.weights) + 1, dtype=np.int64)
 
-    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None) -> TopkEvents:
+    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None,
+             keywords: Sequence[Sequence[str]] | None = None) -> TopkEvents:
         """Process ``messages`` in order; the events they cause.
 
         With ``times`` (seconds, one per message), a live subscription whose
         ``expires_at`` is at most a message's time is withdrawn as that message arrives,
         before the window's expiry: its top-k is evicted from the bottom rank up (phase 0)
-        and it takes part in nothing after.
+        and it takes part in nothing after. ``keywords`` is not needed (a fixed
+        vocabulary; the signature of every top-k matcher).
         """
         ev: list[tuple[int, int, int, int, int, int, float, float]] = []
         tm = None if times is None else np.asarray(times, dtype=np.float64)

@@ -189,9 +189,8 @@ class LiveBoolean:
                 self._base_matcher = self._matcher(self._base)
             found = self._base_matcher.match(messages)
             if self._n_dead:
-                keep = ~np.isin(found.subscription_id, self._base.ids[self._dead])
-                found = Deliveries(found.message_id[keep], found.subscription_id[keep],
-                                   found.distance[keep], found.score[keep])
+                found = found.take(~np.isin(found.subscription_id,
+                                            self._base.ids[self._dead]))
             parts.append(found)
         if len(self._delta):
             if self._delta_matcher is None:

@@ -32,6 +32,7 @@ brought by a later subscription is found in the window's messages too. Arrival n
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +49,7 @@ from pruning.live_kinds import concat_topk, rows_of_ids
 from pruning.topk import TopkIndexMatcher
 from pruning.topk_buffers import relink
 from pruning.topk_events import EVENT_EVICT, TopkEvents
+from roadnet.errors import InputError
 from roadnet.locations import EdgePoints
 
 __all__ = ["LiveTopk", "retire"]
@@ -301,21 +303,30 @@ class LiveTopk:
             self._parts = self._parts[:1]
             self._parts.append(self._build(concat_topk(newer)))
 
-    def push(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]], *,
-             messages: Messages | None = None) -> TopkEvents:
+    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None,
+             keywords: Sequence[Sequence[str]] | None = None) -> TopkEvents:
         """Messages arrive in this order; the insertions and evictions they cause
         (``seq``: arrival numbers since the stream began).
 
-        ``messages`` may pass these rows as ``Messages.from_rows`` builds them with this
-        window's weights (the caller's matcher has them already: their keywords are looked
-        up once).
+        ``messages`` carry the term ids of this window's weights. ``keywords``: their
+        keyword strings, kept in the window so that a subscription bringing a new term
+        later finds it in these messages too (default: the strings of their term ids).
+        ``times`` (the signature of every top-k matcher, :class:`pruning.mixed.
+        TopkMatcher`): these subscriptions carry no expiry time, so none is withdrawn by
+        it; their owner withdraws them (:meth:`withdraw`, the service's purge).
         """
-        n = int(ids.size)
+        del times  # no expiry times here (see above)
+        n = len(messages)
         if n == 0:
             return TopkEvents.empty()
+        if keywords is None:
+            terms = self.weights.terms
+            keywords = [[terms[t] for t in messages.keywords(j).tolist()] for j in range(n)]
+        elif len(keywords) != n:
+            msg = f"keywords must hold one list per message ({n}), got {len(keywords)}"
+            raise InputError(msg)
         self._ready()
-        msgs = messages if messages is not None else Messages.from_rows(
-            ids=ids, points=points, keywords=keywords, weights=self.weights)
+        msgs = messages
         parts = []
         for p in self._parts:
             found = p.matcher.push(_known_terms(msgs, p.n_terms))
@@ -324,6 +335,7 @@ class LiveTopk:
                                         found.message_id, found.subscription_id,
                                         found.rank, found.score, found.distance))
         vocab = len(self.weights)
+        ids, points = msgs.ids, msgs.points
         for j in range(n):
             self._ring.append(_Entry(self.arrivals + j, int(ids[j]), int(points.edge[j]),
                                      float(points.offset[j]), list(keywords[j]),

@@ -43,6 +43,8 @@ messages' ``times``); see those methods and :mod:`pruning.topk_events` for the e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 import numpy.typing as npt
@@ -379,14 +381,18 @@ class TopkIndexMatcher:
         self._ensure_events(4 * len(self.subs) + 8 + int(per.max(initial=0)))
         return ptr, rows[order].astype(np.int64)
 
-    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None) -> TopkEvents:
+    def push(self, messages: Messages, *, times: npt.ArrayLike | None = None,
+             keywords: Sequence[Sequence[str]] | None = None) -> TopkEvents:
         """Process ``messages`` in order; the events they cause.
 
-        ``times`` (seconds, one per message, optional) applies ``expires_at``: a
-        subscription is withdrawn at the first message (in stream order) whose time is
-        at least its ``expires_at``: before that message's expiry phase, its top-k is
-        evicted (phase 0, bottom rank first) and it is offered no message again. Without
-        ``times`` no subscription expires.
+        ``times`` (seconds, one per message, optional: the clock of
+        :mod:`pruning.expiry`) applies ``expires_at``: a subscription is withdrawn at the
+        first message (in stream order) whose time is at least its ``expires_at``:
+        before that message's expiry phase, its top-k is evicted (phase 0, bottom rank
+        first) and it is offered no message again. Without ``times`` no subscription
+        expires. ``keywords`` (the messages' strings) is not needed: the vocabulary is
+        the one the matcher was built with (the signature of every top-k matcher,
+        :class:`pruning.mixed.TopkMatcher`).
         """
         n_msg = len(messages)
         kill_ptr, kill_row = self._kills(n_msg, times)

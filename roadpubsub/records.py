@@ -173,7 +173,9 @@ def index_method(name: str, matcher: IndexMatcher, messages: Messages) -> TimedM
     """EIA or BIA (an :class:`~pruning.indexed.IndexMatcher`) on ``messages``."""
 
     def run(progress: Progress | None) -> Matched:
-        deliveries, stats = matcher.match(messages, progress=progress)
+        deliveries = matcher.match(messages, progress=progress)
+        stats = matcher.stats
+        assert stats is not None  # set by every call
         if matcher.last_timing is not None:
             method.timings.append(matcher.last_timing)
         totals = stats.totals()

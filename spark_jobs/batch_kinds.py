@@ -17,15 +17,15 @@ subscriptions' largest radius, compared with the cell lower bound by the slacken
 that :mod:`pruning.boolean` applies to each (keyword, cell) group: a partition skipped
 here is one whose boolean index would have skipped every group. The task matches its
 threshold subscriptions with the EIA and its boolean ones with
-:class:`pruning.boolean.BooleanIndexMatcher` (the CLI's matcher) over the same slice of
-the bound table.
+:class:`pruning.boolean.BooleanIndexMatcher`, through :class:`pruning.mixed.MixedMatcher`
+(the CLI's entry point), over the same slice of the bound table.
 
 Top-k: partitioned by subscriptions, each task over the whole ordered stream
 ----------------------------------------------------------------------------
 A top-k result depends on the order of the messages (the window holds the last W), but
 its state is per subscription: the top-k of s depends only on s and the stream. So the
 top-k subscriptions are split by cell into partitions (by their load, as above), and each
-task runs :class:`pruning.topk.TopkIndexMatcher` (the CLI's matcher) on its
+task runs :class:`pruning.mixed.MixedMatcher` (the CLI's matcher) on its
 subscriptions over the *whole* message stream in file order (``o_file``, ``o_block``,
 ``o_row`` of :data:`spark_jobs.cell_frames.ORDERED_MESSAGE_SCHEMA`). Every task counts
 arrivals from the first message, so its sequence numbers, windows, expiries and refills
@@ -56,14 +56,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import SubscriptionSet
+from index.kinds import BooleanSubscriptions, SubscriptionSet, empty_subscriptions
 from index.model import Messages
 from index.spatial import SpatialIndex
 from index.terms import TermWeights
 from pruning.deliveries import Deliveries
 from pruning.kinds_reference import check_window
+from pruning.mixed import MixedMatcher
 from pruning.routing import partition_cells
-from pruning.topk import TopkIndexMatcher
 from pruning.topk_events import TopkEvents
 from roadnet.cells import Cells
 from roadnet.network import RoadNetwork
@@ -159,13 +159,16 @@ def _topk_task(bc: Broadcast[dict[str, Any]], timer: Any = None
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
         messages = ordered_messages_from_arrow(msgs_t)
-        matcher = TopkIndexMatcher(network, topk_from_arrow(subs_t), weights,
-                                   dmax_m=payload["dmax_m"], window=payload["window"],
-                                   spatial=spatial)
+        # The library's entry point, as 'roadpubsub match' runs it, on this partition's
+        # top-k subscriptions and the whole stream.
+        subs = SubscriptionSet(empty_subscriptions(), BooleanSubscriptions.empty(),
+                               topk_from_arrow(subs_t))
+        matcher = MixedMatcher.build(network, subs, weights, dmax_m=payload["dmax_m"],
+                                     window=payload["window"], spatial=spatial, threads=1)
         events = matcher.push(messages)
         if timer is not None:
             timer.add([("topk:bounds slice", k, t1 - t0, subs_t.num_rows, 0),
-                       ("topk:TopkIndexMatcher", k, time.perf_counter() - t1,
+                       ("topk:MixedMatcher", k, time.perf_counter() - t1,
                         msgs_t.num_rows, len(events))])
         return events_table(events)
 

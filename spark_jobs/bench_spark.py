@@ -203,7 +203,7 @@ def bench_match(
     t_read = time.perf_counter() - t0
     spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)
     eia, t_build = _timed(lambda: EnhancedIndex(spatial, subs, w, dmax_m=dmax_m))
-    (ref, _), t_match1 = _timed(lambda: IndexMatcher(eia, threads=1).match(msgs))
+    ref, t_match1 = _timed(lambda: IndexMatcher(eia, threads=1).match(msgs))
     _, t_match2 = _timed(lambda: IndexMatcher(eia).match(msgs))
     log(f"local: read {t_read:.1f} s, EIA build {t_build:.1f} s, match {t_match1:.1f} s "
         f"(1 thread) / {t_match2:.1f} s (all cores), {len(ref)} deliveries")

@@ -20,11 +20,15 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.eia import EnhancedIndex
+from index.kinds import (
+    BooleanSubscriptions,
+    SubscriptionSet,
+    TopkSubscriptions,
+    empty_subscriptions,
+)
 from index.terms import TermWeights
-from pruning.boolean import BooleanIndexMatcher
 from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
+from pruning.mixed import MixedMatcher
 from pruning.routing import CellRouter, partition_cells
 from roadnet.cells import Cells
 from roadnet.errors import InputError
@@ -206,28 +210,22 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
         messages = messages_from_arrow(msgs_t)
-        parts = []
-        if subs_t.num_rows:
-            index = EnhancedIndex(spatial, subscriptions_from_arrow(subs_t), weights,
-                                  dmax_m=payload["dmax_m"], tolerance=payload["tolerance"])
-            t2 = time.perf_counter()
-            # One thread per task: Spark already runs one task per executor core.
-            parts.append(IndexMatcher(index, threads=1).match(messages)[0])
-        t3 = time.perf_counter()
-        if bool_t.num_rows:  # the same boolean matcher as 'roadpubsub match', on this slice
-            parts.append(BooleanIndexMatcher(network, boolean_from_arrow(bool_t), weights,
-                                             dmax_m=payload["dmax_m"], spatial=spatial,
-                                             threads=1).match(messages))
-        deliveries = Deliveries.concat(parts)
+        subs = SubscriptionSet(
+            subscriptions_from_arrow(subs_t) if subs_t.num_rows else empty_subscriptions(),
+            boolean_from_arrow(bool_t) if bool_t.num_rows else BooleanSubscriptions.empty(),
+            TopkSubscriptions.empty())
+        # The library's entry point, as 'roadpubsub match' runs it, on this slice; one
+        # thread per task: Spark already runs one task per executor core.
+        matcher = MixedMatcher.build(network, subs, weights, dmax_m=payload["dmax_m"],
+                                     spatial=spatial, threads=1,
+                                     tolerance=payload["tolerance"])
+        t2 = time.perf_counter()
+        deliveries = matcher.deliver(messages)
         if timer is not None:
-            t4 = time.perf_counter()
-            rows = [("match:bounds slice", k, t1 - t0, bounds_t.num_rows, 0)]
-            if subs_t.num_rows:
-                rows += [("match:EIA build", k, t2 - t1, subs_t.num_rows, 0),
-                         ("match:IndexMatcher", k, t3 - t2, msgs_t.num_rows, 0)]
-            if bool_t.num_rows:
-                rows.append(("match:boolean", k, t4 - t3, bool_t.num_rows, 0))
-            timer.add(rows)
+            timer.add([("match:bounds slice", k, t1 - t0, bounds_t.num_rows, 0),
+                       ("match:index build", k, t2 - t1, len(subs), 0),
+                       ("match:MixedMatcher", k, time.perf_counter() - t2,
+                        msgs_t.num_rows, 0)])
         return deliveries_table(deliveries)
 
     return run

@@ -155,7 +155,7 @@ def _match_file(index: SubscriptionIndex, matcher: IndexMatcher, path: str, fold
         return status_row(path, "missing", "the file is gone")
     try:
         messages = read_messages(path, index.network, index.weights)
-        found, _ = matcher.match(messages)
+        found = matcher.match(messages)
     except (RoadPubSubError, ValueError, OSError, pa.ArrowException) as exc:
         return status_row(path, "bad", format_error(exc))
     if len(found):
@@ -235,7 +235,7 @@ def kafka_task(bc: Broadcast[dict[str, Any]]
                 mb = parser.messages(good)
                 messages = Messages.from_rows(ids=mb.ids, points=mb.points,
                                               keywords=mb.keywords, weights=index.weights)
-                found, _ = matcher.match(messages)
+                found = matcher.match(messages)
             except (RoadPubSubError, ValueError) as exc:  # e.g. an id twice in the batch
                 yield status_row(json.dumps(good)[:2000], "bad", format_error(exc))
                 continue

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roadnet.errors import InputError
 from roadnet.files import check_output_path
@@ -16,7 +16,7 @@ from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
 
 if TYPE_CHECKING:
-    from pruning.deliveries import Deliveries
+    from index.kinds import SubscriptionSet
 
 __all__ = ["register", "run"]
 
@@ -38,8 +38,10 @@ rows: boolean deliveries join the deliveries file (score 1.0); top-k results go 
 --topk-out as insert/evict events over a window of the last --window messages.
 
 Subscriptions may carry an expires_at column (epoch seconds) and messages a time column:
-a subscription is not delivered messages whose time is >= its expires_at (the rule of
-'roadpubsub serve'; without a time column the clock decides).
+a subscription is not delivered messages whose time is >= its expires_at, and a top-k
+one is withdrawn (its results evicted) at the first message, in file order, whose time
+reaches it (the rule of 'roadpubsub serve', pruning/expiry.py; without a time column,
+or for a null, the clock decides).
 
 The output has one row per delivery: message_id, subscription_id, distance (network
 metres from the subscription to the message) and score (SIM); with --geometry line (or
@@ -100,15 +102,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Match and write the deliveries; returns the exit code."""
+    import numpy as np
     from tqdm import tqdm
 
     from index.geofiles import deliveries_geotable
     from index.io import deliveries_table, read_messages, write_deliveries, write_tables
+    from index.kinds import SubscriptionSet
     from index.store import load_index
     from pruning.deliveries import Deliveries
-    from pruning.matchers import LoadedIndexMatcher, Matcher, build_matcher
-    from roadnet.locations import point_xy
+    from pruning.indexed import IndexMatcher
+    from pruning.kinds_reference import check_window
+    from pruning.mixed import MixedMatcher
+    from roadnet.locations import EdgePoints, point_xy
     from roadnet.network import spatial_order
+    from roadpubsub.cli.match_kinds import (
+        check_topk_out,
+        has_kind_column,
+        read_expiry,
+        read_kind_sources,
+        write_topk_events,
+    )
 
     out = Path(args.out)
     if out.suffix.lower() not in _OUT_SUFFIXES:
@@ -131,35 +144,46 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     say = _status(args.quiet)
     say("reading the inputs")
-    from roadpubsub.cli.match_kinds import has_kind_column, run_kinds_command
-
-    if not args.index_file and has_kind_column(args.subscriptions):
-        return run_kinds_command(args, dmax, say, t0)
-    matcher: Matcher
+    kinds = not args.index_file and has_kind_column(args.subscriptions)
+    window, topk_out = DEFAULTS.topk_window, out
+    if kinds:
+        window = check_window(args.window)
+        topk_out = check_topk_out(args)
     if args.index_file:
         index = load_index(args.index_file)
         network, weights, dmax = index.network, index.weights, index.dmax_m
-        index_name, n_subs = index.kind, len(index)
-        matcher = LoadedIndexMatcher(index)
-        subs = index.subscriptions()
+        index_name = index.kind
+        subs = SubscriptionSet.only_threshold(index.subscriptions())
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
         t_read = time.perf_counter()  # loading the file rebuilds the postings: no build step
+        matcher = MixedMatcher(threshold=IndexMatcher(index, threads=args.threads))
+        times = None  # the file holds no expiry
     else:
-        network, weights, subs = read_sources(args)
+        if kinds:
+            network, weights, subs = read_kind_sources(args, dmax)
+        else:
+            network, weights, threshold = read_sources(args)
+            subs = SubscriptionSet.only_threshold(threshold)
         messages = read_messages(args.messages, network, weights, max_snap_m=args.max_snap)
         if args.weights_from == "own keywords":  # no corpus: the run's keywords are one
-            weights.reweigh_by_idf((subs.kw_ptr, subs.kw_terms),
+            weights.reweigh_by_idf(*((b.kw_ptr, b.kw_terms) for b in
+                                     (subs.threshold, subs.boolean, subs.topk)),
                                    (messages.kw_ptr, messages.kw_terms))
-        index_name, n_subs = args.index or "eia", len(subs)
+            args.keywords_not_in_weights = 0
+        index_name = args.index or "eia"
+        expiry, times = read_expiry(args.subscriptions, args.messages, messages.ids)
         t_read = time.perf_counter()
-        say(f"read {n_subs:,} subscriptions and {len(messages):,} messages in "
+        say(f"read {_counted(subs, kinds)} subscriptions and {len(messages):,} messages in "
             f"{t_read - t0:.1f} s; building the {index_name} index")
-        matcher = build_matcher(index_name, network, subs, weights, dmax_m=dmax)
-    if args.threads is not None and isinstance(matcher, LoadedIndexMatcher):
-        matcher.threads = args.threads
+        matcher = MixedMatcher.build(network, subs, weights, dmax_m=dmax,
+                                     window=window,
+                                     index=index_name, expiry=expiry, threads=args.threads)
+    n_subs = len(subs)
     t_build = time.perf_counter()
     say(f"ready in {t_build - t0:.1f} s (read {t_read - t0:.1f} s, build "
         f"{t_build - t_read:.1f} s)")
+    # A batch's clock (pruning.expiry) is each message's own time.
+    clock = times
     parts: list[Deliveries] = []
     n = len(messages)
     # Batches of neighbouring messages (Hilbert order of their locations) find the index
@@ -170,32 +194,44 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr) as bar:
         for start in range(0, n, args.batch):
             rows = order[start:start + args.batch]
-            parts.append(matcher.match(messages.take(rows)))
+            parts.append(matcher.deliver(messages.take(rows),
+                                         at=None if clock is None else clock[rows]))
             bar.update(rows.size)
     deliveries = Deliveries.concat(parts)
-    if args.subscriptions:
-        deliveries = _drop_expired(deliveries, args.subscriptions, args.messages)
+    n_events = 0
+    if len(subs.topk):  # top-k results depend on the order: the whole stream, in file order
+        events = matcher.push(messages, clock=clock)
+        n_events = len(events)
+        write_topk_events(events, topk_out)
     t_match = time.perf_counter()
     if args.geometry:
+        every = [b for b in (subs.threshold, subs.boolean) if len(b)] or [subs.threshold]
         table = deliveries_geotable(
-            deliveries_table(deliveries), network, subscription_ids=subs.ids,
-            subscription_points=subs.points, message_ids=messages.ids,
-            message_points=messages.points, geometry=args.geometry)
+            deliveries_table(deliveries), network,
+            subscription_ids=np.concatenate([b.ids for b in every]),
+            subscription_points=EdgePoints(np.concatenate([b.points.edge for b in every]),
+                                           np.concatenate([b.points.offset for b in every])),
+            message_ids=messages.ids, message_points=messages.points,
+            geometry=args.geometry)
         write_tables({out: table})
     else:
         write_deliveries(deliveries, out)
     t_write = time.perf_counter()
 
     match_s = t_match - t_build
-    summary = {
-        "index": index_name,
+    summary: dict[str, Any] = {
+        "index": (("brute" if index_name == "brute" else f"{index_name}+boolean+topk")
+                  if kinds else index_name),
         "index_file": args.index_file,
         "network": str(args.network) if args.network else network.name,
         "directed": bool(network.directed),
         "dmax_m": dmax,
         "subscriptions": n_subs,
+        **({"kinds": subs.counts()} if kinds else {}),
         "messages": n,
         "deliveries": len(deliveries),
+        **({"window": window, "topk_events": n_events,
+            "topk_out": str(topk_out) if len(subs.topk) else None} if kinds else {}),
         "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
         "weights_from": getattr(args, "weights_from", "index file"),
         "out": str(out),
@@ -209,46 +245,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif not args.quiet:
         rate = f"{n / match_s:,.1f} messages/s" if match_s > 0 else "-"
-        print(f"{len(deliveries):,} deliveries of {n:,} messages to {n_subs:,} "
-              f"subscriptions (index {index_name}, Dmax {dmax:g} m, {rate}; "
-              f"{t_write - t0:.1f} s in all) -> {out}")
+        extra = (f"; {n_events:,} top-k events -> {topk_out}" if kinds and len(subs.topk)
+                 else "")
+        print(f"{len(deliveries):,} deliveries of {n:,} messages to "
+              f"{_counted(subs, kinds)} subscriptions (index {summary['index']}, Dmax "
+              f"{dmax:g} m, {rate}; {t_write - t0:.1f} s in all) -> {out}{extra}")
     return 0
 
 
-def _drop_expired(deliveries: Deliveries, subscriptions: str, messages: str) -> Deliveries:
-    """The expiry rule of 'roadpubsub serve': a subscription whose ``expires_at`` (epoch
-    seconds; null: never) is <= a message's ``time`` (epoch seconds; the clock now when the
-    messages have no such column) is not delivered that message.
-
-    Deliveries are decided pair by pair, so dropping the expired pairs afterwards gives
-    exactly what matching without the expired subscriptions gives.
-    """
-    import numpy as np
-
-    from index.io import read_table
-    from pruning.deliveries import Deliveries
-
-    subs = read_table(subscriptions)
-    if "expires_at" not in subs.column_names or len(deliveries) == 0:
-        return deliveries
-    sid = np.asarray(subs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
-    exp = np.asarray(subs.column("expires_at").to_numpy(zero_copy_only=False),
-                     dtype=np.float64)  # nulls are NaN: never
-    msgs = read_table(messages)
-    mid = np.asarray(msgs.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
-    if "time" in msgs.column_names:
-        when = np.asarray(msgs.column("time").to_numpy(zero_copy_only=False), dtype=np.float64)
-        when = np.where(np.isnan(when), time.time(), when)
-    else:
-        when = np.full(mid.size, time.time())
-    s_order, m_order = np.argsort(sid), np.argsort(mid)
-    d_exp = exp[s_order[np.searchsorted(sid[s_order], deliveries.subscription_id)]]
-    d_time = when[m_order[np.searchsorted(mid[m_order], deliveries.message_id)]]
-    keep = ~(d_exp <= d_time)
-    if keep.all():
-        return deliveries
-    return Deliveries(deliveries.message_id[keep], deliveries.subscription_id[keep],
-                      deliveries.distance[keep], deliveries.score[keep])
+def _counted(subs: SubscriptionSet, kinds: bool) -> str:
+    """The subscriptions' count for the messages: per kind when the file has kinds."""
+    return str(subs.counts()) if kinds else f"{len(subs):,}"
 
 
 def _status(quiet: bool) -> Callable[[str], None]:

@@ -356,9 +356,7 @@ def _rows_of(run: list[_Item]) -> tuple[list[Any] | None, list[int]]:
 
 
 def _only(d: Deliveries, message_ids: np.ndarray) -> Deliveries:
-    keep = np.isin(d.message_id, message_ids)
-    return Deliveries(d.message_id[keep], d.subscription_id[keep], d.distance[keep],
-                      d.score[keep])
+    return d.take(np.isin(d.message_id, message_ids))
 
 
 def _settle(fut: Future[Any], fn: Callable[[], Any]) -> None:

@@ -18,6 +18,8 @@ their time. An expired subscription is gone for good, and the index purges it at
 compaction. (Log records written before ``now`` was logged replay the former rule: purge at
 the message's time.) Top-k subscriptions take every message into their window whatever its
 time; only the purge ends them.
+The rule is :mod:`pruning.expiry`'s, applied with every kind's matching by
+:class:`pruning.mixed.MixedMatcher`.
 
 Idempotent publishing: a message whose id was published before is not matched again; its
 recorded deliveries are returned (``"duplicate": true``).
@@ -42,7 +44,6 @@ Snapshots hold the boolean and top-k subscriptions and the window (``<seq>.kinds
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import sys
 import time
@@ -70,10 +71,12 @@ from index.kinds_io import subscription_set_table
 from index.model import Messages, Subscriptions, keyword_csr
 from index.store import load_index
 from pruning.deliveries import Deliveries
+from pruning.expiry import Expiry
 from pruning.indexed import IndexMatcher
 from pruning.kinds_reference import check_window
 from pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
 from pruning.live_topk import LiveTopk
+from pruning.mixed import MixedMatcher
 from pruning.topk_events import TopkEvents
 from roadnet.errors import InputError, RoadPubSubError, describe_rows, format_error
 from roadnet.locations import EdgePoints
@@ -81,7 +84,6 @@ from roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
-from roadpubsub.service.expiry import Expiry
 from roadpubsub.service.integrity import StateDamageError, move_aside
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
@@ -612,22 +614,6 @@ class ServiceState:
         self.counts["expire"] += due.size
         return gone
 
-    def _unexpired(self, found: Deliveries, t: float) -> Deliveries:
-        """``found`` without the deliveries to subscriptions whose expires_at <= t (a
-        message's time decides only its own deliveries)."""
-        heap = self.expiry.heap
-        # the heap's head is at most the earliest live expiry: nothing to drop below it
-        if not len(found) or not heap or t < heap[0][0]:
-            return found
-        at = self.expiry.at
-        exp = np.fromiter((at.get(s, math.inf) for s in found.subscription_id.tolist()),
-                          dtype=np.float64, count=len(found))
-        keep = exp > t
-        if keep.all():
-            return found
-        return Deliveries(found.message_id[keep], found.subscription_id[keep],
-                          found.distance[keep], found.score[keep])
-
     def _publish(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
                  times: FloatArray, *, match: bool = True, purge_at: float | None = None
                  ) -> tuple[Deliveries, TopkFound]:
@@ -654,16 +640,21 @@ class ServiceState:
             rows = group_rows if group_rows is not None else np.arange(len(messages))
             batch = messages if whole else messages.take(rows)
             t0 = time.perf_counter()
-            if match:
-                parts.append(self._unexpired(self.matcher.match(batch)[0], t))
-                if len(self.boolean):
-                    parts.append(self._unexpired(self.boolean.match(batch), t))
+            # every kind through the library's one entry point (pruning.mixed), with the
+            # expiry rule of pruning.expiry: the clock is the purge's (or, for log records
+            # of the former rule, the messages' time); the top-k window shares the index's
+            # weights, so it takes the batch's keyword rows
+            kinds = MixedMatcher(threshold=self.matcher if match else None,
+                                 boolean=self.boolean if match and len(self.boolean) else None,
+                                 topk=self.topk, expiry=self.expiry)
             first = self.topk.arrivals
-            # the same weights: the top-k window takes the matcher's keyword rows
-            same = self.topk.weights is self.index.weights
-            ev = self.topk.push(batch.ids, points if whole else points[rows],
-                                keywords if whole else [keywords[i] for i in rows.tolist()],
-                                messages=batch if same else None)
+            got = kinds.match(batch, times=np.full(len(batch), t),
+                              clock=t if purge_at is None else purge_at,
+                              keywords=keywords if whole else [keywords[i]
+                                                               for i in rows.tolist()])
+            if match:
+                parts.append(got.deliveries)
+            ev = got.events
             if len(gone):  # withdrawn as the group's first message arrived
                 ev = TopkEvents.concat([gone, ev])
             if len(ev):
@@ -691,8 +682,7 @@ class ServiceState:
                 mine = found
             else:
                 rows = order[int(starts[k]):int(stops[k])]
-                mine = Deliveries(found.message_id[rows], found.subscription_id[rows],
-                                  found.distance[rows], found.score[rows])
+                mine = found.take(rows)
             known = self.messages.get(m)
             if known is not None:
                 if replay and known[0] == seq:

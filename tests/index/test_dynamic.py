@@ -70,14 +70,14 @@ def test_random_update_sequences_match_fresh_build(andorra_setup, seed, steps,
             moved = rng.choice(current.ids, size=min(len(current), int(rng.integers(1, 100))),
                                replace=False)
             index.move(moved, _points(network, rng, moved.size))
-        step, _ = matcher.match(wl.messages)
+        step = matcher.match(wl.messages)
         want = match_brute(network, index.subscriptions(), wl.messages, wl.weights,
                            dmax_m=DMAX)
         assert step.pairs() == want.pairs()
     current = index.subscriptions()
     want = match_brute(network, current, wl.messages, wl.weights, dmax_m=DMAX)
-    got, _ = IndexMatcher(index).match(wl.messages)
-    fresh, _ = IndexMatcher(architecture(spatial, current, wl.weights,
+    got = IndexMatcher(index).match(wl.messages)
+    fresh = IndexMatcher(architecture(spatial, current, wl.weights,
                                          dmax_m=DMAX)).match(wl.messages)
     assert got.pairs() == want.pairs() == fresh.pairs()
     np.testing.assert_array_equal(got.distance, want.distance)
@@ -118,10 +118,10 @@ def test_compaction_keeps_results(andorra_setup) -> None:
     index = EnhancedIndex(spatial, subs.take(np.arange(600)), wl.weights, dmax_m=DMAX)
     index.subscribe(subs.take(np.arange(600, len(subs))))
     index.unsubscribe(subs.ids[::5])
-    before, _ = IndexMatcher(index).match(wl.messages)
+    before = IndexMatcher(index).match(wl.messages)
     index.compact()
     assert len(index.delta) == 0
-    after, _ = IndexMatcher(index).match(wl.messages)
+    after = IndexMatcher(index).match(wl.messages)
     assert before.pairs() == after.pairs()
     np.testing.assert_array_equal(before.distance, after.distance)
 
@@ -133,12 +133,12 @@ def test_save_and_load_give_identical_results(andorra_setup, architecture,
     index = architecture(spatial, wl.subscriptions.take(np.arange(800)), wl.weights,
                          dmax_m=DMAX)
     index.subscribe(wl.subscriptions.take(np.arange(800, len(wl.subscriptions))))
-    want, _ = IndexMatcher(index).match(wl.messages)
+    want = IndexMatcher(index).match(wl.messages)
     path = index.save(tmp_path / "index.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.npz"]
     loaded = load_index(path)
     assert type(loaded) is architecture and loaded.network.directed
-    got, _ = IndexMatcher(loaded).match(wl.messages)
+    got = IndexMatcher(loaded).match(wl.messages)
     assert got.pairs() == want.pairs()
     np.testing.assert_array_equal(got.distance, want.distance)
     np.testing.assert_array_equal(got.score, want.score)
@@ -164,8 +164,8 @@ def test_load_restores_the_postings_without_building_them(
     gone = wl.subscriptions.ids[::7]
     for idx in (index, loaded):
         idx.unsubscribe(gone)
-    a, _ = IndexMatcher(index).match(wl.messages)
-    b, _ = IndexMatcher(loaded).match(wl.messages)
+    a = IndexMatcher(index).match(wl.messages)
+    b = IndexMatcher(loaded).match(wl.messages)
     assert a.pairs() == b.pairs() and len(a) > 0
     np.testing.assert_array_equal(a.distance, b.distance)
 
@@ -175,8 +175,8 @@ def test_load_restores_the_postings_without_building_them(
     old = tmp_path / "old.npz"
     np.savez(old, **{k: v for k, v in arrays.items() if not k.startswith("structure.")})
     rebuilt = load_index(old)
-    c, _ = IndexMatcher(rebuilt).match(wl.messages)
-    want, _ = IndexMatcher(architecture(spatial, wl.subscriptions, wl.weights,
+    c = IndexMatcher(rebuilt).match(wl.messages)
+    want = IndexMatcher(architecture(spatial, wl.subscriptions, wl.weights,
                                         dmax_m=DMAX)).match(wl.messages)
     assert c.pairs() == want.pairs()
     # ... and one missing a structure says so.
@@ -192,7 +192,7 @@ def test_eia_file_with_edge_groups_in_edge_order_is_rebuilt(
     # Algorithm 1 stops a group at its first edge group below the cell's bound, which in
     # that order would lose deliveries. Loading must notice and rebuild the postings.
     _, spatial, wl = andorra_setup
-    want, _ = IndexMatcher(EnhancedIndex(spatial, wl.subscriptions, wl.weights,
+    want = IndexMatcher(EnhancedIndex(spatial, wl.subscriptions, wl.weights,
                                          dmax_m=DMAX)).match(wl.messages)
     old = tmp_path / "old_order.npz"
     with monkeypatch.context() as m:  # build and save as the older code did
@@ -203,12 +203,12 @@ def test_eia_file_with_edge_groups_in_edge_order_is_rebuilt(
     assert not edge_groups_by_value(before.layout)  # the old order really differs here
     loaded = load_index(old)
     assert edge_groups_by_value(loaded.layout)
-    got, _ = IndexMatcher(loaded).match(wl.messages)
+    got = IndexMatcher(loaded).match(wl.messages)
     assert got.pairs() == want.pairs() and len(got) > 0
     np.testing.assert_array_equal(got.distance, want.distance)
     # Without the check, the edge-ordered postings would lose deliveries.
     monkeypatch.setattr("index.eia.edge_groups_by_value", lambda layout: True)
-    unchecked, _ = IndexMatcher(load_index(old)).match(wl.messages)
+    unchecked = IndexMatcher(load_index(old)).match(wl.messages)
     assert unchecked.pairs() < want.pairs()
 
 

@@ -420,7 +420,7 @@ def check_matches(index: SubscriptionIndex, messages: Messages, weights: TermWei
                   dmax: float, widths: tuple[float, ...] = (10.0,)) -> None:
     want = match_brute(index.network, index.subscriptions(), messages, weights, dmax_m=dmax)
     for width in widths:
-        got, _ = IndexMatcher(index, bucket_width_m=width).match(messages)
+        got = IndexMatcher(index, bucket_width_m=width).match(messages)
         assert_same(got, want)
 
 

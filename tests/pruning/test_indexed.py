@@ -31,19 +31,21 @@ def test_chunks_and_buffer_growth_change_nothing(andorra, arch) -> None:
     index = arch(spatial, wl.subscriptions, wl.weights, dmax_m=dmax)
     want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
     assert len(want) > 40  # several deliveries per message: the tiny buffers must grow
-    base, base_stats = IndexMatcher(index).match(wl.messages)
+    base = (_m := IndexMatcher(index)).match(wl.messages)
+    base_stats = _m.stats
     assert_same(base, want)
     for chunk, threads in ((1, 1), (3, 2), (64, 3)):
         matcher = IndexMatcher(index, chunk=chunk, threads=threads)
         for k in range(threads):
             matcher._lane(k).out_capacity = 2  # forces the grow-and-resume path
         seen: list[int] = []
-        got, stats = matcher.match(wl.messages, progress=seen.append)
+        got = matcher.match(wl.messages, progress=seen.append)
+        stats = matcher.stats
         assert_same(got, want)
         np.testing.assert_array_equal(stats.values, base_stats.values)
         assert sum(seen) == len(wl.messages)
         # The matcher keeps its grown buffers and scratch arrays for the next call.
-        again, _ = matcher.match(wl.messages)
+        again = matcher.match(wl.messages)
         assert_same(again, want)
 
 
@@ -59,7 +61,8 @@ def test_delta_rows_are_verified_with_the_main_ones(andorra, arch) -> None:
     index.subscribe(subs.take(np.flatnonzero(~half)))
     assert len(index.delta) > 0
     want = match_brute(andorra, subs, wl.messages, wl.weights, dmax_m=dmax)
-    got, stats = IndexMatcher(index, chunk=7).match(wl.messages)
+    got = (_m := IndexMatcher(index, chunk=7)).match(wl.messages)
+    stats = _m.stats
     assert_same(got, want)
     assert stats.totals()["deliveries"] == len(want) > 0
 
@@ -75,16 +78,18 @@ def test_bucket_width_and_heap_fallback_change_no_delivery(andorra, arch) -> Non
                  dmax_m=dmax)
     want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
     assert len(want) > 30
-    base, base_stats = IndexMatcher(index).match(wl.messages)
+    base = (_m := IndexMatcher(index)).match(wl.messages)
+    base_stats = _m.stats
     assert_same(base, want)
     for width in (0.25, 3.0, 250.0, 1e4):
-        got, stats = IndexMatcher(index, bucket_width_m=width).match(wl.messages)
+        got = (_m := IndexMatcher(index, bucket_width_m=width)).match(wl.messages)
+        stats = _m.stats
         assert_same(got, want)
         assert stats.totals()["candidates"] == base_stats.totals()["candidates"]
     heap_only = IndexMatcher(index, threads=1)
     lane = heap_only._lane(0)
     lane.buckets = lane.buckets._replace(head=np.empty(1, dtype=np.int64))  # too few
-    got, _ = heap_only.match(wl.messages)
+    got = heap_only.match(wl.messages)
     assert_same(got, want)
     with pytest.raises(ValueError, match="bucket_width_m must be a positive"):
         IndexMatcher(index, bucket_width_m=0.0)
@@ -101,13 +106,16 @@ def test_hilbert_order_changes_nothing_but_the_order_of_work(andorra, arch) -> N
     facts = spatial.facts(wl.messages.points)
     order = spatial_order(facts.x, facts.y)
     assert not np.array_equal(order, np.arange(len(wl.messages)))  # the order does differ
-    got, stats = IndexMatcher(index, chunk=8).match(wl.messages)
-    plain, plain_stats = IndexMatcher(index, chunk=8, hilbert_order=False).match(wl.messages)
+    got = (_m := IndexMatcher(index, chunk=8)).match(wl.messages)
+    stats = _m.stats
+    plain = (_m := IndexMatcher(index, chunk=8, hilbert_order=False)).match(wl.messages)
+    plain_stats = _m.stats
     assert_same(got, plain)
     np.testing.assert_array_equal(stats.values, plain_stats.values)
     alone = IndexMatcher(index)
     for i in range(len(wl.messages)):
-        one, one_stats = alone.match(wl.messages.take([i]))
+        one = alone.match(wl.messages.take([i]))
+        one_stats = alone.stats
         np.testing.assert_array_equal(one_stats.values[0], stats.values[i])
         rows = got.message_id == wl.messages.ids[i]
         assert_same(one, Deliveries(got.message_id[rows], got.subscription_id[rows],
@@ -134,19 +142,21 @@ def test_threads_give_the_one_thread_result(rome, arch) -> None:
     wl = generate_workload(rome, n_subscriptions=40_000, n_messages=300, seed=9)
     dmax = 5000.0
     index = arch(SpatialIndex.build(rome), wl.subscriptions, wl.weights, dmax_m=dmax)
-    one, one_stats = IndexMatcher(index, threads=1, chunk=16).match(wl.messages)
+    one = (_m := IndexMatcher(index, threads=1, chunk=16)).match(wl.messages)
+    one_stats = _m.stats
     sample = wl.messages.take(np.arange(40))
-    assert_same(IndexMatcher(index, threads=1).match(sample)[0],
+    assert_same(IndexMatcher(index, threads=1).match(sample),
                 match_brute(rome, wl.subscriptions, sample, wl.weights, dmax_m=dmax))
     for threads in (2, 3, 8):
         matcher = IndexMatcher(index, threads=threads, chunk=16)
-        got, stats = matcher.match(wl.messages)
+        got = matcher.match(wl.messages)
+        stats = matcher.stats
         assert_same(got, one)
         np.testing.assert_array_equal(stats.values, one_stats.values)
     # An update between calls, then the same matcher again.
     index.unsubscribe(wl.subscriptions.ids[::5])
-    again, _ = matcher.match(wl.messages)
-    fresh, _ = IndexMatcher(index, threads=1).match(wl.messages)
+    again = matcher.match(wl.messages)
+    fresh = IndexMatcher(index, threads=1).match(wl.messages)
     assert_same(again, fresh)
     assert len(fresh) < len(one)
 
@@ -165,7 +175,8 @@ def test_verification_floor_finds_the_reference_distances(andorra) -> None:
     want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
     assert len(want) > 30
     matcher = IndexMatcher(index, threads=1)
-    _, stats = matcher.match(wl.messages)
+    matcher.match(wl.messages)
+    stats = matcher.stats
     seconds, settled = matcher.verification_floor(wl.messages, want)
     assert seconds >= 0.0 and 0 < settled <= stats.totals()["vertices_settled"]
     nudged = Deliveries(want.message_id, want.subscription_id, want.distance * (1 - 1e-9),

@@ -146,7 +146,8 @@ def test_threads_order_results_by_ids_not_by_input_or_slot(andorra, arch) -> Non
     assert len(np.unique(want.message_id)) < len(msgs)  # some messages deliver nothing
     for threads, chunk in ((1, 256), (2, 1), (2, 5), (3, 16), (8, 4)):
         matcher = IndexMatcher(index, threads=threads, chunk=chunk)
-        got, stats = matcher.match(msgs)
+        got = matcher.match(msgs)
+        stats = matcher.stats
         assert_same(got, want)
         timing = matcher.last_timing  # where the call's time went, per thread
         assert timing is not None and len(timing.lanes) == min(threads, 6)  # 90 / 16 = 6
@@ -157,7 +158,7 @@ def test_threads_order_results_by_ids_not_by_input_or_slot(andorra, arch) -> Non
         for rows in ([5], [], np.arange(20), np.arange(40)):
             part = msgs.take(np.asarray(rows, dtype=np.int64))
             keep = np.isin(want.message_id, part.ids)
-            got_part, _ = matcher.match(part)
+            got_part = matcher.match(part)
             np.testing.assert_array_equal(got_part.message_id, want.message_id[keep])
             np.testing.assert_array_equal(got_part.subscription_id,
                                           want.subscription_id[keep])
@@ -177,7 +178,7 @@ def test_a_failing_lane_raises_its_error_and_no_lane_hangs(andorra, failing) -> 
     (before the barrier) reaches the caller as itself, and the next call works."""
     index, msgs = _small_index(andorra)
     matcher = IndexMatcher(index, threads=3, chunk=4)
-    want, _ = matcher.match(msgs)
+    want = matcher.match(msgs)
     run_lane = matcher._run_lane
 
     def broken(k, *args):
@@ -189,7 +190,7 @@ def test_a_failing_lane_raises_its_error_and_no_lane_hangs(andorra, failing) -> 
     with pytest.raises(RuntimeError, match=f"lane {failing} broke"):
         matcher.match(msgs)
     del matcher._run_lane
-    assert_same(matcher.match(msgs)[0], want)
+    assert_same(matcher.match(msgs), want)
 
 
 def test_a_forked_child_matches_with_threads_of_its_own(andorra) -> None:
@@ -199,10 +200,10 @@ def test_a_forked_child_matches_with_threads_of_its_own(andorra) -> None:
 
     index, msgs = _small_index(andorra)
     matcher = IndexMatcher(index, threads=2)
-    want, _ = matcher.match(msgs)  # the parent's pool now exists
+    want = matcher.match(msgs)  # the parent's pool now exists
     ctx = multiprocessing.get_context("fork")
     found = ctx.Queue()
-    child = ctx.Process(target=lambda: found.put(len(matcher.match(msgs)[0])))
+    child = ctx.Process(target=lambda: found.put(len(matcher.match(msgs))))
     child.start()
     got = found.get(timeout=120)
     child.join(timeout=60)
@@ -221,12 +222,12 @@ def test_stamps_start_again_before_the_marks_overflow(andorra, arch) -> None:
     index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
                  dmax_m=3000.0)
     matcher = IndexMatcher(index, threads=1, chunk=16)
-    want, _ = matcher.match(wl.messages)
+    want = matcher.match(wl.messages)
     lane = matcher._lanes[0]
     # Past the limit within this batch: without the reset, tags would overflow int64
     # (stamps beyond 2**32) and every slot would look taken.
     lane.stamp = 2 * MAX_STAMP - 20
-    got, _ = matcher.match(wl.messages)
+    got = matcher.match(wl.messages)
     assert_same(got, want)
     assert lane.stamp < 100  # started again
-    assert_same(matcher.match(wl.messages)[0], want)
+    assert_same(matcher.match(wl.messages), want)

@@ -115,7 +115,7 @@ def test_live_kinds_equal_the_references(scenario, seed, window, steps) -> None:
             assert got.pairs() == want.pairs()
             assert np.array_equal(got.distance, want.distance)
             # top-k: the reference with the window rule
-            ev = t.push(msgs.ids, msgs.points, [m[3] for m in part])
+            ev = t.push(msgs, keywords=[m[3] for m in part])
             if live_t:
                 if ref_t is None:
                     ref_t = TopkBruteMatcher(network, rows(sorted(live_t), "t"), weights,

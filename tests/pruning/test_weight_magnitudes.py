@@ -57,7 +57,7 @@ def test_indexes_equal_reference_whatever_the_weights(scenario, borderline: bool
     want = match_brute(network, subs, messages, weights, dmax_m=dmax)
     spatial = SpatialIndex.build(network, capacity=capacity)
     for arch in ARCHITECTURES:
-        got, _ = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(messages)
+        got = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(messages)
         assert_same(got, want)
 
 
@@ -109,5 +109,5 @@ def test_andorra_with_weights_over_many_decades(andorra, decades) -> None:
     assert len(want) > 20
     spatial = SpatialIndex.build(andorra, capacity=80)
     for arch in ARCHITECTURES:
-        got, _ = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(wl.messages)
+        got = IndexMatcher(arch(spatial, subs, weights, dmax_m=dmax)).match(wl.messages)
         assert_same(got, want)

@@ -74,7 +74,7 @@ def _warm_kernels(spatial: SpatialIndex, tweets: list[list[str]]) -> None:
     word = w.terms[0]
     msgs = Messages.from_rows(ids=[1, 2], points=pts, keywords=[[word], [word]], weights=w)
     b.match(msgs)
-    t.push(msgs.ids, msgs.points, [[word], [word]])
+    t.push(msgs, keywords=[[word], [word]])
     IndexMatcher(index).match(msgs)
 
 

@@ -97,7 +97,7 @@ class Reference:
             tau=[x["tau"] for x in r], weights=self.weights)
         index = EnhancedIndex(self.spatial, subs, self.weights, dmax_m=self.dmax_m)
         matcher = IndexMatcher(index)
-        parts = [matcher.match(read_messages(f, self.spatial.network, self.weights))[0]
+        parts = [matcher.match(read_messages(f, self.spatial.network, self.weights))
                  for f in files]
         found = Deliveries.concat(parts)
         self.found.append(found)

@@ -180,7 +180,7 @@ def test_in_memory_equals_the_single_process_matchers(
                                      dmax_m=DMAX, n_partitions=3)
     eia = EnhancedIndex(spatial, subs.threshold, weights, dmax_m=DMAX)
     want_d = Deliveries.concat([
-        IndexMatcher(eia).match(msgs)[0],
+        IndexMatcher(eia).match(msgs),
         BooleanIndexMatcher(andorra, subs.boolean, weights, dmax_m=DMAX,
                             spatial=spatial).match(msgs)])
     assert len(want_d) > 10

@@ -262,7 +262,7 @@ def test_index_build_takes_the_spark_table(
     assert json.loads(capsys.readouterr().out)["bounds"] == str(table)
     index = load_index(out)
     _assert_identical(index.spatial.bounds, andorra_bounds)
-    got, _ = IndexMatcher(index).match(wl.messages)
+    got = IndexMatcher(index).match(wl.messages)
     want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=2000.0)
     assert got.pairs() == want.pairs() and len(want) > 0
     np.testing.assert_array_equal(got.distance, want.distance)

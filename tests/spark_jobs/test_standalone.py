@@ -171,7 +171,7 @@ def test_all_jobs_through_spark_submit_on_a_standalone_cluster(
             "--out", f"file://{folder}/deliveries.parquet", cwd=tmp_path)
     w = read_weights(weights)
     spatial = SpatialIndex.build(andorra, cells=andorra_cells, bounds=andorra_bounds)
-    want, _ = IndexMatcher(EnhancedIndex(spatial, read_subscriptions(subs, andorra, w), w,
+    want = IndexMatcher(EnhancedIndex(spatial, read_subscriptions(subs, andorra, w), w,
                                          dmax_m=DMAX_M)).match(read_messages(msgs, andorra, w))
     assert len(want) > 20
     got = read_deliveries(folder / "deliveries.parquet")

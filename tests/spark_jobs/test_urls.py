@@ -81,7 +81,7 @@ def test_every_job_on_urls_and_paths_with_spaces(
     local_subs = read_subscriptions(subs, andorra, w)
     local_msgs = read_messages(msgs, andorra, w)
     spatial = SpatialIndex.build(andorra, cells=andorra_cells, bounds=andorra_bounds)
-    want, _ = IndexMatcher(EnhancedIndex(spatial, local_subs, w, dmax_m=DMAX_M)).match(
+    want = IndexMatcher(EnhancedIndex(spatial, local_subs, w, dmax_m=DMAX_M)).match(
         local_msgs)
     assert len(want) > 50
     got = read_deliveries(out / "deliveries.parquet")
