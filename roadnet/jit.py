@@ -13,8 +13,10 @@ one. :func:`use_kernel_cache` points numba at a folder of its own instead:
 
 below it, ``kernels/<fingerprint>``: numba keys a cached kernel on the file that defines
 it, so a kernel that calls kernels of *other* files would run stale inlined code after
-those files change. The fingerprint covers every source file of the kernel packages, so
-any change of them starts a fresh folder; folders of other fingerprints unused for
+those files change. The fingerprint covers every source file that can reach a compiled
+kernel (the kernel packages' modules that use numba, and the project modules they import,
+transitively), so any change of them starts a fresh folder, while an edit elsewhere (the
+service's HTTP or MQTT layers) keeps the compiled kernels; folders of other fingerprints unused for
 :data:`STALE_DAYS` days are removed. ``roadnet`` calls it on import, before any kernel
 module is loaded (a module's package ``__init__`` runs before the module, and every
 kernel module lives in, or imports, ``roadnet``).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -39,13 +42,52 @@ KERNEL_PACKAGES = ("roadnet", "index", "pruning", "roadpubsub/service")
 STALE_DAYS = 30
 
 
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+([\w, \t()]+)"
+                     rb"|import[ \t]+([\w.]+))", re.MULTILINE)
+
+
+def _kernel_sources(root: Path) -> dict[str, bytes]:
+    """The sources whose code or constants can end up in a compiled kernel: every module
+    of :data:`KERNEL_PACKAGES` that mentions numba, and what they import from the project
+    (transitively; imports inside functions included). A module nothing compiled reaches
+    (the service's HTTP or MQTT layers, say) is left out, so editing it keeps the cache."""
+    texts = {f"{package}/{source.name}": source.read_bytes()
+             for package in KERNEL_PACKAGES for source in sorted((root / package).glob("*.py"))}
+    todo = [name for name, text in texts.items() if b"numba" in text]
+    seen: dict[str, bytes] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        text = texts.get(name)
+        if text is None:
+            path = root / name
+            if not path.is_file():
+                continue
+            text = path.read_bytes()
+        seen[name] = text
+        for base, names, plain in _IMPORT.findall(text):
+            module = (base or plain).decode()
+            if module.startswith("."):
+                continue  # the project imports absolutely
+            parts = module.split(".")
+            if not (root / parts[0]).is_dir():
+                continue  # not the project's
+            stem = "/".join(parts)
+            todo += [f"{stem}.py", f"{stem}/__init__.py"]
+            for sub in names.replace(b"(", b" ").replace(b")", b" ").split(b","):
+                word = sub.split()[0].decode() if sub.split() else ""
+                if word:
+                    todo.append(f"{stem}/{word}.py")  # a submodule imported by name
+    return seen
+
+
 def _fingerprint() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for package in KERNEL_PACKAGES:
-        for source in sorted((root / package).glob("*.py")):
-            digest.update(f"{package}/{source.name}".encode())
-            digest.update(source.read_bytes())
+    for name, text in sorted(_kernel_sources(root).items()):
+        digest.update(name.encode())
+        digest.update(text)
     return digest.hexdigest()[:20]
 
 
