@@ -513,6 +513,9 @@ def run(args: argparse.Namespace) -> int:
     gate, tls = _access(args, folder)  # before anything is created: refused at once
     mqtt_options = _mqtt_options(args)
     t0 = time.perf_counter()
+    from roadnet.jit import preload_in_background
+
+    preload = preload_in_background()  # the cached kernels, while the state loads
     manifest = read_manifest(folder)
     if manifest is None:
         _create(args, folder)
@@ -530,6 +533,7 @@ def run(args: argparse.Namespace) -> int:
                              **{name: getattr(args, name) for name in _BODY_LIMITS},
                              max_log_bytes=args.max_log_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
+    preload.join()  # ready with warm kernels when it first answers
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
