@@ -338,7 +338,8 @@ class FleetDriver:
             if mbatch:
                 self.pubs[-1].send(self._packets(mbatch))
             if sample is not None and elapsed >= next_sample:
-                sample(elapsed)
+                # on a thread of its own: a slow answer must not stall the pacing
+                threading.Thread(target=sample, args=(elapsed,), daemon=True).start()
                 next_sample += 1.0
             time.sleep(max(0.0, tick - (time.monotonic() - t0 - elapsed)))
         return {"seconds": time.monotonic() - t0, "wall_start": wall0}
@@ -353,10 +354,10 @@ def _get(url: str, timeout: float = 10.0) -> bytes:
         return bytes(r.read())
 
 
-def _metrics(url: str) -> dict[str, float]:
+def _metrics(url: str, timeout: float = 60.0) -> dict[str, float]:
     """The service's /metrics samples as {"name{labels}": value}."""
     out: dict[str, float] = {}
-    for line in _get(url + "/metrics").decode().splitlines():
+    for line in _get(url + "/metrics", timeout).decode().splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             try:
@@ -440,7 +441,10 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         samples: list[dict[str, Any]] = []
 
         def sample(elapsed: float) -> None:
-            m = _metrics(url)
+            try:
+                m = _metrics(url, timeout=5.0)
+            except OSError:
+                return  # an event loop this slow: the next sample tells
             samples.append({
                 "t": round(elapsed, 2), "moves_sent": driver.moves_sent,
                 "messages_sent": driver.messages_sent,
@@ -486,11 +490,11 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         drain_s = time.monotonic() - t_end
         m2 = _metrics(url)
         missing = None
-        expected = 0
+        expected = duplicates = 0
         not_applied: list[int] = []
         if check and observe:
-            got = {(a, b) for a, b, _ in driver.all_got.rows}
             missing = 0
+            want: set[tuple[int, int]] = set()
             for mid in driver.sent_at:
                 try:
                     body = json.loads(_get(f"{url}/messages/{mid}"))
@@ -499,9 +503,17 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
                         raise
                     not_applied.append(mid)
                     continue
-                for d in body["deliveries"]:
-                    expected += 1
-                    missing += (mid, d["subscription_id"]) not in got
+                want.update((mid, d["subscription_id"]) for d in body["deliveries"])
+            expected = len(want)
+            # late ones still count: a backlog left by the run drains while this waits
+            deadline = time.monotonic() + drain
+            while True:
+                got = {(a, b) for a, b, _ in driver.all_got.rows}
+                missing = len(want - got)
+                if not missing or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+            duplicates = len(driver.all_got.rows) - len(got)
         rss_service = _rss(srv.pid)
         rss_broker = _rss(broker.proc.pid)
         driver.close()
@@ -533,6 +545,7 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         first[mid] = min(first.get(mid, t), t)
     first_lat = np.array([t - driver.sent_at[m] for m, t in first.items()
                           if m in driver.sent_at])
+    samples.sort(key=lambda x: x["t"])
     half = [s for s in samples if s["t"] >= wall / 2]
     slope = float(np.polyfit([s["t"] for s in half], [s["backlog"] for s in half], 1)[0]) \
         if len(half) >= 3 else 0.0
@@ -557,6 +570,7 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         "deliveries_observed": len(driver.all_got.rows),
         "vehicle_deliveries": len(driver.vehicle_got.rows),
         "expected_deliveries": expected, "missing_deliveries": missing,
+        "duplicate_deliveries": duplicates,
         "messages_not_applied": len(not_applied),
         "refused": int(m2.get('roadpubsub_mqtt_events_total{stage="refused"}', 0)),
         "errors_sample": driver.errors[:3],
