@@ -241,7 +241,8 @@ class MqttConnector:
              "Age of the oldest event received and not yet acknowledged.")
         out.append(f"roadpubsub_mqtt_oldest_event_seconds {oldest_event:.6f}")
         head("roadpubsub_mqtt_deliveries_total", "counter",
-             "Deliveries queued for the broker, published, and acknowledged by it.")
+             "Deliveries (and refusal notices on the errors topic) queued for the broker, "
+             "published, and acknowledged by it.")
         out += [f'roadpubsub_mqtt_deliveries_total{{stage="queued"}} '
                 f'{self.deliveries_queued}',
                 f'roadpubsub_mqtt_deliveries_total{{stage="published"}} '
