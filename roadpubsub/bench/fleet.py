@@ -580,6 +580,8 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         "cpu_share": {k: round((cpu1[k] - cpu0[k]) / wall, 3) for k in cpu0},
         "service_cpu_us_per_event": per_event,
         "apply_groups": health1.get("groups", 0) - health0.get("groups", 0),
+        "snapshots": health1.get("snapshots", 0) - health0.get("snapshots", 0),
+        "compactions": health1.get("compactions", 0) - health0.get("compactions", 0),
         "fsyncs": health1.get("fsyncs", 0) - health0.get("fsyncs", 0),
         "rss_mb": {"service": round(rss_service / 2**20), "broker": round(rss_broker / 2**20),
                    "generator": round(_rss() / 2**20)},
