@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -238,8 +239,14 @@ class WireClient:
         while not self._closing.is_set():
             sock = self._sock
             if sock is not None:
-                with contextlib.suppress(OSError, ConnectionError):
+                try:
                     self._read(sock)
+                except (OSError, ConnectionError):
+                    pass
+                except Exception as exc:  # a callback's bug: say it, start afresh
+                    # (the broker sends again what was not acknowledged)
+                    print(f"roadpubsub: mqtt: {type(exc).__name__}: {exc}; reconnecting",
+                          file=sys.stderr, flush=True)
             if self._closing.is_set():
                 return
             self._reconnect()
