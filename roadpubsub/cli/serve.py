@@ -534,10 +534,14 @@ def run(args: argparse.Namespace) -> int:
                              max_log_bytes=args.max_log_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     preload.join()  # ready with warm kernels when it first answers
+    from index.events import BodyParser
+    from roadpubsub.service.warmup import warm_kernels
+
+    warm_s = warm_kernels(state, BodyParser(state.index.network, max_snap_m=args.max_snap))
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
-              f"{state.recovery_seconds:.1f} s); "
+              f"{state.recovery_seconds:.1f} s, kernels warmed in {warm_s:.1f} s); "
               f"{'https' if tls else 'http'}://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
     # A request crosses three threads that share the GIL (event loop, apply, fsync); a
