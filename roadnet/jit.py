@@ -13,8 +13,10 @@ one. :func:`use_kernel_cache` points numba at a folder of its own instead:
 
 below it, ``kernels/<fingerprint>``: numba keys a cached kernel on the file that defines
 it, so a kernel that calls kernels of *other* files would run stale inlined code after
-those files change. The fingerprint covers every source file of the kernel packages, so
-any change of them starts a fresh folder; folders of other fingerprints unused for
+those files change. The fingerprint covers every source file that can reach a compiled
+kernel (the kernel packages' modules that use numba, and the project modules they import,
+transitively), so any change of them starts a fresh folder, while an edit elsewhere (the
+service's HTTP or MQTT layers) keeps the compiled kernels; folders of other fingerprints unused for
 :data:`STALE_DAYS` days are removed. ``roadnet`` calls it on import, before any kernel
 module is loaded (a module's package ``__init__`` runs before the module, and every
 kernel module lives in, or imports, ``roadnet``).
@@ -25,12 +27,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["KERNEL_PACKAGES", "STALE_DAYS", "kernel_cache_root", "use_kernel_cache"]
+__all__ = ["KERNEL_PACKAGES", "STALE_DAYS", "kernel_cache_root", "preload_in_background",
+           "preload_kernels", "use_kernel_cache"]
 
 #: Packages whose modules define or call numba kernels.
 KERNEL_PACKAGES = ("roadnet", "index", "pruning", "roadpubsub/service")
@@ -39,13 +46,54 @@ KERNEL_PACKAGES = ("roadnet", "index", "pruning", "roadpubsub/service")
 STALE_DAYS = 30
 
 
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+([\w, \t()]+)"
+                     rb"|import[ \t]+([\w.]+))", re.MULTILINE)
+
+
+def _kernel_sources(root: Path) -> dict[str, bytes]:
+    """The sources whose code or constants can end up in a compiled kernel: every module
+    of :data:`KERNEL_PACKAGES` that mentions numba, and what they import from the project
+    (transitively; imports inside functions included). A module nothing compiled reaches
+    (the service's HTTP or MQTT layers, say) is left out, so editing it keeps the cache."""
+    texts = {f"{package}/{source.name}": source.read_bytes()
+             for package in KERNEL_PACKAGES for source in sorted((root / package).glob("*.py"))}
+    todo = [name for name, text in texts.items() if b"numba" in text]
+    seen: dict[str, bytes] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        text = texts.get(name)
+        if text is None:
+            path = root / name
+            if not path.is_file():
+                continue
+            text = path.read_bytes()
+        if name == "roadnet/jit.py":
+            continue  # this module holds no kernel: editing it keeps the cache
+        seen[name] = text
+        for base, names, plain in _IMPORT.findall(text):
+            module = (base or plain).decode()
+            if module.startswith("."):
+                continue  # the project imports absolutely
+            parts = module.split(".")
+            if not (root / parts[0]).is_dir():
+                continue  # not the project's
+            stem = "/".join(parts)
+            todo += [f"{stem}.py", f"{stem}/__init__.py"]
+            for sub in names.replace(b"(", b" ").replace(b")", b" ").split(b","):
+                word = sub.split()[0].decode() if sub.split() else ""
+                if word:
+                    todo.append(f"{stem}/{word}.py")  # a submodule imported by name
+    return seen
+
+
 def _fingerprint() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for package in KERNEL_PACKAGES:
-        for source in sorted((root / package).glob("*.py")):
-            digest.update(f"{package}/{source.name}".encode())
-            digest.update(source.read_bytes())
+    for name, text in sorted(_kernel_sources(root).items()):
+        digest.update(name.encode())
+        digest.update(text)
     return digest.hexdigest()[:20]
 
 
@@ -102,3 +150,57 @@ def use_kernel_cache() -> Path | None:
             config.CACHE_DIR = str(folder)  # type: ignore[attr-defined]
             return folder
     return None
+
+
+def preload_kernels() -> int:
+    """Load now every compiled kernel the cache holds for the kernel modules imported so
+    far, instead of at each kernel's first call (about 0.7 s in all, paid inside the
+    first match or the first request otherwise).
+
+    Only overloads whose cache entry matches the current source and machine are loaded,
+    so nothing is compiled here. Safe to run in a thread: numba's compiler lock orders it
+    with a kernel's first call on another thread.
+
+    Returns
+    -------
+    int
+        The overloads loaded.
+    """
+    from numba.core import sigutils
+    from numba.core.dispatcher import Dispatcher
+
+    prefixes = tuple(p.replace("/", ".") for p in KERNEL_PACKAGES)
+    loaded = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(prefixes):
+            continue
+        for value in list(vars(module).values()):
+            if not isinstance(value, Dispatcher) or \
+                    getattr(value.py_func, "__module__", None) != name:
+                continue
+            cache: Any = getattr(value, "_cache", None)
+            files = getattr(cache, "_cache_file", None)
+            if files is None:
+                continue  # not cached
+            try:
+                index = files._load_index()
+                codegen = value.targetctx.codegen()  # type: ignore[attr-defined]
+                for key in index:
+                    sig = key[0]
+                    if cache._index_key(sig, codegen) != key:
+                        continue  # another source or machine: would compile
+                    args, _ = sigutils.normalize_signature(sig)
+                    if tuple(args) not in value.overloads:
+                        value.compile(sig)
+                        loaded += 1
+            except Exception:  # a cache problem: the first call compiles
+                continue
+    return loaded
+
+
+def preload_in_background() -> threading.Thread:
+    """:func:`preload_kernels` on a daemon thread (join it before the first kernel call
+    that should find everything loaded)."""
+    t = threading.Thread(target=preload_kernels, name="kernel-preload", daemon=True)
+    t.start()
+    return t

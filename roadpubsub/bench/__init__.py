@@ -63,9 +63,9 @@ from roadpubsub.bench.throughput import *  # noqa: F403
 from roadpubsub.bench.workloads import *  # noqa: F403
 
 _EAGER = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput)
-#: API modules imported on first use of one of their names: ``live`` also runs as
-#: ``python -m roadpubsub.bench.live``, which must not find it imported by this package.
-_LAZY = ("live",)
+#: API modules imported on first use of one of their names: ``live`` and ``fleet`` run as
+#: ``python -m roadpubsub.bench.live`` (``.fleet``), which must not find them imported here.
+_LAZY = ("live", "fleet")
 
 
 def _api_modules() -> tuple[ModuleType, ...]:

@@ -513,6 +513,9 @@ def run(args: argparse.Namespace) -> int:
     gate, tls = _access(args, folder)  # before anything is created: refused at once
     mqtt_options = _mqtt_options(args)
     t0 = time.perf_counter()
+    from roadnet.jit import preload_in_background
+
+    preload = preload_in_background()  # the cached kernels, while the state loads
     manifest = read_manifest(folder)
     if manifest is None:
         _create(args, folder)
@@ -530,10 +533,15 @@ def run(args: argparse.Namespace) -> int:
                              **{name: getattr(args, name) for name in _BODY_LIMITS},
                              max_log_bytes=args.max_log_bytes)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
+    preload.join()  # ready with warm kernels when it first answers
+    from index.events import BodyParser
+    from roadpubsub.service.warmup import warm_kernels
+
+    warm_s = warm_kernels(state, BodyParser(state.index.network, max_snap_m=args.max_snap))
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
-              f"{state.recovery_seconds:.1f} s); "
+              f"{state.recovery_seconds:.1f} s, kernels warmed in {warm_s:.1f} s); "
               f"{'https' if tls else 'http'}://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
     # A request crosses three threads that share the GIL (event loop, apply, fsync); a

@@ -609,6 +609,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                               **(mqtt_options or {}))
             await asyncio.to_thread(c.start)
             connector.append(c)
+            metrics.extra.append(c.metric_lines)
         watchman.start()
         try:
             yield

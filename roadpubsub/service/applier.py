@@ -21,9 +21,10 @@ when the group is taken, so no client can have seen one take effect before anoth
 order of them is an order in which they could have arrived, and the log records the
 order applied (its records replay to the same state and deliveries). One run of moves per
 group instead of several (a publish between two moves split them) pays the fixed part of
-a move once. Requests of one sender that does not wait for answers (MQTT, whose broker
-keeps each client's order) are not concurrent: they stay in place and nothing is moved
-across them.
+a move once. Requests that must keep their place are not concurrent: they stay in place
+and nothing is moved across them (MQTT's subscriptions and unsubscriptions; MQTT's moves
+and messages are concurrent, as MQTT orders one client's messages on one topic only, and
+moves and messages travel on different topics: :mod:`roadpubsub.service.mqtt`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["Histogram", "Metrics", "rss_bytes", "thread_cpu"]
@@ -78,6 +78,8 @@ class Metrics:
     def __init__(self) -> None:
         self.latency = {k: Histogram() for k in self.KINDS}
         self.errors: dict[int, int] = {}
+        # more exposition lines, e.g. the MQTT connector's (read when scraped)
+        self.extra: list[Callable[[], list[str]]] = []
 
     def observe(self, kind: str, seconds: float) -> None:
         """One answered request of ``kind``, from arrival to durable answer."""
@@ -151,4 +153,6 @@ class Metrics:
         out.append(f"roadpubsub_recovery_seconds {state.recovery_seconds!r}")
         head("process_resident_memory_bytes", "gauge", "Resident memory of the service.")
         out.append(f"process_resident_memory_bytes {rss_bytes()}")
+        for lines in self.extra:
+            out += lines()
         return "\n".join(out) + "\n"

@@ -13,31 +13,62 @@ Topics (``prefix`` is ``roadpubsub`` by default); bodies are those of the HTTP A
 ``{prefix}/errors``                    why an event was refused (with its topic)
 =====================================  =================================================
 
-Incoming events use QoS 1 with manual acknowledgements: the PUBACK goes to the broker only
-after the event's log record has been fsynced (a refused event is acknowledged too: it can
-never succeed, and the refusal is published on ``{prefix}/errors``). A crash before the
-PUBACK makes the broker redeliver; message ids make the repeat harmless. Events from MQTT
-and from HTTP go through the same apply thread, so they share one log order.
+**Acknowledgements.** Incoming events use QoS 1, and the connector sends an event's
+PUBACK only after the event's log record has been fsynced (a refused event is acknowledged
+too: it can never succeed, and the refusal is published on ``{prefix}/errors``). PUBACKs
+leave in the order the events arrived (MQTT 3.1.1, 4.6). An event that failed for the
+service's own reason (an I/O error of the log) is not acknowledged: the broker sends it
+again to the restarted service. A crash before the PUBACK makes the broker redeliver;
+message ids make the repeat harmless, and a repeated move lands where it did. Events from
+MQTT and from HTTP go through the same apply thread, so they share one log order.
+
+**Groups.** Every PUBLISH of one read from the socket is handed to the apply thread at
+once, and the apply thread applies runs of moves and of publishes together, as it does
+HTTP's (:mod:`roadpubsub.service.applier`). Moves and publishes from MQTT are concurrent
+there (moves may be applied before publishes queued with them): MQTT orders the messages
+of one client on one topic only (3.1.1, 4.6 "Ordered Topic"), moves and messages travel
+on different topics, and nothing of a queued event is visible before its group is
+applied. Subscriptions and unsubscriptions are not reordered: nothing crosses them.
+
+**Deliveries.** A separate thread (``mqtt-out``) takes the applied events in arrival
+order, waits once for the log to be durable up to the last of them, encodes every
+delivery of the lot as one QoS 1 PUBLISH on ``{prefix}/deliveries/{subscription}``, and
+writes them and the events' PUBACKs with one ``sendall``; the broker's PUBACKs of the
+deliveries are counted by the reader. At most ``max_inflight`` deliveries wait for the
+broker's PUBACK; beyond that the thread waits (the backlog shows in ``/metrics``). After a
+reconnection the unacknowledged deliveries are sent again (DUP). The apply thread does
+none of this work.
+
+**Broker settings.** With QoS 1 the broker has at most ``max_inflight_messages`` events
+on their way to one client (Mosquitto's default, 20): the connector then applies at most
+that many events per fsync. A broker feeding a fleet needs a larger window (the fleet
+benchmark uses ``max_inflight_messages 4000``, ``max_queued_messages 0``).
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
-import json
+import sys
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import orjson
 
 from index.events import BodyParser, RequestError, parse_ids
 from roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.hotpath import decode_body
+from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
 
 __all__ = ["MqttConnector", "parse_broker"]
+
+#: Refusals that are the event's fault: acknowledged (the event can never succeed).
+_REFUSALS = (RequestError, InputError, ValueError)
 
 
 def parse_broker(text: str) -> tuple[str, int]:
@@ -47,6 +78,36 @@ def parse_broker(text: str) -> tuple[str, int]:
         msg = f"--mqtt must be HOST:PORT, got {text!r}"
         raise InputError(msg)
     return host, int(port)
+
+
+class _Event:
+    """One incoming PUBLISH on its way: the apply thread's reply object for it."""
+
+    __slots__ = ("applied", "arrived", "conn", "error", "pid", "qos", "settled", "topic")
+
+    def __init__(self, conn: MqttConnector, topic: bytes, pid: int, qos: int,
+                 arrived: float) -> None:
+        self.conn = conn
+        self.topic = topic
+        self.pid = pid
+        self.qos = qos
+        self.arrived = arrived
+        self.applied: Applied | None = None
+        self.error: BaseException | None = None
+        self.settled = False
+
+    def set_result(self, applied: Applied) -> None:
+        self.applied = applied
+        self.settled = True
+        self.conn._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.error = exc
+        self.settled = True
+        self.conn._wake()
+
+    def done(self) -> bool:
+        return self.settled
 
 
 class MqttConnector:
@@ -67,107 +128,178 @@ class MqttConnector:
         The service's broker credentials (None: anonymous).
     tls_ca
         A CA certificate file: connect over TLS, checking the broker's certificate.
+    max_inflight
+        Most deliveries published and not yet acknowledged by the broker.
     """
 
     def __init__(self, host: str, port: int, *, state: ServiceState, applier: Applier,
                  parser: BodyParser, on_applied: Callable[[Applied], None] | None = None,
                  prefix: str = "roadpubsub", username: str | None = None,
-                 password: str | None = None, tls_ca: str | None = None) -> None:
-        import paho.mqtt.client as mqtt
-
+                 password: str | None = None, tls_ca: str | None = None,
+                 max_inflight: int = 20000) -> None:
         self.state = state
         self.applier = applier
         self.parser = parser
         self.on_applied = on_applied
         self.prefix = prefix.rstrip("/")
+        self.max_inflight = max(1, min(int(max_inflight), 60000))
+        # figures for /metrics (each written by one thread)
         self.received = 0
         self.refused = 0
-        self._connected = threading.Event()
-        self._refused: str | None = None
-        # acknowledgements and deliveries leave in arrival order, off the network thread
-        self._out = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mqtt-ack")
+        self.failed = 0
+        self.acknowledged = 0
+        self.deliveries_queued = 0
+        self.deliveries_published = 0
+        self.deliveries_acknowledged = 0
+        self._pending: collections.deque[_Event] = collections.deque()
+        self._cond = threading.Condition()
+        self._accepting = True
+        self._stopping = False
+        # deliveries sent and not yet acknowledged: packet id -> (packet, time queued)
+        self._inflight: dict[int, tuple[bytes, float]] = {}
+        self._ack_cond = threading.Condition()
+        self._next_pid = 0
+        self._waiting_since: float | None = None  # deliveries held back by the window
+        p = self.prefix.encode() + b"/"
+        self._topics = {p + b"moves": "moves", p + b"messages": "messages",
+                        p + b"subscriptions": "subscriptions",
+                        p + b"unsubscriptions": "unsubscriptions"}
+        self._own_moves = p + b"moves/"
+        self._deliveries_topic = p + b"deliveries/"
         # A persistent session named after the service's folder: after a crash the broker
         # redelivers to the restarted service what it had not acknowledged.
         name = hashlib.sha1(str(state.dir.resolve()).encode()).hexdigest()[:16]
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
-                                  client_id=f"roadpubsub-serve-{name}",
-                                  clean_session=False, manual_ack=True)
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        if tls_ca is not None:
-            self.client.tls_set(ca_certs=tls_ca)
-        self.client.on_connect = self._on_connect
-        self.client.on_message = self._on_message
+        self.client = WireClient(host, port, client_id=f"roadpubsub-serve-{name}",
+                                 clean=False, username=username, password=password,
+                                 tls_ca=tls_ca, on_publish=self._on_publish,
+                                 on_puback=self._on_puback, on_connect=self._resend)
         self.host, self.port = host, port
+        self._out = threading.Thread(target=self._out_loop, name="mqtt-out", daemon=True)
 
     def start(self, timeout: float = 30.0) -> None:
         """Connect and subscribe; raises ConnectionError when the broker does not answer."""
         try:
-            self.client.connect(self.host, self.port, keepalive=30)
+            self.client.connect(timeout)
+        except ConnectionRefusedError as exc:
+            msg = (f"the MQTT broker at {self.host}:{self.port} refused the connection: "
+                   f"{exc} (check --mqtt-user and the password)")
+            raise ConnectionError(msg) from exc
         except OSError as exc:
             msg = f"cannot reach the MQTT broker at {self.host}:{self.port}: {exc}"
             raise ConnectionError(msg) from exc
-        self.client.loop_start()
-        if not self._connected.wait(timeout):
-            self.client.loop_stop()
-            msg = f"the MQTT broker at {self.host}:{self.port} did not accept the connection"
-            raise ConnectionError(msg)
-        if self._refused is not None:
-            self.client.loop_stop()
-            msg = (f"the MQTT broker at {self.host}:{self.port} refused the connection: "
-                   f"{self._refused} (check --mqtt-user and the password)")
-            raise ConnectionError(msg)
+        self._out.start()
+        self.client.subscribe([f"{self.prefix}/{t}" for t in (
+            "subscriptions", "moves", "moves/+", "unsubscriptions", "messages")],
+            timeout=timeout)
 
-    def stop(self) -> None:
-        """Finish pending acknowledgements and disconnect."""
-        self._out.shutdown(wait=True)
-        self.client.disconnect()
-        self.client.loop_stop()
+    def stop(self, timeout: float = 60.0) -> None:
+        """Take no more events, finish (apply, acknowledge, publish) those taken, wait a
+        little for the broker's acknowledgements, and disconnect."""
+        self._accepting = False
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._out.is_alive():
+            self._out.join(timeout)
+        with self._ack_cond:
+            self._ack_cond.wait_for(lambda: not self._inflight, timeout=5.0)
+        self.client.close()
 
     def publish_deliveries(self, deliveries: list[dict[str, Any]]) -> None:
-        """Publish durable deliveries, each on its subscription's topic (QoS 1)."""
-        for d in deliveries:
-            self.client.publish(f"{self.prefix}/deliveries/{d['subscription_id']}",
-                                json.dumps(d), qos=1)
+        """Publish deliveries (QoS 1), each on its subscription's topic."""
+        self._send_tracked(self._encode(deliveries), b"")
 
-    # ------------------------------------------------------------------ callbacks
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
-                    properties: Any) -> None:
-        if getattr(reason, "is_failure", False):
-            self._refused = str(reason)  # e.g. "Not authorized": start() says so at once
-            self._connected.set()
-            return
-        for topic in ("subscriptions", "moves", "moves/+", "unsubscriptions", "messages"):
-            client.subscribe(f"{self.prefix}/{topic}", qos=1)
-        self._connected.set()
+    # ------------------------------------------------------------------ metrics
+    def metric_lines(self) -> list[str]:
+        """The connector's figures in Prometheus text (appended to ``/metrics``)."""
+        now = time.monotonic()
+        with self._cond:
+            oldest_event = now - self._pending[0].arrived if self._pending else 0.0
+            pending = len(self._pending)
+        with self._ack_cond:
+            first = next(iter(self._inflight.values()), None)
+            inflight = len(self._inflight)
+            waiting = self._waiting_since
+        oldest = max(now - first[1] if first is not None else 0.0,
+                     now - waiting if waiting is not None else 0.0)
+        out: list[str] = []
 
-    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
-        self.received += 1
-        topic = msg.topic[len(self.prefix) + 1:]
-        try:
-            body = decode_body(msg.payload, max_depth=self.state.options.max_json_depth)
-            fut = self._submit(topic, body)
-        except (ValueError, RequestError) as exc:
-            fut = Future()
-            fut.set_exception(exc)
-        self._out.submit(self._finish, fut, msg.mid, msg.qos, msg.topic)
+        def head(name: str, kind: str, text: str) -> None:
+            out.append(f"# HELP {name} {text}")
+            out.append(f"# TYPE {name} {kind}")
 
-    def _submit(self, topic: str, body: Any) -> Future[Applied]:
-        state, parser = self.state, self.parser
-        if topic == "messages":
-            return self.applier.publish(body)
-        if topic == "moves":
-            return self.applier.move(body)
-        if topic.startswith("moves/"):  # one vehicle's own topic: only its own id
-            sid = parse_ids(topic[6:])
+        head("roadpubsub_mqtt_events_total", "counter",
+             "Events taken from the broker, by outcome so far.")
+        out += [f'roadpubsub_mqtt_events_total{{stage="received"}} {self.received}',
+                f'roadpubsub_mqtt_events_total{{stage="acknowledged"}} {self.acknowledged}',
+                f'roadpubsub_mqtt_events_total{{stage="refused"}} {self.refused}',
+                f'roadpubsub_mqtt_events_total{{stage="failed"}} {self.failed}']
+        head("roadpubsub_mqtt_events_pending", "gauge",
+             "Events received and not yet acknowledged (being applied or made durable).")
+        out.append(f"roadpubsub_mqtt_events_pending {pending}")
+        head("roadpubsub_mqtt_oldest_event_seconds", "gauge",
+             "Age of the oldest event received and not yet acknowledged.")
+        out.append(f"roadpubsub_mqtt_oldest_event_seconds {oldest_event:.6f}")
+        head("roadpubsub_mqtt_deliveries_total", "counter",
+             "Deliveries (and refusal notices on the errors topic) queued for the broker, "
+             "published, and acknowledged by it.")
+        out += [f'roadpubsub_mqtt_deliveries_total{{stage="queued"}} '
+                f'{self.deliveries_queued}',
+                f'roadpubsub_mqtt_deliveries_total{{stage="published"}} '
+                f'{self.deliveries_published}',
+                f'roadpubsub_mqtt_deliveries_total{{stage="acknowledged"}} '
+                f'{self.deliveries_acknowledged}']
+        head("roadpubsub_mqtt_deliveries_inflight", "gauge",
+             "Deliveries published and not yet acknowledged by the broker.")
+        out.append(f"roadpubsub_mqtt_deliveries_inflight {inflight}")
+        head("roadpubsub_mqtt_oldest_queued_seconds", "gauge",
+             "Age of the oldest delivery queued and not yet acknowledged by the broker.")
+        out.append(f"roadpubsub_mqtt_oldest_queued_seconds {oldest:.6f}")
+        head("roadpubsub_mqtt_reconnects_total", "counter", "Reconnections to the broker.")
+        out.append(f"roadpubsub_mqtt_reconnects_total {self.client.reconnects}")
+        return out
+
+    # ------------------------------------------------------------------ reader thread
+    def _on_publish(self, pubs: list[Publish]) -> None:
+        if not self._accepting:
+            return  # stopping: not acknowledged, so the broker keeps them for next time
+        now = time.monotonic()
+        events: list[_Event] = []
+        for topic, payload, pid, qos in pubs:
+            ev = _Event(self, topic, pid, qos, now)
+            try:
+                self._submit(topic, payload, ev)
+            except _REFUSALS as exc:
+                ev.error = exc
+                ev.settled = True
+            events.append(ev)
+        self.received += len(events)
+        with self._cond:
+            self._pending.extend(events)
+            self._cond.notify()
+
+    def _submit(self, topic: bytes, payload: bytes, ev: _Event) -> None:
+        kind = self._topics.get(topic)
+        body = decode_body(payload, max_depth=self.state.options.max_json_depth)
+        if kind == "moves":
+            self.applier.move(body, reply=ev, concurrent=True)
+        elif kind == "messages":
+            self.applier.publish(body, reply=ev, concurrent=True)
+        elif topic.startswith(self._own_moves):  # one vehicle's own topic: its id only
+            sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
+            if isinstance(body, dict):
+                self.applier.move(body, path_id=sid, reply=ev, concurrent=True)
+                return
             rows = body if isinstance(body, list) else [body]
             if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
-                msg = f"the topic {self.prefix}/{topic} takes moves of subscription {sid} only"
+                msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
                 raise RequestError(msg, status=403)
-            return self.applier.move([{**r, "id": sid} for r in rows])
-        if topic == "subscriptions":
-            return self.applier.call(lambda: state.subscribe(parser.subscriptions(body)))
-        if topic == "unsubscriptions":
+            self.applier.move([{**r, "id": sid} for r in rows], reply=ev, concurrent=True)
+        elif kind == "subscriptions":
+            state, parser = self.state, self.parser
+            self.applier.call(lambda: state.subscribe(parser.subscriptions(body)), reply=ev,
+                              kind="subscribe")
+        elif kind == "unsubscriptions":
             rows = body if isinstance(body, list) else [body]
             if not all(isinstance(r, dict) and isinstance(r.get("id"), int)
                        and not isinstance(r["id"], bool) and -2**63 <= r["id"] < 2**63
@@ -175,24 +307,127 @@ class MqttConnector:
                 msg = "an unsubscription is {\"id\": ID} or an array of them"
                 raise RequestError(msg, status=400)
             ids = np.asarray([r["id"] for r in rows], dtype=np.int64)
-            return self.applier.call(lambda: state.unsubscribe(ids))
-        msg = f"unknown topic {topic!r}"
-        raise RequestError(msg, status=404)
+            state = self.state
+            self.applier.call(lambda: state.unsubscribe(ids), reply=ev, kind="unsubscribe")
+        else:
+            msg = f"unknown topic {topic.decode('utf-8', 'replace')!r}"
+            raise RequestError(msg, status=404)
 
-    def _finish(self, fut: Future[Applied], mid: int, qos: int, topic: str) -> None:
-        try:
-            applied = fut.result()
-            self.state.wal.wait_durable_blocking(applied.seq)
-        except Exception as exc:
-            self.refused += 1
-            self.client.publish(f"{self.prefix}/errors", json.dumps(
-                {"topic": topic, "error": format_error(exc)}), qos=1)
-            self.client.ack(mid, qos)
-            return
-        if applied.deliveries is not None:
-            self.publish_deliveries(deliveries_json(applied.deliveries))
-        if applied.topk is not None:  # top-k insertions and evictions, on the same topics
-            self.publish_deliveries(topk_json(applied.topk))
-        if self.on_applied is not None and applied.messages is not None:
+    def _on_puback(self, pids: list[int]) -> None:
+        with self._ack_cond:
+            inflight = self._inflight
+            n = 0
+            for p in pids:
+                if inflight.pop(p, None) is not None:
+                    n += 1
+            self.deliveries_acknowledged += n
+            self._ack_cond.notify_all()
+
+    def _resend(self) -> None:
+        """After a reconnection: the deliveries the broker had not acknowledged, again."""
+        with self._ack_cond:
+            again = [bytes((pkt[0] | 0x08,)) + pkt[1:] for pkt, _ in self._inflight.values()]
+        if again:
+            self.client.send(b"".join(again))
+
+    # ------------------------------------------------------------------ out thread
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _out_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._pending and self._pending[0].settled):
+                    if self._stopping and not self._pending:
+                        return
+                    self._cond.wait(0.5)
+                done: list[_Event] = []
+                while self._pending and self._pending[0].settled:
+                    done.append(self._pending.popleft())
+            try:
+                self._finish(done)
+            except Exception as exc:  # never lose the thread: the events stay unacked
+                self.failed += len(done)
+                print(f"roadpubsub: mqtt: {len(done)} events not acknowledged: "
+                      f"{format_error(exc)}", file=sys.stderr, flush=True)
+
+    def _finish(self, done: list[_Event]) -> None:
+        last = max((e.applied.seq for e in done if e.applied is not None), default=None)
+        durable = True
+        if last is not None:
+            try:
+                self.state.wal.wait_durable_blocking(last)
+            except Exception:
+                durable = False  # the log failed: acknowledge nothing it holds
+        errors: list[bytes] = []
+        acks: list[bytes] = []
+        rows: list[dict[str, Any]] = []
+        announce: list[Applied] = []
+        for e in done:
+            if e.error is not None:
+                if not isinstance(e.error, _REFUSALS):
+                    self.failed += 1
+                    continue  # the service's failure, not the event's: the broker keeps it
+                self.refused += 1
+                errors.append(orjson.dumps({"topic": e.topic.decode("utf-8", "replace"),
+                                            "error": format_error(e.error)}))
+            elif not durable:
+                self.failed += 1
+                continue
+            else:
+                applied = e.applied
+                assert applied is not None
+                if applied.deliveries is not None and len(applied.deliveries):
+                    rows += deliveries_json(applied.deliveries)
+                if applied.topk is not None and len(applied.topk):
+                    rows += topk_json(applied.topk)
+                if self.on_applied is not None and applied.messages is not None:
+                    announce.append(applied)
+            if e.qos:
+                acks.append(puback(e.pid))
+        packets = self._encode(rows)
+        packets += [(self.prefix.encode() + b"/errors", m) for m in errors]
+        self._send_tracked(packets, b"".join(acks))
+        self.acknowledged += len(acks)
+        for applied in announce:
+            assert self.on_applied is not None
             self.on_applied(applied)
-        self.client.ack(mid, qos)  # only now: the event is durable
+
+    def _encode(self, rows: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
+        """(topic, payload) of each delivery or top-k event."""
+        base = self._deliveries_topic
+        dumps = orjson.dumps
+        return [(b"%s%d" % (base, r["subscription_id"]), dumps(r)) for r in rows]
+
+    def _send_tracked(self, packets: list[tuple[bytes, bytes]], tail: bytes) -> None:
+        """Publish ``packets`` with QoS 1 within the in-flight window, then ``tail`` (the
+        events' PUBACKs, once every delivery of theirs has been handed to the broker)."""
+        self.deliveries_queued += len(packets)
+        now = time.monotonic()
+        i = 0
+        while i < len(packets):
+            with self._ack_cond:
+                room = self.max_inflight - len(self._inflight)
+                if room <= 0:
+                    self._waiting_since = self._waiting_since or now
+                    self._ack_cond.wait(0.5)
+                    continue
+                chunk = packets[i:i + room]
+                out = []
+                inflight = self._inflight
+                pid = self._next_pid
+                for topic, payload in chunk:
+                    pid = pid % 65535 + 1
+                    while pid in inflight:
+                        pid = pid % 65535 + 1
+                    pkt = publish_packet(topic, payload, pid)
+                    inflight[pid] = (pkt, now)
+                    out.append(pkt)
+                self._next_pid = pid
+                self._waiting_since = None
+            i += len(chunk)
+            self.client.send(b"".join(out))  # a broken connection: resent on reconnect
+            self.deliveries_published += len(chunk)
+        if tail:
+            self.client.send(tail)

@@ -71,7 +71,7 @@ def test_every_command_keeps_its_defaults() -> None:
     serve = defaults_of("serve")
     assert (serve["host"], serve["port"]) == ("127.0.0.1", 8000)
     assert (serve["snapshot_every"], serve["flush_every"], serve["group_max"]) == (
-        20_000, 2_000, 64)
+        20_000, 2_000, 1024)  # groups of hundreds for fleets over MQTT (issue 33)
     assert serve["switch_interval"] == 5.0 and serve["mqtt_prefix"] == "roadpubsub"
     assert serve["max_snap"] == DEFAULTS.snap_distance_m == 250.0
     assert serve["window"] is None  # given or not decides whether it may be passed

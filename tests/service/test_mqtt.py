@@ -17,6 +17,7 @@ from oracle import as_deliveries, assert_same
 
 from index.workload import Workload
 from roadnet.network import RoadNetwork
+from roadpubsub.service.mqtt_wire import publish_packet
 
 mqtt = pytest.importorskip("paho.mqtt.client")
 
@@ -157,3 +158,61 @@ def test_unacknowledged_broker_events_survive_kill_9(serve: Any, broker: int,
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def test_the_connector_reconnects_after_a_broker_restart(
+        serve: Any, tmp_path: Path, workload: Workload, andorra: RoadNetwork,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker goes away and comes back (a new process, its sessions lost): the
+    connector reconnects, subscribes again, and events and deliveries flow as before."""
+    from roadpubsub.bench.fleet import SERVICE_USER, Broker, _metrics
+
+    if not Path("/usr/sbin/mosquitto").exists():
+        pytest.skip("needs the mosquitto broker")
+    broker = Broker(tmp_path / "broker")
+    with broker:
+        monkeypatch.setenv("ROADPUBSUB_MQTT_PASSWORD", broker.passwords[SERVICE_USER])
+        server = serve("--mqtt", f"127.0.0.1:{broker.port}", "--mqtt-user", SERVICE_USER)
+        subs = subscription_rows(workload, andorra)[:600]
+        with server.client() as c:
+            assert c.post("/subscriptions", json=subs).status_code == 201
+        msgs = [{**m, "id": 7000 + k} for k, m in enumerate(message_rows(workload, andorra))]
+
+        def publish_and_wait(m: dict[str, Any]) -> list[dict[str, Any]]:
+            got: list[dict[str, Any]] = []
+            obs = broker.client(f"observer-{m['id']}")
+            obs.on_publish = lambda pubs: got.extend(json.loads(p) for _, p, _, _ in pubs)
+            obs.connect()
+            obs.subscribe(["roadpubsub/deliveries/#"], qos=0)
+            pub = broker.client(f"sensor-{m['id']}")
+            pub.connect()
+            try:
+                pub.send(publish_packet(b"roadpubsub/messages", json.dumps(m).encode(), 1))
+                with server.client() as c:
+                    deadline = time.monotonic() + 60
+                    while c.get(f"/messages/{m['id']}").status_code != 200:
+                        assert time.monotonic() < deadline, (
+                            f"the event was not applied: {_metrics(server.url)}")
+                        time.sleep(0.1)
+                    want = c.get(f"/messages/{m['id']}").json()["deliveries"]
+                deadline = time.monotonic() + 30
+                while len(got) < len(want) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert_same(as_deliveries(got), as_deliveries(want), "after a restart")
+                return want
+            finally:
+                pub.close()
+                obs.close()
+
+        assert publish_and_wait(msgs[0])
+    with broker:  # the same port, a fresh broker (no session: nothing kept meanwhile)
+        deadline = time.monotonic() + 30
+        while _metrics(server.url)["roadpubsub_mqtt_reconnects_total"] < 1:
+            assert time.monotonic() < deadline, "the connector did not reconnect"
+            time.sleep(0.1)
+        time.sleep(0.5)  # its subscriptions again, before anything is published
+        assert publish_and_wait(msgs[1])
+        assert publish_and_wait(msgs[2])
+        figures = _metrics(server.url)
+        assert figures["roadpubsub_mqtt_reconnects_total"] == 1
+        assert figures["roadpubsub_mqtt_events_pending"] == 0

@@ -1,0 +1,31 @@
+"""serve's kernel warm-up: it runs the matcher once and changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from live import subscription_rows
+
+from index.events import BodyParser
+from index.workload import Workload
+from roadnet.network import RoadNetwork
+from roadpubsub.service.state import ServiceOptions, ServiceState
+from roadpubsub.service.warmup import warm_kernels
+
+
+def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: Workload,
+                                                  andorra: RoadNetwork) -> None:
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    state = ServiceState.open(service_dir, ServiceOptions(fsync=False))
+    try:
+        state.subscribe(parser.subscriptions(subscription_rows(workload, andorra)[:300]))
+        seq, counts = state.wal.next_seq, dict(state.counts)
+        rows = state.subscription_rows(state.index.subscriptions().ids[:50])
+        state.matcher.last_timing = None
+        assert warm_kernels(state, parser) >= 0.0
+        assert state.matcher.last_timing is not None  # the matcher ran
+        assert (state.wal.next_seq, state.counts) == (seq, counts)
+        assert state.subscription_rows(state.index.subscriptions().ids[:50]) == rows
+        assert len(state.messages) == 0 and state.delivered == 0
+    finally:
+        state.close()
