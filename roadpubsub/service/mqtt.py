@@ -190,7 +190,8 @@ class MqttConnector:
             self.client.ack(mid, qos)
             return
         if applied.deliveries is not None:
-            self.publish_deliveries(deliveries_json(applied.deliveries))
+            self.publish_deliveries(deliveries_json(applied.deliveries,
+                                                    applied.delivery_seq))
         if applied.topk is not None:  # top-k insertions and evictions, on the same topics
             self.publish_deliveries(topk_json(applied.topk))
         if self.on_applied is not None and applied.messages is not None:
