@@ -889,7 +889,7 @@ class ServiceState:
         return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
 
     def _checked_webhooks(self, urls: list[str | None]) -> list[str | None]:
-        """The webhook URLs of a batch, each checked (400 naming the row otherwise)."""
+        """The webhook URLs of a batch, each checked (422 naming the row otherwise)."""
         check = self.check_webhook
         if check is None:
             msg = "field 'webhook': webhooks are not enabled on this service"
@@ -903,7 +903,7 @@ class ServiceState:
                 out.append(check(url))
             except InputError as exc:
                 msg = f"subscriptions: row {row}: field 'webhook': {exc}"
-                raise RequestError(msg, status=400) from exc
+                raise RequestError(msg, status=422) from exc
         return out
 
     def unsubscribe(self, ids: IntArray) -> Applied:

@@ -14,15 +14,26 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from live import message_rows, subscription_rows
 from test_webhooks import SECRET, Receiver
 
 from index.workload import Workload
 from roadnet.network import RoadNetwork
+
+
+@pytest.fixture
+def receivers() -> Iterator[list[Receiver]]:
+    """Receivers a test starts are stopped after it."""
+    started: list[Receiver] = []
+    yield started
+    for receiver in started:
+        receiver.stop()
 
 
 def _secret_file(folder: Path) -> Path:
@@ -81,7 +92,7 @@ def test_webhooks_arrive_once_in_order_across_kill(serve: Any, service_dir: Path
             row["webhook"] = good[i % 2].url
     with server.client() as c:
         refused = c.post("/subscriptions", json={**subs[1], "webhook": "ftp://x/y"})
-        assert refused.status_code == 400 and "webhook" in refused.text
+        assert refused.status_code == 422 and "webhook" in refused.text
         for k in range(0, len(subs), 500):
             assert c.post("/subscriptions", json=subs[k:k + 500]).status_code == 201
         assert c.get(f"/subscriptions/{subs[0]['id']}").json()["webhook"] == good[0].url
@@ -185,5 +196,5 @@ def test_webhook_url_checks(serve: Any, workload: Workload, andorra: RoadNetwork
                                                                    "http"),
                           ("http://169.254.169.254/", "metadata"), (17, "URL")):
             r = c.post("/subscriptions", json={**row, "webhook": url})
-            assert r.status_code == 400 and what in r.text, (url, r.text)
+            assert r.status_code == 422 and what in r.text, (url, r.text)
         assert c.get(f"/subscriptions/{row['id']}").status_code == 404  # nothing applied
