@@ -54,7 +54,10 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _LOCATION = ("u", "v", "offset", "lon", "lat")
-_SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", *_LOCATION})
+_SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", "webhook",
+                         *_LOCATION})
+#: Longest webhook URL a subscription may carry (characters; issue 30).
+MAX_WEBHOOK_CHARS = 2048
 _KIND_FIELDS = frozenset({"kind", "radius", "k"})
 _MSG_FIELDS = frozenset({"id", "keywords", "time", *_LOCATION})
 _MOVE_FIELDS = frozenset({"id", *_LOCATION})
@@ -95,6 +98,9 @@ class SubscriptionBatch:
     kind: npt.NDArray[np.int8] | None = None
     radius: FloatArray | None = None
     k: FloatArray | None = None
+    #: Webhook URL of each row, None where absent (None: no row has one); its address is
+    #: checked by the service (:mod:`roadpubsub.service.webhooks`).
+    webhook: list[str | None] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -179,6 +185,26 @@ def _is_number(value: Any) -> bool:
         return math.isfinite(value)
     # an int too large for a float (JSON allows any length) is not a usable number
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**1000
+
+
+def _webhooks(rows: list[dict[str, Any]], problems: _Problems) -> list[str | None] | None:
+    """The optional ``webhook`` field: an http(s) URL of printable ASCII, at most
+    :data:`MAX_WEBHOOK_CHARS` (None when no row has one)."""
+    if not any(rec.get("webhook") is not None for rec in rows):
+        return None
+    out: list[str | None] = []
+    for i, rec in enumerate(rows):
+        value = rec.get("webhook")
+        if value is not None and not (
+                isinstance(value, str) and 0 < len(value) <= MAX_WEBHOOK_CHARS
+                and value.isascii() and value.isprintable()
+                and value.lower().startswith(("http://", "https://"))):
+            problems.add(i, rec, "field 'webhook' must be an http:// or https:// URL of at "
+                                 f"most {MAX_WEBHOOK_CHARS} printable ASCII characters, got "
+                                 f"{show(value)}")
+            value = None
+        out.append(value)
+    return out
 
 
 def _check_fields(rows: list[dict[str, Any]], allowed: frozenset[str], problems: _Problems
@@ -422,10 +448,12 @@ class BodyParser:
             alpha = _numbers(rows, "alpha", problems, low=0.0, high=1.0)
             tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
         expires = self._time(rows, "expires_at", problems)
+        webhook = _webhooks(rows, problems)
         problems.raise_if_any()
         points = self.locator.points(rows, ids, problems)
         problems.raise_if_any()
-        return SubscriptionBatch(ids, points, keywords, alpha, tau, expires, kind, radius, k)
+        return SubscriptionBatch(ids, points, keywords, alpha, tau, expires, kind, radius, k,
+                                 webhook)
 
     def _kind_fields(self, rows: list[dict[str, Any]], problems: _Problems
                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,

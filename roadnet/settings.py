@@ -205,6 +205,18 @@ class Settings:
     webhook_allow_private
         Whether webhook URLs may resolve to loopback and private addresses (link-local,
         including the cloud metadata address, is refused anyway).
+    stream_retention_deliveries
+        Deliveries the live service holds in memory for resumable streams (``WS
+        /deliveries?after=SEQ``, ``GET /deliveries/stream``), at least (>= 1; ``roadpubsub
+        serve --stream-retention``): a stream resumes after any seq among the last this
+        many; older ones answer 410 naming the oldest seq still held (they stay readable
+        with ``GET /messages/{id}``). About 100 bytes each; default 1,000,000.
+    stream_batch
+        Deliveries a resumable stream reads from the journal at a time (>= 1): its memory
+        per reader, and the slice a reader catching up sends before others get a turn.
+    stream_keepalive_s
+        Seconds of silence after which a Server-Sent Events stream sends a comment line,
+        so proxies keep it open (> 0).
     """
 
     snap_distance_m: float = 250.0
@@ -286,6 +298,10 @@ class Settings:
     webhook_memory_per_endpoint: int = 1_000
     webhook_segment_bytes: int = 16 * 1024 * 1024
     webhook_allow_private: bool = False
+    # --- push (issue 30: resumable streams) ---
+    stream_retention_deliveries: int = 1_000_000
+    stream_batch: int = 1_000
+    stream_keepalive_s: float = 15.0
 
 
 DEFAULTS = Settings()

@@ -131,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    metavar="N", help="largest write-ahead log, bytes: past it events are "
                    "refused (503) until a snapshot lets older segments be dropped "
                    f"(default {DEFAULTS.service_max_log_bytes:,})")
+    _add_push_arguments(p)
     p.set_defaults(func=run)
 
     g = subparsers.add_parser(
@@ -468,6 +469,60 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
                  window=DEFAULT_WINDOW if args.window is None else check_window(args.window))
 
 
+#: Webhook tunables given on the command line: (flag, Settings field, type, metavar, help).
+_WEBHOOK_FLAGS = (
+    ("--webhook-batch-max", "webhook_batch_max", int, "N", "deliveries per POST, at most"),
+    ("--webhook-timeout", "webhook_timeout_s", float, "S", "seconds a POST may take"),
+    ("--webhook-max-attempts", "webhook_max_attempts", int, "N",
+     "attempts of a batch before it goes to the dead letters"),
+    ("--webhook-max-age", "webhook_max_age_s", float, "S",
+     "seconds a delivery may stay queued before a failure makes it a dead letter"),
+    ("--webhook-backoff-base", "webhook_backoff_base_s", float, "S",
+     "first retry's backoff ceiling, doubling per attempt (full jitter)"),
+    ("--webhook-backoff-cap", "webhook_backoff_cap_s", float, "S",
+     "largest backoff, and largest Retry-After honoured"),
+)
+
+
+def _add_push_arguments(p: argparse.ArgumentParser) -> None:
+    """Resumable streams and webhooks (issue 30)."""
+    w = p.add_argument_group("resumable streams and webhooks")
+    w.add_argument("--stream-retention", type=int,
+                   default=DEFAULTS.stream_retention_deliveries, metavar="N",
+                   help="deliveries held for resuming streams (WS /deliveries?after=SEQ, "
+                   "GET /deliveries/stream); older ones answer 410 (default "
+                   f"{DEFAULTS.stream_retention_deliveries:,})")
+    w.add_argument("--webhook-secret-file", metavar="FILE", default=None,
+                   help="the HMAC-SHA256 key signing webhook POSTs (mode 0600; created "
+                   "when absent; default DIR/webhook-secret)")
+    w.add_argument("--webhook-allow-private", action="store_true",
+                   help="allow webhook URLs on loopback and private addresses")
+    w.add_argument("--no-webhooks", action="store_true",
+                   help="refuse subscriptions carrying a webhook (no outbox, no sender)")
+    for flag, name, kind, metavar, text in _WEBHOOK_FLAGS:
+        w.add_argument(flag, dest=name, type=kind, default=getattr(DEFAULTS, name),
+                       metavar=metavar, help=f"{text} (default {getattr(DEFAULTS, name):g})")
+
+
+def _webhooks(args: argparse.Namespace, folder: Path) -> Any:
+    """The webhook service of ``serve`` (None with --no-webhooks)."""
+    import dataclasses
+
+    from roadpubsub.service.webhooks import WebhookService
+
+    if args.no_webhooks:
+        return None
+    for _flag, name, *_ in _WEBHOOK_FLAGS:
+        if not getattr(args, name) > 0:
+            msg = f"{_flag} must be > 0, got {getattr(args, name)}"
+            raise InputError(msg)
+    settings = dataclasses.replace(DEFAULTS, **{name: getattr(args, name)
+                                                for _f, name, *_ in _WEBHOOK_FLAGS})
+    secret = Path(args.webhook_secret_file) if args.webhook_secret_file else None
+    return WebhookService(folder, secret_file=secret,
+                          allow_private=args.webhook_allow_private, settings=settings)
+
+
 def run(args: argparse.Namespace) -> int:
     """Create or open the service folder, then serve until interrupted."""
     import uvicorn
@@ -531,13 +586,18 @@ def run(args: argparse.Namespace) -> int:
                              background_compaction=not args.inline_compaction,
                              compact_delta=args.compact_delta,
                              **{name: getattr(args, name) for name in _BODY_LIMITS},
-                             max_log_bytes=args.max_log_bytes)
+                             max_log_bytes=args.max_log_bytes,
+                             stream_retention=args.stream_retention)
+    if args.stream_retention < 1:
+        msg = f"--stream-retention must be >= 1, got {args.stream_retention}"
+        raise InputError(msg)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     preload.join()  # ready with warm kernels when it first answers
     from index.events import BodyParser
     from roadpubsub.service.warmup import warm_kernels
 
     warm_s = warm_kernels(state, BodyParser(state.index.network, max_snap_m=args.max_snap))
+    webhooks = _webhooks(args, folder)
     if not args.quiet:
         print(f"serve: {len(state.index):,} subscriptions, log at seq {state.wal.next_seq - 1} "
               f"(ready in {time.perf_counter() - t0:.1f} s, recovery "
@@ -557,7 +617,7 @@ def run(args: argparse.Namespace) -> int:
     app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
                     ws_buffer_deliveries=limits.ws_buffer_deliveries,
                     ws_buffer_bytes=limits.ws_buffer_bytes, gate=gate,
-                    mqtt_options=mqtt_options)
+                    mqtt_options=mqtt_options, webhooks=webhooks)
     served = TransportLimitsMiddleware(app, limits)  # outermost: before any route
     # uvicorn drains in-flight requests on SIGTERM/SIGINT (the app's shutdown then writes
     # a snapshot), restores the handlers it found and raises the signal again: these

@@ -13,6 +13,12 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
                                           the deliveries
 ``GET /messages/{id}``                    a published message's deliveries
 ``WS /deliveries[?subscription=ID]``      deliveries pushed as messages are matched
+``WS /deliveries?after=SEQ[&subscription=ID]``  every delivery after SEQ, then live
+                                          (:mod:`~roadpubsub.service.streams`)
+``GET /deliveries/stream``                the same as Server-Sent Events (``after`` or
+                                          ``Last-Event-ID``; ``subscription``)
+``GET /webhooks/dead``                    webhook deliveries given up (admin)
+``POST /webhooks/replay``                 re-queue dead letters ``{"ids": [...]}`` (admin)
 ``GET /health``, ``GET /metrics``         status; Prometheus text
 ``GET /openapi.json``                     this API's OpenAPI 3.1 description
 ``GET /``, ``GET /network.geojson``       the live map (offline: roads from the service)
@@ -42,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -54,7 +61,13 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -73,6 +86,14 @@ from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.openapi import openapi_document
 from roadpubsub.service.resilience import Watchman
 from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
+from roadpubsub.service.streams import (
+    Pulse,
+    WebhookFeeder,
+    resume_point,
+    sse_events,
+    ws_resume,
+)
+from roadpubsub.service.webhooks import WebhookService
 
 __all__ = ["DeliveryHub", "build_app"]
 
@@ -291,8 +312,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
               on_shutdown: Callable[[], None] | None = None,
               ws_buffer_deliveries: int = DEFAULTS.ws_buffer_deliveries,
               ws_buffer_bytes: int = DEFAULTS.ws_buffer_bytes,
-              gate: AccessGate | None = None, mqtt_options: dict[str, Any] | None = None
-              ) -> Starlette:
+              gate: AccessGate | None = None, mqtt_options: dict[str, Any] | None = None,
+              webhooks: WebhookService | None = None) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
     together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
     broker connector (:mod:`roadpubsub.service.mqtt`, with ``mqtt_options``: its
@@ -300,7 +321,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     (:mod:`roadpubsub.service.access`; None: nobody is asked for a token); a WebSocket
     client further behind than ``ws_buffer_deliveries`` or ``ws_buffer_bytes`` is closed
     with :data:`SLOW_READER_CLOSE`. The transport limits wrap it
-    (:mod:`roadpubsub.service.limits`)."""
+    (:mod:`roadpubsub.service.limits`). ``webhooks``: subscriptions may carry a
+    ``webhook`` URL, their deliveries are queued in its outbox before a publish is
+    answered and sent by it (None: a ``webhook`` field is refused)."""
     opts = state.options
     parser = BodyParser(state.index.network, max_snap_m=opts.max_snap_m, kinds=True,
                         dmax_m=state.index.dmax_m, max_keywords=opts.max_keywords,
@@ -319,6 +342,11 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     events = DeliveryHub(max_deliveries=ws_buffer_deliveries, max_bytes=ws_buffer_bytes)
     cache: dict[str, bytes] = {}
     bridges: list[_LoopBridge] = []
+    # resumable streams and webhooks (issue 30)
+    pulse = Pulse()
+    feeder = None if webhooks is None else \
+        WebhookFeeder(state, webhooks.queue, webhooks.outbox.high_seq)
+    state.check_webhook = None if webhooks is None else webhooks.check_url
 
     def bridge(fut: Future[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -420,14 +448,23 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         done = await apply("publish", applier.publish(body, concurrent=True)
                            if principal.role == ADMIN else applier.call(
                                lambda: guard.publish(principal, body), concurrent=True), t0)
-        announce(done)
+        pending = announce(done)
+        if pending is not None:
+            await pending
         return _JSONResponse(done.body)
 
-    def announce(done: Applied) -> None:
-        """Durable deliveries to WebSocket clients, the map and the broker."""
+    def announce(done: Applied) -> Any:
+        """Durable deliveries to WebSocket clients, the map, the broker and the streams;
+        an awaitable when some go to webhooks (the answer waits until they are in the
+        outbox), else None."""
+        pulse.kick()
+        pending = None
+        if feeder is not None and state.webhook_of and done.delivery_seq is not None \
+                and done.delivery_seq.size:
+            pending = feeder.before_answer(int(done.delivery_seq.max()))
         if done.deliveries is not None and len(done.deliveries) and (
                 hub.clients or connector):  # the objects only when someone takes them
-            found = deliveries_json(done.deliveries)
+            found = deliveries_json(done.deliveries, done.delivery_seq)
             hub.push(found)
             if connector and done.messages is not None:
                 connector[0].publish_deliveries(found)
@@ -438,6 +475,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 connector[0].publish_deliveries(changes)
         if events.clients and done.messages is not None:
             events.push(_message_events(state, done))
+        return pending
 
     async def get_message(request: Request) -> Response:
         mid = parse_ids(request.path_params["mid"], what="message id")
@@ -478,7 +516,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
 
     async def metrics_text(request: Request) -> Response:
         guard.check(who(request), "metrics")
-        return PlainTextResponse(metrics.render(state),
+        return PlainTextResponse(metrics.render(state) + _webhook_metrics(webhooks, feeder),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
@@ -507,6 +545,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         await stream(websocket, events, None)
 
     async def deliveries_ws(websocket: WebSocket) -> None:
+        if "after" in websocket.query_params:
+            await resumable_ws(websocket)
+            return
         raw = websocket.query_params.get("subscription")
         principal = who(websocket)
         want: int | Callable[[int], bool] | None = None
@@ -581,9 +622,91 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
                     await websocket.close(code=1008 if client.revoked else 1000)
 
+    def stream_want(conn: Request | WebSocket) -> Want:
+        """The deliveries a stream's caller asked for and may see (403 otherwise)."""
+        principal = who(conn)
+        guard.check(principal, "deliveries")
+        raw = conn.query_params.get("subscription")
+        if raw is not None:
+            sid = parse_ids(raw, what="'subscription' id")
+            guard.check(principal, "deliveries", [sid])
+            return sid
+        return None if principal.role == ADMIN else guard.wants(principal)
+
+    def still_valid(conn: Request | WebSocket) -> Callable[[], bool]:
+        if gate is None:
+            return lambda: True
+        principal = who(conn)
+        return lambda: gate.store.still_valid(principal)
+
+    async def resumable_ws(websocket: WebSocket) -> None:
+        try:
+            want = stream_want(websocket)
+            after = resume_point(websocket.query_params.get("after"), what="'after' seq")
+            assert after is not None
+            state.journal.check_after(after)
+        except RequestError as exc:
+            await _deny(websocket, exc)
+            return
+        await websocket.accept(subprotocol=websocket.scope.get("roadpubsub.subprotocol"))
+        await ws_resume(websocket, state, pulse, want, after, batch=DEFAULTS.stream_batch,
+                        still_valid=still_valid(websocket))
+
+    async def deliveries_sse(request: Request) -> Response:
+        want = stream_want(request)
+        after = resume_point(request.headers.get("last-event-id"), what="'Last-Event-ID'")
+        if after is None:
+            after = resume_point(request.query_params.get("after"), what="'after' seq")
+        if after is None:  # live from now
+            after = state.journal.durable_head(state.wal.durable_seq)
+        state.journal.check_after(after)
+        return StreamingResponse(
+            sse_events(state, pulse, want, after, batch=DEFAULTS.stream_batch,
+                       keepalive_s=DEFAULTS.stream_keepalive_s,
+                       still_valid=still_valid(request)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def hooks_of(request: Request) -> WebhookService:
+        guard.check(who(request), "webhooks")  # admin only
+        if webhooks is None:
+            msg = "webhooks are not enabled on this service"
+            raise RequestError(msg, status=404)
+        return webhooks
+
+    async def webhooks_dead(request: Request) -> Response:
+        service = hooks_of(request)
+        return _JSONResponse({"dead": await asyncio.to_thread(service.dead_letters)})
+
+    async def webhooks_replay(request: Request) -> Response:
+        service = hooks_of(request)
+        body = await body_of(request)
+        ids = body.get("ids") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids) \
+                or len(ids) > opts.max_batch_rows:
+            msg = (f"the body must be {{\"ids\": [...]}}: at most {opts.max_batch_rows} "
+                   "dead-letter ids (positive integers, from GET /webhooks/dead)")
+            raise RequestError(msg, status=400)
+        return _JSONResponse({"replayed": await asyncio.to_thread(service.replay, ids)})
+
+    async def feed_webhooks() -> None:
+        """Queue durable webhook deliveries every second (those published through the
+        broker, and at a start whatever a crash left unqueued)."""
+        assert feeder is not None
+        while True:
+            if feeder.fed < state.journal.durable_head(state.wal.durable_seq):
+                try:
+                    await asyncio.to_thread(feeder.feed)
+                except OSError as exc:
+                    print(f"roadpubsub serve: the webhook outbox could not be written "
+                          f"({exc}); retried in a second", file=sys.stderr, flush=True)
+            await asyncio.sleep(1.0)
+
     def push_local(done: Applied) -> None:
+        pulse.kick()
         if done.deliveries is not None and len(done.deliveries):
-            hub.push(deliveries_json(done.deliveries))
+            hub.push(deliveries_json(done.deliveries, done.delivery_seq))
         if done.topk is not None and len(done.topk):
             hub.push(topk_json(done.topk))
         if events.clients and done.messages is not None:
@@ -611,9 +734,18 @@ def build_app(state: ServiceState, *, group_max: int = 64,
             connector.append(c)
             metrics.extra.append(c.metric_lines)
         watchman.start()
+        feeding = None
+        if webhooks is not None and feeder is not None:
+            await asyncio.to_thread(feeder.feed)  # what a crash left unqueued, first
+            await asyncio.to_thread(webhooks.start)
+            feeding = asyncio.create_task(feed_webhooks())
         try:
             yield
         finally:
+            if feeding is not None:
+                feeding.cancel()
+            if webhooks is not None:
+                await asyncio.to_thread(webhooks.stop)
             await asyncio.to_thread(watchman.stop)
             if connector:
                 await asyncio.to_thread(connector[0].stop)
@@ -641,6 +773,9 @@ def build_app(state: ServiceState, *, group_max: int = 64,
         _route("/openapi.json", GET=openapi),
         WebSocketRoute("/deliveries", deliveries_ws),
         _route("/deliveries", GET=websocket_only),
+        _route("/deliveries/stream", GET=deliveries_sse),
+        _route("/webhooks/dead", GET=webhooks_dead),
+        _route("/webhooks/replay", POST=webhooks_replay),
         _route("/", GET=index_page),
         _route("/static/map.js", GET=map_script),
         _route("/network.geojson", GET=network_geojson),
@@ -656,4 +791,37 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     app.state.metrics = metrics
     app.state.applier = applier
     app.state.watchman = watchman
+    app.state.feeder = feeder
     return app
+
+
+def _label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _webhook_metrics(webhooks: WebhookService | None, feeder: WebhookFeeder | None) -> str:
+    """Prometheus lines of the webhooks, per endpoint: queued, sent, retried, dead,
+    oldest queued age."""
+    if webhooks is None:
+        return ""
+    per = webhooks.metrics()
+    out = []
+    for name, key, kind, text in (
+            ("queued", "queued", "gauge", "webhook deliveries waiting in the outbox"),
+            ("sent_total", "sent", "counter", "webhook deliveries acknowledged (2xx)"),
+            ("retried_total", "retried", "counter", "webhook deliveries sent again"),
+            ("dead_total", "dead", "counter", "webhook deliveries moved to dead letters"),
+            ("oldest_queued_age_seconds", "oldest_queued_age_s", "gauge",
+             "age of the oldest queued webhook delivery")):
+        metric = f"roadpubsub_webhook_{name}"
+        out.append(f"# HELP {metric} {text} (per endpoint)")
+        out.append(f"# TYPE {metric} {kind}")
+        for url, m in per.items():
+            out.append(f'{metric}{{endpoint="{_label(url)}"}} {m[key]}')
+    if feeder is not None:
+        out.append("# HELP roadpubsub_webhook_fed_seq the highest delivery seq fed to the "
+                   "outbox")
+        out.append("# TYPE roadpubsub_webhook_fed_seq gauge")
+        out.append(f"roadpubsub_webhook_fed_seq {feeder.fed}")
+    return "\n".join(out) + "\n"
+

@@ -291,7 +291,8 @@ class Applier:
         top_new = applied.topk if applied.topk is not None else TopkFound.empty()
         for it, batch in group:
             mine = _only(everything, batch.ids)
-            body: dict[str, Any] = {"deliveries": DeliveryList(mine), "seq": applied.seq}
+            body: dict[str, Any] = {"deliveries": DeliveryList(
+                mine, seq=self.state.delivery_seqs(mine)), "seq": applied.seq}
             my_top = top_all.only(batch.ids)
             if len(my_top):
                 body["topk"] = topk_json(my_top)
@@ -303,9 +304,10 @@ class Applier:
                 keep = np.isin(applied.messages[0], batch.ids)
                 located = (applied.messages[0][keep], applied.messages[1][keep])
             fresh_top = top_new.only(batch.ids)
-            it.future.set_result(Applied(applied.seq, body, _only(fresh, batch.ids), mine,
+            my_fresh = _only(fresh, batch.ids)
+            it.future.set_result(Applied(applied.seq, body, my_fresh, mine,
                                          located, fresh_top if len(fresh_top) else None,
-                                         my_top))
+                                         my_top, self.state.delivery_seqs(my_fresh)))
 
     def _count(self, n: int) -> None:
         self.groups += 1

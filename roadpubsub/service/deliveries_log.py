@@ -5,7 +5,14 @@ A segment covers the log sequence numbers ``(first, last]`` and is two files:
 * ``<first>-<last>.published.parquet``: ``message_id``, ``seq``, ``time`` of every message
   published in that range (a message with no delivery is listed too), written first;
 * ``<first>-<last>.parquet``: the deliveries, with the columns of the deliveries file
-  (``message_id``, ``subscription_id``, ``distance``, ``score``), written second.
+  (``message_id``, ``subscription_id``, ``distance``, ``score``) and ``seq``, each
+  delivery's sequence number, written second.
+
+Delivery sequence numbers (issue 30) count every delivery of the service from 1, without
+gap, in the order the service made them: log record by log record, and within a record by
+(message id, subscription id). They are a function of the log, so a restart replays the
+same numbers; segments written before they existed (no ``seq`` column) are numbered by that
+rule when read.
 
 Each file is written under a temporary name, fsynced, given its checksum record
 ``<file>.sum`` (size and crc32, itself checksummed; written durably before the rename)
@@ -34,7 +41,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pruning.deliveries import Deliveries
+from pruning.deliveries import Deliveries, sort_order
 from roadnet.files import atomic_paths
 from roadpubsub.service.integrity import (
     SUM_SUFFIX,
@@ -102,6 +109,29 @@ def read_checked(path: Path, *, what: str, legacy: bool = False,
     return table
 
 
+def _ints(t: pa.Table, c: str) -> npt.NDArray[np.int64]:
+    return np.asarray(t.column(c).to_numpy(), dtype=np.int64)
+
+
+def _floats(t: pa.Table, c: str) -> npt.NDArray[np.float64]:
+    return np.asarray(t.column(c).to_numpy(), dtype=np.float64)
+
+
+def _legacy_numbers(pub_mid: npt.NDArray[np.int64], pub_seq: npt.NDArray[np.int64],
+                    mid: npt.NDArray[np.int64], counted: int) -> npt.NDArray[np.int64]:
+    """Delivery numbers of a segment written without them, in its row order: by log seq
+    of their message, then row order (rows are by message id, then subscription id),
+    from ``counted + 1``."""
+    if not mid.size:
+        return np.empty(0, np.int64)
+    by_mid = np.argsort(pub_mid, kind="stable")
+    log_seq = pub_seq[by_mid][np.searchsorted(pub_mid[by_mid], mid)]
+    order = np.lexsort((np.arange(mid.size), log_seq))
+    out = np.empty(mid.size, np.int64)
+    out[order] = counted + 1 + np.arange(mid.size, dtype=np.int64)
+    return out
+
+
 class DeliveriesLog:
     """Reads and appends the segments of ``folder``."""
 
@@ -130,50 +160,62 @@ class DeliveriesLog:
                     p.unlink(missing_ok=True)
                     p.with_name(p.name + SUM_SUFFIX).unlink(missing_ok=True)
 
-    def read_all(self) -> tuple[Published, Deliveries, int]:
-        """Every segment: published messages, deliveries and the last covered seq."""
+    def read_all(self) -> tuple[Published, Deliveries, npt.NDArray[np.int64], int]:
+        """Every segment: published messages, deliveries (sorted by message id, then
+        subscription id), each delivery's sequence number and the last covered log seq."""
         self.clean()
         pubs: list[pa.Table] = []
         dels: list[pa.Table] = []
+        dseqs: list[npt.NDArray[np.int64]] = []
         last = 0
         ranges = self._ranges()
+        counted = 0  # deliveries numbered so far (segments are read in log order)
         for first, end, path in ranges:
             what = f"the deliveries of the messages of seq {first + 1}-{end}"
-            pubs.append(read_checked(path.with_name(path.stem + ".published.parquet"),
-                                     what=what, legacy=self.legacy,
-                                     columns=("message_id", "seq", "time")))
-            dels.append(read_checked(path, what=what, legacy=self.legacy,
-                                     columns=DELIVERY_COLUMNS))
+            pub = read_checked(path.with_name(path.stem + ".published.parquet"),
+                               what=what, legacy=self.legacy,
+                               columns=("message_id", "seq", "time"))
+            dl = read_checked(path, what=what, legacy=self.legacy, columns=DELIVERY_COLUMNS)
+            pubs.append(pub)
+            dels.append(dl)
+            if "seq" in dl.column_names:
+                dseq = _ints(dl, "seq")
+            else:  # written before delivery numbers: numbered by their rule
+                dseq = _legacy_numbers(_ints(pub, "message_id"), _ints(pub, "seq"),
+                                       _ints(dl, "message_id"), counted)
+            if dseq.size:
+                counted = max(counted, int(dseq.max()))
+            dseqs.append(dseq)
             last = max(last, end)
         self.segments = len(ranges)
         if not pubs:
             return (Published(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)),
-                    Deliveries.empty(), last)
+                    Deliveries.empty(), np.empty(0, np.int64), last)
         pub = pa.concat_tables(pubs)
-        dl = pa.concat_tables(dels)
-        def ints(t: pa.Table, c: str) -> npt.NDArray[np.int64]:
-            return np.asarray(t.column(c).to_numpy(), dtype=np.int64)
-
-        def floats(t: pa.Table, c: str) -> npt.NDArray[np.float64]:
-            return np.asarray(t.column(c).to_numpy(), dtype=np.float64)
-
-        published = Published(ints(pub, "message_id"), ints(pub, "seq"), floats(pub, "time"))
-        deliveries = Deliveries.concat([Deliveries(
-            ints(dl, "message_id"), ints(dl, "subscription_id"), floats(dl, "distance"),
-            floats(dl, "score"))])
-        return published, deliveries, last
+        dl = pa.concat_tables([t.select(list(DELIVERY_COLUMNS)) for t in dels])
+        published = Published(_ints(pub, "message_id"), _ints(pub, "seq"),
+                              _floats(pub, "time"))
+        mid, sid = _ints(dl, "message_id"), _ints(dl, "subscription_id")
+        order = sort_order(mid, sid)
+        deliveries = Deliveries(mid[order], sid[order], _floats(dl, "distance")[order],
+                                _floats(dl, "score")[order])
+        dseq = np.concatenate(dseqs)[order] if dseqs else np.empty(0, np.int64)
+        return published, deliveries, dseq, last
 
     def write(self, first: int, last: int, published: Published,
-              deliveries: Deliveries) -> Path:
-        """Write the segment of ``(first, last]`` (published file first, then deliveries)."""
+              deliveries: Deliveries, seq: npt.NDArray[np.int64] | None = None) -> Path:
+        """Write the segment of ``(first, last]`` (published file first, then deliveries,
+        with ``seq``: each delivery's sequence number)."""
         name = f"{first:020d}-{last:020d}"
         _write_fsynced(pa.table({"message_id": pa.array(published.message_id, pa.int64()),
                                  "seq": pa.array(published.seq, pa.int64()),
                                  "time": pa.array(published.time, pa.float64())}),
                        self.dir / f"{name}.published.parquet")
         target = self.dir / f"{name}.parquet"
-        _write_fsynced(pa.table({k: pa.array(v) for k, v in deliveries.to_columns().items()}),
-                       target)
+        columns = {k: pa.array(v) for k, v in deliveries.to_columns().items()}
+        if seq is not None:
+            columns["seq"] = pa.array(np.asarray(seq, dtype=np.int64), pa.int64())
+        _write_fsynced(pa.table(columns), target)
         fsync_path(self.dir)
         self.segments += 1
         return target

@@ -163,7 +163,7 @@ class HotRoutes:
     publish (WebSocket clients, the map, the broker)."""
 
     def __init__(self, state: ServiceState, applier: Applier, metrics: Metrics,
-                 announce: Callable[[Applied], None], guard: Guard | None = None) -> None:
+                 announce: Callable[[Applied], Any], guard: Guard | None = None) -> None:
         self.state = state
         self.applier = applier
         self.metrics = metrics
@@ -228,7 +228,14 @@ class HotRoutes:
         if faults.armed:
             faults.fault("before-answer")
         if kind == "publish":
-            self.announce(done)
+            pending = self.announce(done)  # webhook deliveries: in the outbox first
+            if pending is not None:
+                try:
+                    await pending
+                except RequestError as exc:
+                    self.metrics.error(exc.status)
+                    await _answer(send, exc.status, orjson.dumps({"error": format_error(exc)}))
+                    return
         await _answer(send, 201 if kind == "subscribe" else 200, dumps(done.body))
 
     async def _owned(self, kind: str, sid_text: str | None, receive: Receive, reply: _Reply,

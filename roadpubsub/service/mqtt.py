@@ -379,7 +379,7 @@ class MqttConnector:
                 applied = e.applied
                 assert applied is not None
                 if applied.deliveries is not None and len(applied.deliveries):
-                    rows += deliveries_json(applied.deliveries)
+                    rows += deliveries_json(applied.deliveries, applied.delivery_seq)
                 if applied.topk is not None and len(applied.topk):
                     rows += topk_json(applied.topk)
                 if self.on_applied is not None and applied.messages is not None:

@@ -227,6 +227,7 @@ class Outbox:
         self._lock = threading.RLock()
         self._endpoints: dict[str, _Endpoint] = {}
         self._next_pos = 1
+        self.high_seq = 0  # the highest delivery seq ever queued (where the feed resumes)
         # per segment index: endpoint -> highest position it holds (for compaction)
         self._segment_max: dict[int, dict[str, int]] = {}
         self._dead: dict[int, tuple[Queued, str, float]] = {}
@@ -257,12 +258,14 @@ class Outbox:
             for kind, payload in frames:
                 if kind == b"C":
                     self._next_pos = max(self._next_pos, int(payload["next_pos"]))
+                    self.high_seq = max(self.high_seq, int(payload.get("high_seq", 0)))
                     for url, through in payload["acked"].items():
                         acked[url] = max(acked.get(url, 0), int(through))
                 elif kind == b"D":
                     for raw in payload["entries"]:
                         pos, url = int(raw["pos"]), str(raw["url"])
                         self._next_pos = max(self._next_pos, pos + 1)
+                        self.high_seq = max(self.high_seq, int(raw["seq"]))
                         maxima[url] = max(maxima.get(url, 0), pos)
                 elif kind == b"A":
                     url = str(payload["url"])
@@ -293,6 +296,7 @@ class Outbox:
                     for raw in payload["entries"]:
                         q = Queued.from_json(raw)
                         self._dead[q.pos] = (q, str(payload["reason"]), float(payload["t"]))
+                        self.high_seq = max(self.high_seq, q.entry.seq)
                         self._next_pos = max(self._next_pos, q.pos + 1)
                 elif kind == b"R":
                     for pos in payload["ids"]:
@@ -324,7 +328,8 @@ class Outbox:
         self._index = index
         self._segment_max[index] = {}
         acked = {url: ep.acked for url, ep in self._endpoints.items() if ep.acked}
-        self._write(self._fh, _frame(b"C", {"acked": acked, "next_pos": self._next_pos}))
+        self._write(self._fh, _frame(b"C", {"acked": acked, "next_pos": self._next_pos,
+                                            "high_seq": self.high_seq}))
         if self._fsync:
             _fsync_dir(self.folder)
 
@@ -347,6 +352,7 @@ class Outbox:
                       for i, e in enumerate(entries)]
             self._write(self._fh, _frame(b"D", {"entries": [q.to_json() for q in queued]}))
             self._next_pos += len(queued)
+            self.high_seq = max(self.high_seq, max(e.seq for e in entries))
             maxima = self._segment_max[self._index]
             for q in queued:
                 url = q.entry.url

@@ -47,6 +47,7 @@ import fcntl
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ from index.kinds import (
 from index.kinds_io import subscription_set_table
 from index.model import Messages, Subscriptions, keyword_csr
 from index.store import load_index
-from pruning.deliveries import Deliveries
+from pruning.deliveries import Deliveries, sort_order
 from pruning.expiry import Expiry
 from pruning.indexed import IndexMatcher
 from pruning.kinds_reference import check_window
@@ -85,6 +86,7 @@ from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
 from roadpubsub.service.integrity import StateDamageError, move_aside
+from roadpubsub.service.journal import Chunk, DeliveryJournal
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
@@ -236,6 +238,9 @@ class ServiceOptions:
     snapshot_retry_s, snapshot_retry_max_s
         A failed snapshot is retried after ``snapshot_retry_s`` seconds, doubling after
         each further failure up to ``snapshot_retry_max_s``.
+    stream_retention
+        Deliveries held for resumable streams, at least (>= 1;
+        ``DEFAULTS.stream_retention_deliveries``).
     """
 
     snapshot_every: int = DEFAULTS.snapshot_every
@@ -254,6 +259,8 @@ class ServiceOptions:
     max_log_bytes: int = DEFAULTS.service_max_log_bytes
     snapshot_retry_s: float = DEFAULTS.service_snapshot_retry_s
     snapshot_retry_max_s: float = DEFAULTS.service_snapshot_retry_max_s
+    # --- push (issue 30) ---
+    stream_retention: int = DEFAULTS.stream_retention_deliveries
 
 
 @dataclass
@@ -267,6 +274,7 @@ class Applied:
     messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
     topk: TopkFound | None = None  # new top-k events (pushed to WebSocket clients)
     topk_all: TopkFound | None = None  # the answer's top-k events, repeats included
+    delivery_seq: IntArray | None = None  # the seq of each of ``deliveries``
 
 
 def _tolist(a: npt.NDArray[Any]) -> list[Any]:
@@ -295,8 +303,16 @@ class ServiceState:
         self.owners: dict[int, str] = {}
         self.message_owners: dict[int, str] = {}
         self.dlog = DeliveriesLog(state_dir / "deliveries")
+        # delivery sequence numbers (issue 30): the first one of each message's deliveries
+        # (its others follow), and the recent deliveries by seq for resumable streams
+        self.dseq_of: dict[int, int] = {}
+        self.journal = DeliveryJournal(retain=options.stream_retention)
+        # webhook URL per subscription that has one; the check of a new one (None:
+        # webhooks are off and a subscription carrying one is refused)
+        self.webhook_of: dict[int, str] = {}
+        self.check_webhook: Callable[[str], str] | None = None
         self.tlog = TopkLog(state_dir / "topk")
-        self._pending: list[tuple[int, IntArray, FloatArray, Deliveries]] = []
+        self._pending: list[tuple[int, IntArray, FloatArray, Deliveries, int]] = []
         self._pending_topk: list[TopkFound] = []
         self._pending_messages = 0
         self.flushed_through = 0
@@ -417,8 +433,9 @@ class ServiceState:
 
         _checked_load(expiry_path, expiry)
         _checked_load(kinds_path(folder, seq), state._load_kinds)
-        published, deliveries, state.flushed_through = state.dlog.read_all()
+        published, deliveries, dseq, state.flushed_through = state.dlog.read_all()
         state._load_messages(published, deliveries)
+        state._load_delivery_seqs(deliveries, dseq)
         table = state.tlog.read_all(state.dlog)
         if table is not None:
             state.topk_of.update(TopkFound.from_table(table).by_arrival())
@@ -456,12 +473,60 @@ class ServiceState:
             self.owners = dict(zip(a["o_ids"].tolist(), a["o_tok"].tolist(), strict=True))
             self.message_owners = dict(zip(a["om_ids"].tolist(), a["om_tok"].tolist(),
                                            strict=True))
+        if "wh_ids" in a:  # webhook URLs (issue 30)
+            self.webhook_of = dict(zip(a["wh_ids"].tolist(), a["wh_tok"].tolist(),
+                                       strict=True))
 
     def _kinds_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """What :meth:`_load_kinds` reads (called in the snapshot's writer)."""
         return {**{"b_" + k: v for k, v in self.boolean.arrays().items()},
                 **{"t_" + k: v for k, v in self.topk.arrays().items()},
-                **_owner_arrays("o_", self.owners), **_owner_arrays("om_", self.message_owners)}
+                **_owner_arrays("o_", self.owners), **_owner_arrays("om_", self.message_owners),
+                **_owner_arrays("wh_", self.webhook_of)}
+
+    def _load_delivery_seqs(self, d: Deliveries, dseq: IntArray) -> None:
+        """The seqs of the logged deliveries (``d``'s rows): each message's first one, and
+        the journal's first chunk, the last ``stream_retention`` of them."""
+        order = np.argsort(dseq, kind="stable")
+        if not np.array_equal(dseq[order], np.arange(1, dseq.size + 1)):
+            msg = (f"{self.dlog.dir}: the delivery seqs of the deliveries log are not "
+                   f"1..{dseq.size} without gap")
+            raise StateDamageError(msg, path=self.dlog.dir)
+        if dseq.size:
+            mids = d.message_id
+            heads = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1]])
+            self.dseq_of.update(zip(mids[heads].tolist(), dseq[heads].tolist(), strict=True))
+        keep = order[max(0, order.size - self.journal.retain):]
+        self.journal = DeliveryJournal(retain=self.journal.retain,
+                                       next_seq=int(dseq[keep[0]]) if keep.size else 1)
+        if keep.size:
+            sid = d.subscription_id[keep]
+            self.journal.append(Chunk(int(dseq[keep[0]]), self.flushed_through,
+                                      d.message_id[keep], sid, d.distance[keep],
+                                      d.score[keep], self._hooks(sid)))
+
+    def _hooks(self, sid: IntArray) -> tuple[IntArray, list[str]] | None:
+        """The rows of deliveries to subscriptions with a webhook, and the URLs."""
+        if not self.webhook_of or not sid.size:
+            return None
+        hooks = self.webhook_of
+        urls = [hooks.get(s) for s in sid.tolist()]
+        rows = [i for i, u in enumerate(urls) if u is not None]
+        if not rows:
+            return None
+        return np.asarray(rows, dtype=np.int64), [u for u in urls if u is not None]
+
+    def delivery_seqs(self, d: Deliveries) -> IntArray:
+        """The seq of each delivery of ``d`` (recorded ones; sorted by message id, then
+        subscription id, as every Deliveries is)."""
+        mids = d.message_id
+        if not mids.size:
+            return np.empty(0, np.int64)
+        heads = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1]])
+        first = np.fromiter((self.dseq_of[m] for m in mids[heads].tolist()), np.int64,
+                            count=heads.size)
+        block = np.repeat(np.arange(heads.size), np.diff(np.r_[heads, mids.size]))
+        return first[block] + np.arange(mids.size) - heads[block]
 
     def _load_messages(self, published: Published, deliveries: Deliveries) -> None:
         mids = deliveries.message_id
@@ -502,6 +567,7 @@ class ServiceState:
             self._subscribe(ids, EdgePoints.of(rec["edge"], rec["offset"]), rec["keywords"],
                             _floats(rec["alpha"]), _floats(rec["tau"]),
                             _floats(rec["expires_at"]), kind, radius, k)
+            self._set_webhooks(ids, rec.get("webhook"))
         elif op == "unsubscribe":
             self._unsubscribe(ids)
         elif op == "move":
@@ -557,6 +623,12 @@ class ServiceState:
         self.expiry.add(ids, expires)
         self.counts["subscribe"] += ids.size
 
+    def _set_webhooks(self, ids: IntArray, urls: list[str | None] | None) -> None:
+        if urls:
+            for i, u in zip(ids.tolist(), urls, strict=True):
+                if u is not None:
+                    self.webhook_of[i] = u
+
     def _kinds_live(self) -> bool:
         return bool(len(self.boolean) or len(self.topk))
 
@@ -568,6 +640,9 @@ class ServiceState:
         """Remove live subscriptions of any kind (``thr``: those of the threshold index,
         when known)."""
         thr = self._threshold_ids(ids) if thr is None else thr
+        if self.webhook_of:
+            for i in ids.tolist():
+                self.webhook_of.pop(i, None)
         if thr.size:
             self.index.unsubscribe(thr)
             self.compactor.removed(thr)
@@ -669,7 +744,9 @@ class ServiceState:
 
     def _record(self, seq: int, ids: IntArray, times: FloatArray, found: Deliveries,
                 top: TopkFound, *, replay: bool) -> None:
-        """Remember the deliveries of each message (for repeats and the deliveries log)."""
+        """Remember the deliveries of each message (for repeats and the deliveries log),
+        and number them (their seqs follow the last delivery's, in ``found``'s order)."""
+        base = self.journal.next_seq
         one = ids.size == 1  # every delivery is the message's own: nothing to split
         if not one:
             mids = found.message_id
@@ -692,12 +769,18 @@ class ServiceState:
                 msg = f"message {m} is logged twice (seq {known[0]} and {seq})"
                 raise RuntimeError(msg)
             self.messages[m] = (seq, t, mine)
+            if len(mine):
+                self.dseq_of[m] = base + (0 if one else int(starts[k]))
+        if len(found):
+            self.journal.append(Chunk(base, seq, found.message_id, found.subscription_id,
+                                      found.distance, found.score,
+                                      self._hooks(found.subscription_id)))
         if len(top):
             for m, part in top.by_arrival():
                 if self.messages[m][0] == seq and m not in self.topk_of:
                     self.topk_of[m] = part
         if seq > self.flushed_through:
-            self._pending.append((seq, ids, times, found))
+            self._pending.append((seq, ids, times, found, base))
             self._pending_topk.append(top)
             self._pending_messages += ids.size
 
@@ -772,6 +855,11 @@ class ServiceState:
                    f"{describe_rows(taken[:10].tolist(), total=taken.size)}")
             raise RequestError(msg, status=409)
         kinds = batch.kind is not None and bool(batch.kind.any())
+        hooks = getattr(batch, "webhook", None)
+        if hooks is not None and any(u is not None for u in hooks):
+            hooks = self._checked_webhooks(hooks)
+        else:
+            hooks = None
         self._subscribe(batch.ids, batch.points, batch.keywords, batch.alpha, batch.tau,
                         batch.expires_at, batch.kind if kinds else None, batch.radius,
                         batch.k)
@@ -783,11 +871,32 @@ class ServiceState:
             assert batch.kind is not None and batch.radius is not None and batch.k is not None
             record.update(kind=[SUBSCRIPTION_KIND_NAMES[c] for c in batch.kind.tolist()],
                           radius=_tolist(batch.radius), k=_tolist(batch.k))
+        if hooks is not None:
+            record["webhook"] = hooks
+            self._set_webhooks(batch.ids, hooks)
         if owner:
             record["owner"] = owner
             self._own("subscribe", batch.ids, owner)
         seq = self._log(record)
         return self._after(Applied(seq, {"subscribed": len(batch), "seq": seq}), len(batch))
+
+    def _checked_webhooks(self, urls: list[str | None]) -> list[str | None]:
+        """The webhook URLs of a batch, each checked (422 naming the row otherwise)."""
+        check = self.check_webhook
+        if check is None:
+            msg = "field 'webhook': webhooks are not enabled on this service"
+            raise RequestError(msg, status=400)
+        out: list[str | None] = []
+        for row, url in enumerate(urls):
+            if url is None:
+                out.append(None)
+                continue
+            try:
+                out.append(check(url))
+            except InputError as exc:
+                msg = f"subscriptions: row {row}: field 'webhook': {exc}"
+                raise RequestError(msg, status=422) from exc
+        return out
 
     def unsubscribe(self, ids: IntArray) -> Applied:
         """Remove live subscriptions."""
@@ -849,7 +958,8 @@ class ServiceState:
         # only new messages: the answer is their deliveries, already in order
         everything = fresh if every else Deliveries.concat(
             [fresh] + [self.messages[m][2] for m in batch.ids[seen].tolist()])
-        body: dict[str, Any] = {"deliveries": DeliveryList(everything), "seq": seq}
+        dseq = self.delivery_seqs(everything)
+        body: dict[str, Any] = {"deliveries": DeliveryList(everything, seq=dseq), "seq": seq}
         repeated = [] if every else \
             [self.topk_of[m] for m in batch.ids[seen].tolist() if m in self.topk_of]
         top_all = TopkFound.concat([top, *repeated])
@@ -859,7 +969,8 @@ class ServiceState:
             body["duplicates"] = batch.ids[seen].tolist()
         located = (ids, points) if new.size else None
         return self._after(Applied(seq, body, fresh, everything, located,
-                                   top if len(top) else None, top_all),
+                                   top if len(top) else None, top_all,
+                                   dseq if every else self.delivery_seqs(fresh)),
                            max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:
@@ -896,14 +1007,22 @@ class ServiceState:
         seqs = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64)
                                for p in self._pending])
         times = np.concatenate([p[2] for p in self._pending])
-        found = Deliveries.concat([p[3] for p in self._pending])
+        parts = [p[3] for p in self._pending]
+        mid = np.concatenate([p.message_id for p in parts])
+        sid = np.concatenate([p.subscription_id for p in parts])
+        dseq = np.concatenate([p[4] + np.arange(len(p[3]), dtype=np.int64)
+                               for p in self._pending])
+        order = sort_order(mid, sid)  # a segment's rows by message id (its seqs with them)
+        found = Deliveries(mid[order], sid[order],
+                           np.concatenate([p.distance for p in parts])[order],
+                           np.concatenate([p.score for p in parts])[order])
         top = TopkFound.concat(self._pending_topk)
         # a segment never covers records the log could still lose in a crash (a restart
         # would give their seqs to other records)
         self.wal.sync()
         if len(top):  # before the deliveries segment, which makes both count
             self.tlog.write(first, last, top.columns())
-        self.dlog.write(first, last, Published(ids, seqs, times), found)
+        self.dlog.write(first, last, Published(ids, seqs, times), found, dseq[order])
         self.flushed_through = last
         self._pending = []
         self._pending_topk = []
@@ -1010,6 +1129,7 @@ class ServiceState:
             fsync_path(path)
         fresh = type(self).open(self.dir, self.options, lock=self._lock)
         old, recoveries = self.snapshots, self.recoveries + 1
+        fresh.check_webhook = self.check_webhook  # the service's, not the folder's
         self.__dict__.update(fresh.__dict__)
         self.snapshots = SnapshotWorker(self.dir, self._snapshot_done)  # bound to self
         self.snapshots.configure(retry_s=self.options.snapshot_retry_s,
@@ -1102,6 +1222,8 @@ class ServiceState:
             rows += more
         for r in rows:
             r["expires_at"] = self.expiry.at.get(r["id"])
+            if r["id"] in self.webhook_of:
+                r["webhook"] = self.webhook_of[r["id"]]
         return rows
 
     def list_subscriptions(self, *, after: int | None, limit: int) -> list[dict[str, Any]]:
@@ -1127,7 +1249,7 @@ class ServiceState:
         if known is None:
             return None
         out = {"message_id": message_id, "seq": known[0], "time": known[1],
-               "deliveries": deliveries_json(known[2])}
+               "deliveries": deliveries_json(known[2], self.delivery_seqs(known[2]))}
         if message_id in self.topk_of:
             out["topk"] = topk_json(self.topk_of[message_id])
         return out
@@ -1177,8 +1299,14 @@ def _checked_load(path: Path, load: Any) -> Any:
         raise StateDamageError(msg, path=path) from exc
 
 
-def deliveries_json(d: Deliveries) -> list[dict[str, Any]]:
-    """Deliveries as the objects of the HTTP answers and the WebSocket stream."""
+def deliveries_json(d: Deliveries, seq: IntArray | None = None) -> list[dict[str, Any]]:
+    """Deliveries as the objects of the HTTP answers and the WebSocket stream (with
+    ``seq``, each delivery's sequence number, when given)."""
+    if seq is not None:
+        return [{"seq": q, "message_id": m, "subscription_id": s, "distance": x, "score": y}
+                for q, m, s, x, y in zip(seq.tolist(), d.message_id.tolist(),
+                                         d.subscription_id.tolist(), d.distance.tolist(),
+                                         d.score.tolist(), strict=True)]
     return [{"message_id": m, "subscription_id": s, "distance": x, "score": y}
             for m, s, x, y in zip(d.message_id.tolist(), d.subscription_id.tolist(),
                                   d.distance.tolist(), d.score.tolist(), strict=True)]

@@ -69,8 +69,10 @@ def test_one_message_requests_equal_one_batch(service_dir: Path, tmp_path: Path,
             _same(one.messages[mid][2], batch.messages[mid][2], f"message {mid} recorded")
             assert one.messages[mid][1] == batch.messages[mid][1] == m["time"]
             assert set(a.body) == {"deliveries", "seq"}
-            assert orjson.loads(dumps(a.body)) == {"deliveries": deliveries_json(want),
-                                                   "seq": a.seq}
+            # each delivery with its seq (issue 30): numbered on from the last one
+            assert orjson.loads(dumps(a.body)) == {
+                "deliveries": deliveries_json(want, delivered + np.arange(1, len(want) + 1)),
+                "seq": a.seq}
             assert a.messages is not None and a.messages[0].tolist() == [mid]
             delivered += len(want)
         assert delivered == len(together.everything)

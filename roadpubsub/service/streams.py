@@ -1,0 +1,240 @@
+"""Resumable delivery streams and the webhook feed of the live service (issue 30).
+
+``WS /deliveries?after=SEQ[&subscription=ID]`` and ``GET /deliveries/stream`` (Server-Sent
+Events, resuming from ``Last-Event-ID`` or ``after``) send every delivery with a seq above
+``SEQ`` that the reader may see, in seq order, then go on live. Both read the
+:class:`~roadpubsub.service.journal.DeliveryJournal` with a cursor: the backlog and the
+live part are the same reads, so there is no seam where a delivery could be lost or sent
+twice, and a reader holds at most one batch (``stream_batch`` deliveries) in memory however
+slow it is. A reader whose cursor falls out of the retention is closed (WebSocket code
+1013 with the reason; SSE: an ``event: resume`` naming the cursor, then the end of the
+stream); resuming there answers 410 naming the oldest seq still held.
+
+Only deliveries whose log record is durable are read (nothing a crash could take back).
+Readers wake when a publish is announced (:class:`Pulse`), and look again every second
+whatever happens (publishes applied from the broker, a reload after a log failure).
+
+:class:`WebhookFeeder` moves the deliveries to subscriptions with a ``webhook`` from the
+journal to the durable outbox (:mod:`roadpubsub.service.outbox`), in seq order, once their
+record is durable; a publish is answered only after its webhook deliveries are in the
+outbox. At a start it queues whatever the journal holds beyond the outbox's highest seq (a
+crash between the log's fsync and the outbox's). Receivers deduplicate on the seq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from index.events import RequestError, parse_ids
+from roadpubsub.service.journal import ResumeTooOldError, Want
+from roadpubsub.service.outbox import OutboxEntry
+from roadpubsub.service.state import ServiceState
+
+__all__ = ["RESUME_CLOSE", "Pulse", "WebhookFeeder", "resume_point", "sse_events",
+           "ws_resume"]
+
+#: Close code of a resumable WebSocket stream whose reader fell out of the retention:
+#: 1013, "try again later" (the reason names the seq to resume after).
+RESUME_CLOSE = 1013
+_POLL_S = 1.0
+
+
+class Pulse:
+    """Wakes stream readers (on the event loop) when deliveries may have become durable."""
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+
+    def current(self) -> asyncio.Event:
+        """The event the next :meth:`kick` sets (take it before reading)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    def kick(self) -> None:
+        """Wake every reader waiting now."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+
+def resume_point(text: str | None, *, what: str) -> int | None:
+    """A resume seq from a query parameter or ``Last-Event-ID`` (None when absent)."""
+    if text is None or text == "":
+        return None
+    return parse_ids(text, what=what)
+
+
+async def _wait(event: asyncio.Event, timeout: float, also: asyncio.Event | None = None
+                ) -> None:
+    """Wait for ``event`` (or ``also``) at most ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(event.wait())]
+    if also is not None:
+        waits.append(asyncio.ensure_future(also.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _fell_behind(exc: ResumeTooOldError, cursor: int) -> str:
+    return f"fell behind the retention after seq {cursor}: {exc}"
+
+
+async def ws_resume(websocket: Any, state: ServiceState, pulse: Pulse, want: Want,
+                    after: int, *, batch: int, still_valid: Callable[[], bool]) -> None:
+    """Serve an accepted WebSocket: deliveries after ``after``, then live (one JSON text
+    per delivery, with its ``seq``)."""
+    from starlette.websockets import WebSocketDisconnect
+
+    gone = asyncio.Event()
+
+    async def drain() -> None:  # notices a client that closes
+        try:
+            while True:
+                await websocket.receive_text()
+        except (WebSocketDisconnect, RuntimeError):
+            gone.set()
+
+    reader = asyncio.create_task(drain())
+    code, reason = 1000, ""
+    cursor = after
+    try:
+        while not gone.is_set():
+            wake = pulse.current()
+            if not still_valid():
+                code, reason = 1008, "the token was revoked"
+                break
+            try:
+                items, through = state.journal.read(cursor, want, state.wal.durable_seq,
+                                                    batch)
+            except ResumeTooOldError as exc:
+                code, reason = RESUME_CLOSE, _fell_behind(exc, cursor)
+                break
+            for item in items:
+                await websocket.send_text(json.dumps(item, separators=(",", ":")))
+            if through == cursor:
+                await _wait(wake, _POLL_S, gone)
+            cursor = through
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        gone.set()
+    finally:
+        reader.cancel()
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect, OSError):
+            await websocket.close(code=code, reason=reason[:120])
+
+
+async def sse_events(state: ServiceState, pulse: Pulse, want: Want, after: int, *,
+                     batch: int, keepalive_s: float, still_valid: Callable[[], bool]
+                     ) -> AsyncIterator[bytes]:
+    """The Server-Sent Events of a stream: ``id: <seq>`` and ``data: <delivery JSON>`` per
+    delivery; a comment line after ``keepalive_s`` of silence; ``event: resume`` with
+    ``{"after": SEQ}`` before the end when the reader fell out of the retention."""
+    yield b"retry: 1000\n\n"
+    cursor = after
+    idle = 0.0
+    while True:
+        wake = pulse.current()
+        if not still_valid():
+            yield b'event: error\ndata: {"error": "the token was revoked"}\n\n'
+            return
+        try:
+            items, through = state.journal.read(cursor, want, state.wal.durable_seq, batch)
+        except ResumeTooOldError as exc:
+            body = json.dumps({"after": cursor, "error": _fell_behind(exc, cursor)})
+            yield f"event: resume\ndata: {body}\n\n".encode()
+            return
+        if items:
+            idle = 0.0
+            yield "".join(f"id: {d['seq']}\ndata: {json.dumps(d, separators=(',', ':'))}\n\n"
+                          for d in items).encode()
+        if through == cursor:
+            await _wait(wake, _POLL_S)
+            idle += _POLL_S  # an upper bound: a wake-up with nothing new counts whole
+            if idle >= keepalive_s:
+                idle = 0.0
+                yield b": keepalive\n\n"
+        cursor = through
+
+
+class WebhookFeeder:
+    """Queues durable deliveries to webhook subscriptions in the outbox, in seq order.
+
+    ``queue``: the outbox's durable append (``WebhookService.queue``); ``high_seq``: the
+    highest seq the outbox ever held (where feeding resumes after a start).
+    """
+
+    def __init__(self, state: ServiceState, queue: Callable[[list[OutboxEntry]], None],
+                 high_seq: int) -> None:
+        self.state = state
+        self._queue = queue
+        self.fed = int(high_seq)  # every delivery <= fed is in the outbox or needs none
+        self._lock = threading.Lock()
+        self.queued = 0
+
+    def feed(self) -> int:
+        """Queue what is durable beyond :attr:`fed` (blocking: fsyncs; any thread).
+
+        Raises
+        ------
+        OSError
+            The outbox could not be written (nothing is counted as fed).
+        """
+        with self._lock:
+            journal = self.state.journal
+            oldest = journal.oldest()
+            if self.fed < oldest - 1:  # dropped from memory long since: fed before
+                print(f"roadpubsub serve: webhook deliveries {self.fed + 1}-{oldest - 1} are "
+                      "older than the stream retention and are not queued again",
+                      file=sys.stderr, flush=True)
+                self.fed = oldest - 1
+            chunks = journal.chunks_after(self.fed, self.state.wal.durable_seq)
+            entries: list[OutboxEntry] = []
+            for c in chunks:
+                if c.hooks is None:
+                    continue
+                rows, urls = c.hooks
+                for r, url in zip(rows.tolist(), urls, strict=True):
+                    seq = c.first + r
+                    if seq > self.fed:
+                        entries.append(OutboxEntry(
+                            seq=seq, subscription_id=str(int(c.subscription_id[r])),
+                            message_id=str(int(c.message_id[r])),
+                            distance=float(c.distance[r]), score=float(c.score[r]),
+                            url=url))
+            if entries:
+                self._queue(entries)
+                self.queued += len(entries)
+            if chunks:
+                self.fed = max(self.fed, chunks[-1].last)
+            return len(entries)
+
+    def feed_through(self, seq: int) -> None:
+        """:meth:`feed` unless every delivery up to ``seq`` is fed already."""
+        if self.fed < seq:
+            self.feed()
+
+    async def before_answer(self, seq: int) -> None:
+        """Wait until deliveries up to ``seq`` are in the outbox (a publish's answer).
+
+        Raises
+        ------
+        RequestError
+            503: the outbox could not be written (the deliveries are logged; the next
+            start queues them).
+        """
+        if self.fed >= seq:
+            return
+        try:
+            await asyncio.to_thread(self.feed_through, seq)
+        except OSError as exc:
+            msg = (f"the message is logged, but its webhook deliveries could not be queued "
+                   f"({exc}); the next start of the service queues them")
+            raise RequestError(msg, status=503) from exc
