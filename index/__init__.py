@@ -3,10 +3,10 @@ limits (TSIMlimit, LAP, TUB, DNUB), BIA and EIA, and their files.
 
 The public API is the union of the modules' ``__all__``::
 
-    from index import EnhancedIndex, SpatialIndex, generate_workload, read_subscriptions
+    from roadpubsub.index import EnhancedIndex, SpatialIndex, generate_workload, read_subscriptions
 """
 
-from index import (
+from roadpubsub.index import (
     base,
     bia,
     boolean,
@@ -34,32 +34,32 @@ from index import (
     validate,
     workload,
 )
-from index.base import *  # noqa: F403
-from index.bia import *  # noqa: F403
-from index.boolean import *  # noqa: F403
-from index.csr import *  # noqa: F403
-from index.delta import *  # noqa: F403
-from index.eia import *  # noqa: F403
-from index.events import *  # noqa: F403
-from index.geofiles import *  # noqa: F403
-from index.index_file import *  # noqa: F403
-from index.io import *  # noqa: F403
-from index.kinds import *  # noqa: F403
-from index.kinds_io import *  # noqa: F403
-from index.limits import *  # noqa: F403
-from index.model import *  # noqa: F403
-from index.pois import *  # noqa: F403
-from index.postings import *  # noqa: F403
-from index.rows import *  # noqa: F403
-from index.slot_record import *  # noqa: F403
-from index.spatial import *  # noqa: F403
-from index.store import *  # noqa: F403
-from index.tables import *  # noqa: F403
-from index.terms import *  # noqa: F403
-from index.text import *  # noqa: F403
-from index.topk import *  # noqa: F403
-from index.validate import *  # noqa: F403
-from index.workload import *  # noqa: F403
+from roadpubsub.index.base import *  # noqa: F403
+from roadpubsub.index.bia import *  # noqa: F403
+from roadpubsub.index.boolean import *  # noqa: F403
+from roadpubsub.index.csr import *  # noqa: F403
+from roadpubsub.index.delta import *  # noqa: F403
+from roadpubsub.index.eia import *  # noqa: F403
+from roadpubsub.index.events import *  # noqa: F403
+from roadpubsub.index.geofiles import *  # noqa: F403
+from roadpubsub.index.index_file import *  # noqa: F403
+from roadpubsub.index.io import *  # noqa: F403
+from roadpubsub.index.kinds import *  # noqa: F403
+from roadpubsub.index.kinds_io import *  # noqa: F403
+from roadpubsub.index.limits import *  # noqa: F403
+from roadpubsub.index.model import *  # noqa: F403
+from roadpubsub.index.pois import *  # noqa: F403
+from roadpubsub.index.postings import *  # noqa: F403
+from roadpubsub.index.rows import *  # noqa: F403
+from roadpubsub.index.slot_record import *  # noqa: F403
+from roadpubsub.index.spatial import *  # noqa: F403
+from roadpubsub.index.store import *  # noqa: F403
+from roadpubsub.index.tables import *  # noqa: F403
+from roadpubsub.index.terms import *  # noqa: F403
+from roadpubsub.index.text import *  # noqa: F403
+from roadpubsub.index.topk import *  # noqa: F403
+from roadpubsub.index.validate import *  # noqa: F403
+from roadpubsub.index.workload import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, csr, model, geofiles, tables, rows, io, kinds, kinds_io, limits,

@@ -26,21 +26,21 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.csr import take_csr
-from index.delta import DeltaBuffer, search_sorted
-from index.delta_kernels import MovedRows, SlotSource, lookup_kernel
-from index.index_file import save_index
-from index.limits import location_aware_prefixes
-from index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
-from index.postings import PostingLayout
-from index.slot_record import pack_slot_record
-from index.spatial import PointFacts, SpatialIndex, astuple_facts
-from index.terms import TermWeights
-from roadnet.errors import InputError, describe_rows
-from roadnet.lengths import check_dmax
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.csr import take_csr
+from roadpubsub.index.delta import DeltaBuffer, search_sorted
+from roadpubsub.index.delta_kernels import MovedRows, SlotSource, lookup_kernel
+from roadpubsub.index.index_file import save_index
+from roadpubsub.index.limits import location_aware_prefixes
+from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
+from roadpubsub.index.postings import PostingLayout
+from roadpubsub.index.slot_record import pack_slot_record
+from roadpubsub.index.spatial import PointFacts, SpatialIndex, astuple_facts
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["SubscriptionIndex"]
 

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.limits import effective_tau
-from index.postings import build_posting_layout
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.limits import effective_tau
+from roadpubsub.index.postings import build_posting_layout
 
 __all__ = ["BasicIndex"]
 

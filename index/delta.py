@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from index.delta_kernels import (
+from roadpubsub.index.delta_kernels import (
     DeltaBufferArrays,
     MovedRows,
     SlotSource,
@@ -24,13 +24,13 @@ from index.delta_kernels import (
     merge_ids_kernel,
     relocate_kernel,
 )
-from index.model import Subscriptions, concat_subscriptions
-from index.spatial import PointFacts
-from roadnet.errors import InputError, describe_rows
-from roadnet.locations import EdgePoints
+from roadpubsub.index.model import Subscriptions, concat_subscriptions
+from roadpubsub.index.spatial import PointFacts
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.locations import EdgePoints
 
 if TYPE_CHECKING:
-    from index.base import SubscriptionIndex
+    from roadpubsub.index.base import SubscriptionIndex
 
 __all__ = ["CompactionInput", "DeltaBuffer", "build_compacted", "compaction_input",
            "search_sorted"]

@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.limits import effective_tau, location_aware_prefixes
-from index.postings import build_posting_layout, edge_groups_by_value
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.limits import effective_tau, location_aware_prefixes
+from roadpubsub.index.postings import build_posting_layout, edge_groups_by_value
 
 __all__ = ["EnhancedIndex"]
 

@@ -36,10 +36,10 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
 
-from roadnet.errors import InvalidLocationError, RoadPubSubError
-from roadnet.locations import EdgePoints, locate_uv, locate_xy
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.errors import InvalidLocationError, RoadPubSubError
+from roadpubsub.roadnet.locations import EdgePoints, locate_uv, locate_xy
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "BodyParser",
@@ -267,7 +267,7 @@ def _keyword_problem(k: str, max_bytes: int) -> str | None:
     # Normalisation (NFC, case folding) can make a keyword a few times longer: measure it
     # only where it could matter (a short keyword stays short).
     if size * 9 > max_bytes:
-        from index.terms import normalize_keyword
+        from roadpubsub.index.terms import normalize_keyword
 
         size = max(size, len(normalize_keyword(k).encode("utf-8")))
     if size > max_bytes:
@@ -459,8 +459,8 @@ class BodyParser:
                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,
                                 FloatArray]:
         """kind, alpha, tau, radius, k checked by the rules of :mod:`index.kinds_io`."""
-        from index.kinds import KIND_CODES, SUBSCRIPTION_KIND_NAMES
-        from index.kinds_io import kind_field_checks
+        from roadpubsub.index.kinds import KIND_CODES, SUBSCRIPTION_KIND_NAMES
+        from roadpubsub.index.kinds_io import kind_field_checks
 
         kind = np.zeros(len(rows), dtype=np.int8)
         for i, rec in enumerate(rows):

@@ -35,11 +35,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.errors import InputError, describe_rows
 
 if TYPE_CHECKING:
-    from roadnet.locations import EdgePoints
-    from roadnet.network import RoadNetwork
+    from roadpubsub.roadnet.locations import EdgePoints
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "GEOMETRY_KINDS",
@@ -280,7 +280,7 @@ def deliveries_geotable(
     import shapely
     from pyproj import CRS, Transformer
 
-    from roadnet.locations import point_xy
+    from roadpubsub.roadnet.locations import point_xy
 
     if geometry not in GEOMETRY_KINDS:
         msg = f"geometry must be one of {', '.join(GEOMETRY_KINDS)}, got {geometry!r}"

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from index.validate import IndexFileError, array_digest, check_index_arrays, encode_terms
-from roadnet.files import atomic_paths, read_npz
+from roadpubsub.index.validate import IndexFileError, array_digest, check_index_arrays, encode_terms
+from roadpubsub.roadnet.files import atomic_paths, read_npz
 
 if TYPE_CHECKING:
-    from index.base import SubscriptionIndex
+    from roadpubsub.index.base import SubscriptionIndex
 
 # The format's constants stay out of the package API (``index.FORMAT_VERSION`` would not
 # say which format).

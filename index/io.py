@@ -44,8 +44,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyproj import CRS, Transformer
 
-from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
-from index.rows import (
+from roadpubsub.index.model import (
+    InvalidMessageError,
+    InvalidSubscriptionError,
+    Messages,
+    Subscriptions,
+)
+from roadpubsub.index.rows import (
     arrow_errors,
     check_columns,
     column,
@@ -61,13 +66,13 @@ from index.rows import (
     read_rows,
     refuse_other_kinds,
 )
-from index.tables import INPUT_SUFFIXES, PathLike, read_table, write_table, write_tables
-from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
-from roadnet.errors import InputError, describe_rows
-from roadnet.files import atomic_paths
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.tables import INPUT_SUFFIXES, PathLike, read_table, write_table, write_tables
+from roadpubsub.index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.files import atomic_paths
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "DEFAULT_WEIGHT_KEY",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from index.model import (
+from roadpubsub.index.model import (
     InvalidSubscriptionError,
     KeywordRows,
     Subscriptions,
@@ -27,7 +27,7 @@ from index.model import (
     describe_ids,
     keyword_and_id_problems,
 )
-from roadnet.locations import EdgePoints
+from roadpubsub.roadnet.locations import EdgePoints
 
 __all__ = ["KIND_BOOLEAN", "KIND_CODES", "KIND_THRESHOLD", "KIND_TOPK", "SUBSCRIPTION_KIND_NAMES",
            "BooleanSubscriptions", "SubscriptionSet", "TopkSubscriptions",

@@ -27,11 +27,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from index import io as _io
-from index import rows as _rows
-from index import tables as _tables
-from index.csr import take_csr
-from index.kinds import (
+from roadpubsub.index import io as _io
+from roadpubsub.index import rows as _rows
+from roadpubsub.index import tables as _tables
+from roadpubsub.index.csr import take_csr
+from roadpubsub.index.kinds import (
     KIND_BOOLEAN,
     KIND_CODES,
     KIND_THRESHOLD,
@@ -41,12 +41,12 @@ from index.kinds import (
     SubscriptionSet,
     TopkSubscriptions,
 )
-from index.model import InvalidSubscriptionError, Subscriptions
-from index.rows import kind_codes, optional_floats
-from index.terms import TermWeights
-from roadnet.lengths import check_dmax
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions
+from roadpubsub.index.rows import kind_codes, optional_floats
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["kind_field_checks", "read_subscription_set", "subscription_set_table",
            "write_subscription_set"]
@@ -128,8 +128,8 @@ def read_subscription_set(
     Examples
     --------
     >>> import tempfile, pathlib, pyarrow as pa, pyarrow.parquet as pq
-    >>> from roadnet.network import RoadNetwork
-    >>> from index.terms import TermWeights
+    >>> from roadpubsub.roadnet.network import RoadNetwork
+    >>> from roadpubsub.index.terms import TermWeights
     >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.01],
     ...     node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2], edge_length=[1000.0],
     ...     edge_oneway=[False], directed=False, name="x")

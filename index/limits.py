@@ -23,8 +23,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.model import Subscriptions
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "DNUB_NUMERATOR_SLACK",

@@ -15,10 +15,10 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from index.csr import take_csr
-from index.terms import TermWeights
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
+from roadpubsub.index.csr import take_csr
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
 
 __all__ = ["InvalidMessageError", "InvalidSubscriptionError", "KeywordRows", "Messages",
            "Subscriptions", "concat_csr", "concat_subscriptions", "keyword_csr"]
@@ -263,7 +263,7 @@ def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
 
 
 def describe_ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:
-    from roadnet.errors import describe_rows
+    from roadpubsub.roadnet.errors import describe_rows
 
     bad = ids[mask]
     return describe_rows(np.unique(bad)[:10].tolist(), total=int(np.unique(bad).size))

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from index.text import tokenize
-from roadnet.errors import InputError, InvalidLocationError
-from roadnet.locations import EdgePoints, locate_lonlat, locate_uv
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.text import tokenize
+from roadpubsub.roadnet.errors import InputError, InvalidLocationError
+from roadpubsub.roadnet.locations import EdgePoints, locate_lonlat, locate_uv
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["OSM_POI_TAGS", "POIs", "find_poi_source", "load_pois", "read_li_pois",
            "read_osm_pois"]

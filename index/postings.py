@@ -150,7 +150,7 @@ def build_posting_layout(
         instead of by edge. A scan that needs a value of at least some bound can then stop
         at the first edge group below it.
     """
-    from index.build_kernels import layout_kernel
+    from roadpubsub.index.build_kernels import layout_kernel
 
     # Both architectures hand over slots sorted by (cell, edge) and each term's postings
     # in slot order: the compiled kernel then needs a counting sort and short per-edge

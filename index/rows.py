@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyproj import CRS, Transformer
 
-from index.geofiles import geometry_to_lonlat, keywords_from_text
-from index.kinds import KIND_CODES, KIND_THRESHOLD, SUBSCRIPTION_KIND_NAMES
-from index.model import InvalidSubscriptionError
-from index.tables import ErrorType, read_table
-from index.terms import TermWeights
-from roadnet.errors import InvalidLocationError, describe_rows
-from roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
-from roadnet.network import RoadNetwork
+from roadpubsub.index.geofiles import geometry_to_lonlat, keywords_from_text
+from roadpubsub.index.kinds import KIND_CODES, KIND_THRESHOLD, SUBSCRIPTION_KIND_NAMES
+from roadpubsub.index.model import InvalidSubscriptionError
+from roadpubsub.index.tables import ErrorType, read_table
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.errors import InvalidLocationError, describe_rows
+from roadpubsub.roadnet.locations import EdgePoints, locate_uv, locate_xy, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["keyword_term_csr", "refuse_other_kinds"]
 
@@ -297,7 +297,7 @@ def keyword_term_csr(lengths: npt.NDArray[np.int64], values: pa.Array,
     Examples
     --------
     >>> import numpy as np, pyarrow as pa
-    >>> from index.terms import TermWeights
+    >>> from roadpubsub.index.terms import TermWeights
     >>> w = TermWeights({"a": 1.0, "b": 2.0})
     >>> ptr, terms = keyword_term_csr(np.array([2, 1]), pa.array(["b", "a", "zz"]), w,
     ...                               add=False)
@@ -437,7 +437,7 @@ def refuse_other_kinds(table: pa.Table, path: Path) -> None:
     other = kind > 0
     if other.any():
         problems.append("boolean or top-k subscriptions (read the file with "
-                        "index.read_subscription_set, or match it with 'roadpubsub "
+                        "roadpubsub.index.read_subscription_set, or match it with 'roadpubsub "
                         f"match'): ids {label_names(labels, other)}")
     f = optional_floats(table, path)
     for name in ("radius", "k"):

@@ -28,8 +28,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.model import Subscriptions
-from index.spatial import PointFacts
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import PointFacts
 
 __all__ = ["CHAIN_INT32_COLUMN", "FACT_COLUMNS", "RECORD_WIDTH", "SUB_COLUMNS",
            "aligned_rows", "pack_slot_record"]

@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.cell_bounds import CellBounds, cell_graph, compute_cell_bounds
-from roadnet.cells import Cells, build_cells, edge_bboxes
-from roadnet.chains import ChainGraph
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.cell_bounds import CellBounds, cell_graph, compute_cell_bounds
+from roadpubsub.roadnet.cells import Cells, build_cells, edge_bboxes
+from roadpubsub.roadnet.chains import ChainGraph
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 

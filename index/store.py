@@ -12,16 +12,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.index_file import REBUILD_HINT, read_index_file
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.validate import IndexFileError, array_digest, check_index_arrays, file_terms
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.index_file import REBUILD_HINT, read_index_file
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.validate import IndexFileError, array_digest, check_index_arrays, file_terms
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["INDEX_KINDS", "index_from_arrays", "load_index", "verify_index"]
 
@@ -108,7 +108,7 @@ def verify_index(path: str | Any) -> dict[str, Any]:
     IndexFileError
         The first problem found, naming the file and the array.
     """
-    from roadnet.cell_bounds import compute_cell_bounds
+    from roadpubsub.roadnet.cell_bounds import compute_cell_bounds
 
     source = str(path)
     meta, arrays = read_index_file(path)

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from index.geofiles import read_csv_table
-from roadnet.errors import InputError
-from roadnet.files import atomic_paths
+from roadpubsub.index.geofiles import read_csv_table
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import atomic_paths
 
 __all__ = ["INPUT_SUFFIXES", "read_table", "write_tables"]
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import InputError
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "InvalidWeightsError", "TermWeights", "normalize_keyword",
            "smoothed_idf"]

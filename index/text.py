@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from roadnet.errors import InputError
-from roadnet.settings import shared_data_hint
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.settings import shared_data_hint
 
 __all__ = ["STOP_WORDS", "read_text_corpus", "read_tweet_tokens", "split_lines", "tokenize",
            "tokenize_many"]

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import TopkSubscriptions
-from index.postings import group_by_term_cell
-from index.spatial import PointFacts, SpatialIndex
-from index.terms import TermWeights
-from roadnet.errors import InputError
-from roadnet.lengths import check_dmax
+from roadpubsub.index.kinds import TopkSubscriptions
+from roadpubsub.index.postings import group_by_term_cell
+from roadpubsub.index.spatial import PointFacts, SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
 
 __all__ = ["DEFAULT_BUFFER_EXTRA", "TopkIndex", "buffer_capacity"]
 

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.terms import MAX_WEIGHT, MIN_WEIGHT
-from roadnet.errors import InputError, describe_rows
-from roadnet.lengths import check_dmax
+from roadpubsub.index.terms import MAX_WEIGHT, MIN_WEIGHT
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.lengths import check_dmax
 
 __all__ = ["IndexFileError", "array_digest", "check_index_arrays", "decode_terms",
            "encode_terms", "file_terms"]

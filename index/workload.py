@@ -34,15 +34,15 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.io import messages_table, subscriptions_table, weights_table, write_tables
-from index.model import Messages, Subscriptions
-from index.pois import POIs
-from index.terms import TermWeights
-from index.text import read_tweet_tokens
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints, locate_uv
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS, shared_data_dir
+from roadpubsub.index.io import messages_table, subscriptions_table, weights_table, write_tables
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.pois import POIs
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints, locate_uv
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS, shared_data_dir
 
 __all__ = [
     "MESSAGE_KEYWORDS",

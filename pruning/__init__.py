@@ -3,10 +3,10 @@ that put them together.
 
 The public API is the union of the modules' ``__all__``::
 
-    from pruning import IndexMatcher, BruteMatcher, MixedMatcher, build_matcher
+    from roadpubsub.pruning import IndexMatcher, BruteMatcher, MixedMatcher, build_matcher
 """
 
-from pruning import (
+from roadpubsub.pruning import (
     algorithm1,
     algorithm2,
     boolean,
@@ -30,28 +30,28 @@ from pruning import (
     topk_events,
     topk_kernels,
 )
-from pruning.algorithm1 import *  # noqa: F403
-from pruning.algorithm2 import *  # noqa: F403
-from pruning.boolean import *  # noqa: F403
-from pruning.brute import *  # noqa: F403
-from pruning.deliveries import *  # noqa: F403
-from pruning.edge_rows import *  # noqa: F403
-from pruning.expiry import *  # noqa: F403
-from pruning.indexed import *  # noqa: F403
-from pruning.kernel_args import *  # noqa: F403
-from pruning.kinds_reference import *  # noqa: F403
-from pruning.lanes import *  # noqa: F403
-from pruning.live_kinds import *  # noqa: F403
-from pruning.live_topk import *  # noqa: F403
-from pruning.matchers import *  # noqa: F403
-from pruning.mixed import *  # noqa: F403
-from pruning.routing import *  # noqa: F403
-from pruning.set_locations import *  # noqa: F403
-from pruning.similarity import *  # noqa: F403
-from pruning.topk import *  # noqa: F403
-from pruning.topk_buffers import *  # noqa: F403
-from pruning.topk_events import *  # noqa: F403
-from pruning.topk_kernels import *  # noqa: F403
+from roadpubsub.pruning.algorithm1 import *  # noqa: F403
+from roadpubsub.pruning.algorithm2 import *  # noqa: F403
+from roadpubsub.pruning.boolean import *  # noqa: F403
+from roadpubsub.pruning.brute import *  # noqa: F403
+from roadpubsub.pruning.deliveries import *  # noqa: F403
+from roadpubsub.pruning.edge_rows import *  # noqa: F403
+from roadpubsub.pruning.expiry import *  # noqa: F403
+from roadpubsub.pruning.indexed import *  # noqa: F403
+from roadpubsub.pruning.kernel_args import *  # noqa: F403
+from roadpubsub.pruning.kinds_reference import *  # noqa: F403
+from roadpubsub.pruning.lanes import *  # noqa: F403
+from roadpubsub.pruning.live_kinds import *  # noqa: F403
+from roadpubsub.pruning.live_topk import *  # noqa: F403
+from roadpubsub.pruning.matchers import *  # noqa: F403
+from roadpubsub.pruning.mixed import *  # noqa: F403
+from roadpubsub.pruning.routing import *  # noqa: F403
+from roadpubsub.pruning.set_locations import *  # noqa: F403
+from roadpubsub.pruning.similarity import *  # noqa: F403
+from roadpubsub.pruning.topk import *  # noqa: F403
+from roadpubsub.pruning.topk_buffers import *  # noqa: F403
+from roadpubsub.pruning.topk_events import *  # noqa: F403
+from roadpubsub.pruning.topk_kernels import *  # noqa: F403
 
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (similarity, deliveries, edge_rows, brute, routing, algorithm1, algorithm2,

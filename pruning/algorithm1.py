@@ -21,9 +21,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
-from index.slot_record import RECORD_WIDTH, aligned_rows
-from pruning.kernel_args import (
+from roadpubsub.index.limits import SIMILARITY_SLACK, TEXT_BOUND_INFLATION
+from roadpubsub.index.slot_record import RECORD_WIDTH, aligned_rows
+from roadpubsub.pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
     EdgeArrays,
@@ -34,7 +34,7 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
-from roadnet._prefetch import prefetch
+from roadpubsub.roadnet._prefetch import prefetch
 
 __all__ = ["COUNTER_NAMES", "EDGE_RECORD_WIDTH", "MARK_SHIFT", "MAX_STAMP", "bia_candidates",
            "cell_lower_bounds", "edge_record", "eia_candidates", "mark_tag",

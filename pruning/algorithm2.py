@@ -20,9 +20,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from pruning.kernel_args import GraphArrays
-from pruning.similarity import delivered_kernel, sim_kernel
-from roadnet.dijkstra_kernels import (
+from roadpubsub.pruning.kernel_args import GraphArrays
+from roadpubsub.pruning.similarity import delivered_kernel, sim_kernel
+from roadpubsub.roadnet.dijkstra_kernels import (
     BucketQueue,
     SearchGraph,
     SearchQuery,

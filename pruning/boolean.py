@@ -44,22 +44,22 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.boolean import BooleanIndex
-from index.kinds import BooleanSubscriptions
-from index.model import Messages
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.algorithm1 import cell_lower_bounds
-from pruning.algorithm2 import VerifySearch, verify_candidates, verify_known
-from pruning.deliveries import Deliveries
-from pruning.indexed import default_threads
-from pruning.kernel_args import GraphArrays, MessageArrays
-from roadnet.dijkstra_kernels import BucketQueue
-from roadnet.distance import NodeSearch, dead_ends
-from roadnet.errors import InputError
-from roadnet.locations import point_xy
-from roadnet.network import RoadNetwork, spatial_order
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.boolean import BooleanIndex
+from roadpubsub.index.kinds import BooleanSubscriptions
+from roadpubsub.index.model import Messages
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.algorithm1 import cell_lower_bounds
+from roadpubsub.pruning.algorithm2 import VerifySearch, verify_candidates, verify_known
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import default_threads
+from roadpubsub.pruning.kernel_args import GraphArrays, MessageArrays
+from roadpubsub.roadnet.dijkstra_kernels import BucketQueue
+from roadpubsub.roadnet.distance import NodeSearch, dead_ends
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import point_xy
+from roadpubsub.roadnet.network import RoadNetwork, spatial_order
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["BooleanIndexMatcher", "BooleanOutput", "BooleanPostingArrays",
            "CellBoundArrays", "VerifyScratch", "cell_bound_arrays",
@@ -319,11 +319,11 @@ class BooleanIndexMatcher:
     Examples
     --------
     >>> import numpy as np
-    >>> from roadnet.network import RoadNetwork
-    >>> from roadnet.locations import EdgePoints
-    >>> from index.kinds import BooleanSubscriptions
-    >>> from index.model import Messages
-    >>> from index.terms import TermWeights
+    >>> from roadpubsub.roadnet.network import RoadNetwork
+    >>> from roadpubsub.roadnet.locations import EdgePoints
+    >>> from roadpubsub.index.kinds import BooleanSubscriptions
+    >>> from roadpubsub.index.model import Messages
+    >>> from roadpubsub.index.terms import TermWeights
     >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.01],
     ...     node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2], edge_length=[1000.0],
     ...     edge_oneway=[False], directed=False, name="x")

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.edge_rows import EdgeRows
-from pruning.set_locations import SetLocations, SetReach
-from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadnet.distance import NodeSearch, entry_costs, point_distances_to_target
-from roadnet.lengths import check_dmax
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.edge_rows import EdgeRows
+from roadpubsub.pruning.set_locations import SetLocations, SetReach
+from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from roadpubsub.roadnet.distance import NodeSearch, entry_costs, point_distances_to_target
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["BruteMatcher", "MatchCounters", "match_brute"]
 

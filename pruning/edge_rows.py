@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["EdgeRows", "csr_gather"]
 

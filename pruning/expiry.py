@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pruning.deliveries import Deliveries
+from roadpubsub.pruning.deliveries import Deliveries
 
 __all__ = ["Expiry", "withhold_expired"]
 

@@ -23,13 +23,13 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.limits import distance_upper_bound_kernel
-from index.model import InvalidMessageError, Messages
-from index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SUB_COLUMNS
-from pruning.algorithm1 import (
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.limits import distance_upper_bound_kernel
+from roadpubsub.index.model import InvalidMessageError, Messages
+from roadpubsub.index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SUB_COLUMNS
+from roadpubsub.pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
     EDGE_RECORD_WIDTH,
@@ -39,9 +39,9 @@ from pruning.algorithm1 import (
     eia_candidates,
     network_lower_bound,
 )
-from pruning.algorithm2 import VerifySearch, score_candidates, verify_candidates
-from pruning.deliveries import Deliveries
-from pruning.kernel_args import (
+from roadpubsub.pruning.algorithm2 import VerifySearch, score_candidates, verify_candidates
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kernel_args import (
     BiaCellArrays,
     BoundArrays,
     DeltaArrays,
@@ -59,20 +59,20 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
-from pruning.lanes import (
+from roadpubsub.pruning.lanes import (
     CallTiming,
     LaneClock,
     assemble_kernel,
     delivery_starts,
     guided_runs,
 )
-from pruning.similarity import tsim_kernel
-from roadnet._prefetch import prefetch
-from roadnet.dijkstra_kernels import BucketQueue
-from roadnet.distance import NodeSearch, dead_ends
-from roadnet.errors import InputError
-from roadnet.network import spatial_order
-from roadnet.settings import DEFAULTS
+from roadpubsub.pruning.similarity import tsim_kernel
+from roadpubsub.roadnet._prefetch import prefetch
+from roadpubsub.roadnet.dijkstra_kernels import BucketQueue
+from roadpubsub.roadnet.distance import NodeSearch, dead_ends
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import spatial_order
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["STAT_NAMES", "IndexMatcher", "MatchStats", "default_threads"]
 
@@ -493,7 +493,7 @@ class IndexMatcher:
             A delivery names a subscription that is not in the index's slots, or its
             distance differs from the one the floor's search finds.
         """
-        from pruning.algorithm2 import verify_known
+        from roadpubsub.pruning.algorithm2 import verify_known
 
         index = self.index
         slot = index._slot_of(deliveries.subscription_id)

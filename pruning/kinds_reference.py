@@ -23,20 +23,20 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.edge_rows import EdgeRows
-from pruning.set_locations import SetLocations, SetReach
-from pruning.similarity import sim_kernel, spatio_textual_similarity, tsim_kernel
-from pruning.topk_events import EVENT_EVICT, EVENT_INSERT, TopkEvents
-from roadnet.distance import NodeSearch, distances_from_point, entry_costs
-from roadnet.distance import point_distances_to_target as _to_target
-from roadnet.errors import InputError
-from roadnet.lengths import check_dmax
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.model import Messages
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.edge_rows import EdgeRows
+from roadpubsub.pruning.set_locations import SetLocations, SetReach
+from roadpubsub.pruning.similarity import sim_kernel, spatio_textual_similarity, tsim_kernel
+from roadpubsub.pruning.topk_events import EVENT_EVICT, EVENT_INSERT, TopkEvents
+from roadpubsub.roadnet.distance import NodeSearch, distances_from_point, entry_costs
+from roadpubsub.roadnet.distance import point_distances_to_target as _to_target
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["BooleanBruteMatcher", "TopkBruteMatcher", "check_window", "holds_all_keywords"]
 

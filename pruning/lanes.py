@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from pruning.kernel_args import OutputArrays
+from roadpubsub.pruning.kernel_args import OutputArrays
 
 __all__ = ["CallTiming", "LaneClock", "assemble_kernel", "delivery_starts", "guided_runs"]
 

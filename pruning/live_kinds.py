@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.boolean import BooleanIndexMatcher
-from pruning.deliveries import Deliveries
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.model import Messages
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
 
 __all__ = ["LiveBoolean"]
 

@@ -39,18 +39,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import TopkSubscriptions
-from index.model import Messages, concat_csr, keyword_csr
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.validate import decode_terms, encode_terms
-from pruning.kinds_reference import check_window
-from pruning.live_kinds import concat_topk, rows_of_ids
-from pruning.topk import TopkIndexMatcher
-from pruning.topk_buffers import relink
-from pruning.topk_events import EVENT_EVICT, TopkEvents
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
+from roadpubsub.index.kinds import TopkSubscriptions
+from roadpubsub.index.model import Messages, concat_csr, keyword_csr
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.validate import decode_terms, encode_terms
+from roadpubsub.pruning.kinds_reference import check_window
+from roadpubsub.pruning.live_kinds import concat_topk, rows_of_ids
+from roadpubsub.pruning.topk import TopkIndexMatcher
+from roadpubsub.pruning.topk_buffers import relink
+from roadpubsub.pruning.topk_events import EVENT_EVICT, TopkEvents
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
 
 __all__ = ["LiveTopk", "retire"]
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from index.base import SubscriptionIndex
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.brute import BruteMatcher
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.brute import BruteMatcher
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["MATCHERS", "Matcher", "MatcherFactory", "build_matcher"]
 

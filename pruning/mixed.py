@@ -24,20 +24,20 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import SubscriptionSet
-from index.model import Messages
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.boolean import BooleanIndexMatcher
-from pruning.deliveries import Deliveries
-from pruning.expiry import Expiry, withhold_expired
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher, check_window
-from pruning.matchers import Matcher, build_matcher
-from pruning.topk import TopkIndexMatcher
-from pruning.topk_events import TopkEvents
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.kinds import SubscriptionSet
+from roadpubsub.index.model import Messages
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.expiry import Expiry, withhold_expired
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher, check_window
+from roadpubsub.pruning.matchers import Matcher, build_matcher
+from roadpubsub.pruning.topk import TopkIndexMatcher
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["MixedMatcher", "MixedResult", "TopkMatcher"]
 
@@ -94,10 +94,10 @@ class MixedMatcher:
     Examples
     --------
     >>> import numpy as np
-    >>> from index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
-    >>> from index.model import Messages, Subscriptions
-    >>> from index.terms import TermWeights
-    >>> from roadnet.locations import EdgePoints
+    >>> from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
+    >>> from roadpubsub.index.model import Messages, Subscriptions
+    >>> from roadpubsub.index.terms import TermWeights
+    >>> from roadpubsub.roadnet.locations import EdgePoints
     >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.01],
     ...     node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2], edge_length=[1000.0],
     ...     edge_oneway=[False], directed=False, name="x")

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from index.limits import distance_limit, effective_tau
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from pruning.algorithm1 import cell_lower_bounds
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.limits import distance_limit, effective_tau
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.pruning.algorithm1 import cell_lower_bounds
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["CellRouter", "cell_distance_limits", "partition_cells"]
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pruning.edge_rows import EdgeRows
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.segment_sets import SegmentSet, SegmentSets, piece_distances_to_target
+from roadpubsub.pruning.edge_rows import EdgeRows
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.segment_sets import SegmentSet, SegmentSets, piece_distances_to_target
 
 __all__ = ["SetLocations", "SetReach"]
 

@@ -49,20 +49,20 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.kinds import TopkSubscriptions
-from index.model import Messages
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.topk import DEFAULT_BUFFER_EXTRA, TopkIndex
-from pruning.algorithm2 import VerifySearch
-from pruning.boolean import (
+from roadpubsub.index.kinds import TopkSubscriptions
+from roadpubsub.index.model import Messages
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.topk import DEFAULT_BUFFER_EXTRA, TopkIndex
+from roadpubsub.pruning.algorithm2 import VerifySearch
+from roadpubsub.pruning.boolean import (
     cell_bound_arrays,
     message_arrays,
     verification_graph,
     verify_scratch,
 )
-from pruning.kinds_reference import check_window
-from pruning.topk_buffers import (
+from roadpubsub.pruning.kinds_reference import check_window
+from roadpubsub.pruning.topk_buffers import (
     STAT_NAMES,
     EventArrays,
     ForwardArrays,
@@ -74,19 +74,19 @@ from pruning.topk_buffers import (
     relink_all,
     withdraw,
 )
-from pruning.topk_events import TopkEvents
-from pruning.topk_kernels import (
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.pruning.topk_kernels import (
     KillLists,
     TopkArrays,
     TopkCellArrays,
     push_messages,
     resort_cells,
 )
-from roadnet.distance import NodeSearch
-from roadnet.errors import InputError
-from roadnet.lengths import check_dmax
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.distance import NodeSearch
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["TopkIndexMatcher"]
 

@@ -36,9 +36,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from pruning.similarity import sim_kernel, tsim_kernel
-from pruning.topk_events import EVENT_EVICT, EVENT_INSERT
-from roadnet.dijkstra_kernels import (
+from roadpubsub.pruning.similarity import sim_kernel, tsim_kernel
+from roadpubsub.pruning.topk_events import EVENT_EVICT, EVENT_INSERT
+from roadpubsub.roadnet.dijkstra_kernels import (
     SearchGraph,
     SearchQuery,
     SearchWorkspace,

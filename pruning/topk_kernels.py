@@ -13,14 +13,14 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from index.limits import distance_upper_bound_kernel
-from pruning.algorithm1 import cell_lower_bounds
-from pruning.algorithm2 import VerifySearch, verify_candidates
-from pruning.boolean import CellBoundArrays
-from pruning.boolean import VerifyScratch as _Scratch
-from pruning.kernel_args import MessageArrays
-from pruning.similarity import sim_kernel, tsim_kernel
-from pruning.topk_buffers import (
+from roadpubsub.index.limits import distance_upper_bound_kernel
+from roadpubsub.pruning.algorithm1 import cell_lower_bounds
+from roadpubsub.pruning.algorithm2 import VerifySearch, verify_candidates
+from roadpubsub.pruning.boolean import CellBoundArrays
+from roadpubsub.pruning.boolean import VerifyScratch as _Scratch
+from roadpubsub.pruning.kernel_args import MessageArrays
+from roadpubsub.pruning.similarity import sim_kernel, tsim_kernel
+from roadpubsub.pruning.topk_buffers import (
     EventArrays,
     ForwardArrays,
     ReevalScratch,

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.cells import Cells
-from roadnet.chains import ChainGraph, build_chain_graph
-from roadnet.distance import NodeSearch, entry_costs, exit_costs
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork, Topology
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.chains import ChainGraph, build_chain_graph
+from roadpubsub.roadnet.distance import NodeSearch, entry_costs, exit_costs
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork, Topology
 
 __all__ = [
     "CellBounds",

@@ -30,10 +30,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import InputError
-from roadnet.lengths import LONGEST_EXACT_M
-from roadnet.locations import EdgePoints
-from roadnet.network import Adjacency, RoadNetwork
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import LONGEST_EXACT_M
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import Adjacency, RoadNetwork
 
 __all__ = ["ChainGraph", "build_chain_graph"]
 

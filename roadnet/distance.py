@@ -23,7 +23,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.dijkstra_kernels import (
+from roadpubsub.roadnet.dijkstra_kernels import (
     SearchGraph,
     SearchQuery,
     SearchWorkspace,
@@ -31,9 +31,9 @@ from roadnet.dijkstra_kernels import (
     distances_to_target_kernel,
     reset_kernel,
 )
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.network import Adjacency, Topology
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import Adjacency, Topology
 
 __all__ = [
     "NodeSearch",

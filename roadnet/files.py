@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
-from roadnet.errors import InputError, RoadPubSubError
+from roadpubsub.roadnet.errors import InputError, RoadPubSubError
 
 __all__ = ["OutputBusyError", "OutputIsInputError", "atomic_paths", "check_output_path",
            "read_npz", "release_output_locks"]

@@ -25,8 +25,12 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError, describe_rows
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.errors import (
+    NetworkFormatError,
+    UnsupportedNetworkFormatError,
+    describe_rows,
+)
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["SUPPORTED_SUFFIXES", "load_network", "read_dimacs", "read_li"]
 
@@ -68,7 +72,7 @@ def load_network(path: str | os.PathLike[str] | Any, *, directed: bool = False
         The file is malformed.
     """
     if _is_networkx_graph(path):
-        from roadnet import osm
+        from roadpubsub.roadnet import osm
 
         return osm.from_osmnx_graph(path).with_direction(directed=directed)
     if not isinstance(path, str | os.PathLike):
@@ -100,7 +104,7 @@ def load_network(path: str | os.PathLike[str] | Any, *, directed: bool = False
     if suffix in readers:
         network = readers[suffix](p)
     else:
-        from roadnet import osm_files  # osmnx is heavy: import it only for OSM inputs
+        from roadpubsub.roadnet import osm_files  # osmnx is heavy: import it only for OSM inputs
 
         network = osm_files.read_osm_file(p)
     return network.with_direction(directed=directed)

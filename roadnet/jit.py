@@ -39,8 +39,10 @@ from typing import Any
 __all__ = ["KERNEL_PACKAGES", "STALE_DAYS", "kernel_cache_root", "preload_in_background",
            "preload_kernels", "use_kernel_cache"]
 
-#: Packages whose modules define or call numba kernels.
-KERNEL_PACKAGES = ("roadnet", "index", "pruning", "roadpubsub/service")
+#: Packages whose modules define or call numba kernels (folders below the one that holds
+#: the ``roadpubsub`` package).
+KERNEL_PACKAGES = ("roadpubsub/roadnet", "roadpubsub/index", "roadpubsub/pruning",
+                   "roadpubsub/service")
 
 #: Cache folders of other source versions unused this many days are removed.
 STALE_DAYS = 30
@@ -89,7 +91,9 @@ def _kernel_sources(root: Path) -> dict[str, bytes]:
 
 
 def _fingerprint() -> str:
-    root = Path(__file__).resolve().parent.parent
+    # The folder holding the roadpubsub package as imported: not resolved, since in a
+    # checkout this file is reached through the link roadpubsub/roadnet.
+    root = Path(__file__).absolute().parents[2]
     digest = hashlib.sha256()
     for name, text in sorted(_kernel_sources(root).items()):
         digest.update(name.encode())

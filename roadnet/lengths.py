@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import InputError
+from roadpubsub.roadnet.errors import InputError
 
 __all__ = [
     "LENGTH_GRID_M",

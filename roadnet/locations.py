@@ -16,10 +16,10 @@ import numpy.typing as npt
 from pyproj import CRS, Transformer
 from scipy.spatial import cKDTree
 
-from roadnet.errors import InputError, InvalidLocationError, describe_rows
-from roadnet.lengths import snap_unless_on_grid
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.errors import InputError, InvalidLocationError, describe_rows
+from roadpubsub.roadnet.lengths import snap_unless_on_grid
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "EdgePoints",

@@ -22,10 +22,10 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
 
-from roadnet.errors import NetworkFormatError
-from roadnet.files import atomic_paths, read_npz
-from roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
-from roadnet.network_input import (
+from roadpubsub.roadnet.errors import NetworkFormatError
+from roadpubsub.roadnet.files import atomic_paths, read_npz
+from roadpubsub.roadnet.lengths import LONGEST_EXACT_M, snap_unless_on_grid
+from roadpubsub.roadnet.network_input import (
     check_lengths,
     checked_nodes,
     edge_nodes,

@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import Transformer
 
-from roadnet.errors import NetworkFormatError, describe_rows
-from roadnet.lengths import LONGEST_EXACT_M
+from roadpubsub.roadnet.errors import NetworkFormatError, describe_rows
+from roadpubsub.roadnet.lengths import LONGEST_EXACT_M
 
 __all__: list[str] = []  # helpers of roadnet.network only
 

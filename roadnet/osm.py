@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
 
-from roadnet.errors import NetworkFormatError
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.errors import NetworkFormatError
+from roadpubsub.roadnet.network import RoadNetwork
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
-from roadnet.network import RoadNetwork
-from roadnet.osm import (
+from roadpubsub.roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.osm import (
     ONEWAY_VALUES,
     REVERSED_VALUES,
     assemble_network,

@@ -89,12 +89,17 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.distance import NodeSearch, entry_costs, exit_costs, point_distances_to_target
-from roadnet.errors import InputError, InvalidLocationError
-from roadnet.lengths import snap_unless_on_grid
-from roadnet.locations import EdgePoints, edge_between, locate_lonlat
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.distance import (
+    NodeSearch,
+    entry_costs,
+    exit_costs,
+    point_distances_to_target,
+)
+from roadpubsub.roadnet.errors import InputError, InvalidLocationError
+from roadpubsub.roadnet.lengths import snap_unless_on_grid
+from roadpubsub.roadnet.locations import EdgePoints, edge_between, locate_lonlat
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "SegmentSet",

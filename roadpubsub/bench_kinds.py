@@ -34,16 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.spatial import SpatialIndex
-from index.workload import generate_workload
-from pruning.boolean import BooleanIndexMatcher
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from pruning.topk import TopkIndexMatcher
-from pruning.topk_events import TopkEvents
-from roadnet.io import load_network
-from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from roadpubsub.pruning.topk import TopkIndexMatcher
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import shared_data_dir
 
 __all__ = ["boolean_benchmark", "main", "topk_benchmark"]
 
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         report["load_after_topk"] = _load()
     text = json.dumps(report, indent=2)
     if args.json:
-        from roadnet.files import atomic_paths
+        from roadpubsub.roadnet.files import atomic_paths
 
         with atomic_paths(args.json) as (tmp,):
             tmp.write_text(text + "\n")

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roadnet.errors import MissingDataError
-from roadnet.settings import DEFAULTS, shared_data_dir
+from roadpubsub.roadnet.errors import MissingDataError
+from roadpubsub.roadnet.settings import DEFAULTS, shared_data_dir
 
 if TYPE_CHECKING:
-    from roadnet.network import RoadNetwork
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "auto_capacity",

@@ -19,7 +19,7 @@ PathLike = str | os.PathLike[str]
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` under a temporary name, then rename it into place."""
-    from roadnet.files import atomic_paths
+    from roadpubsub.roadnet.files import atomic_paths
 
     target = Path(path)
     with atomic_paths(target) as (tmp,):
@@ -29,7 +29,7 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
 
 def save_figure(fig: Figure, path: PathLike, *, dpi: int = 120) -> Path:
     """Save a matplotlib figure as PNG atomically (temporary name, then rename)."""
-    from roadnet.files import atomic_paths
+    from roadpubsub.roadnet.files import atomic_paths
 
     target = Path(path)
     with atomic_paths(target) as (tmp,):

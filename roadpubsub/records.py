@@ -17,11 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from index.model import Messages
-    from pruning.brute import BruteMatcher
-    from pruning.deliveries import Deliveries
-    from pruning.indexed import IndexMatcher, MatchStats
-    from pruning.lanes import CallTiming
+    from roadpubsub.index.model import Messages
+    from roadpubsub.pruning.brute import BruteMatcher
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.pruning.indexed import IndexMatcher, MatchStats
+    from roadpubsub.pruning.lanes import CallTiming
 
 __all__ = [
     "Matched",
@@ -187,7 +187,7 @@ def index_method(name: str, matcher: IndexMatcher, messages: Messages) -> TimedM
 
 def brute_method(brute: BruteMatcher, messages: Messages, *, chunk: int = 8) -> TimedMethod:
     """The brute-force reference on ``messages``, ``chunk`` messages per call."""
-    from pruning.deliveries import Deliveries
+    from roadpubsub.pruning.deliveries import Deliveries
 
     def run(progress: Progress | None) -> Matched:
         parts = []

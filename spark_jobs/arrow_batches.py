@@ -18,11 +18,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages, Subscriptions
-from pruning.deliveries import Deliveries
-from pruning.topk_events import TopkEvents
-from roadnet.locations import EdgePoints
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.locations import EdgePoints
 
 __all__ = [
     "EVENT_ORDER",

@@ -56,20 +56,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import BooleanSubscriptions, SubscriptionSet, empty_subscriptions
-from index.model import Messages
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import check_window
-from pruning.mixed import MixedMatcher
-from pruning.routing import partition_cells
-from pruning.topk_events import TopkEvents
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
-from spark_jobs import storage
-from spark_jobs.arrow_batches import (
+from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, empty_subscriptions
+from roadpubsub.index.model import Messages
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import check_window
+from roadpubsub.pruning.mixed import MixedMatcher
+from roadpubsub.pruning.routing import partition_cells
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.arrow_batches import (
     EVENT_ORDER,
     deliveries_from_arrow,
     events_from_arrow,
@@ -77,8 +77,8 @@ from spark_jobs.arrow_batches import (
     ordered_messages_from_arrow,
     topk_from_arrow,
 )
-from spark_jobs.bound_frames import bounds_frame, keyed_bounds, slice_spatial
-from spark_jobs.cell_frames import (
+from roadpubsub.spark_jobs.bound_frames import bounds_frame, keyed_bounds, slice_spatial
+from roadpubsub.spark_jobs.cell_frames import (
     KIND_CODES,
     SUBSCRIPTION_SCHEMA,
     cell_stats,
@@ -87,7 +87,7 @@ from spark_jobs.cell_frames import (
     weights_from_payload,
     weights_payload,
 )
-from spark_jobs.match_plan import (
+from roadpubsub.spark_jobs.match_plan import (
     DELIVERY_SCHEMA,
     MatchPlan,
     _job_settings,
@@ -97,8 +97,8 @@ from spark_jobs.match_plan import (
     deliveries_frame,
     plan_match,
 )
-from spark_jobs.payload import cells_payload, network_and_cells, network_payload
-from spark_jobs.session import broadcast_payload, cached_payload, stage
+from roadpubsub.spark_jobs.payload import cells_payload, network_and_cells, network_payload
+from roadpubsub.spark_jobs.session import broadcast_payload, cached_payload, stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast

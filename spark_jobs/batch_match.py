@@ -70,31 +70,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from roadnet.cells import Cells, build_cells
-from roadnet.errors import InputError
-from roadnet.lengths import check_dmax
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
-from spark_jobs import storage
-from spark_jobs.arrow_batches import (
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.cells import Cells, build_cells
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.arrow_batches import (
     boolean_from_arrow,
     deliveries_from_arrow,
     messages_from_arrow,
     subscriptions_from_arrow,
 )
-from spark_jobs.bound_frames import bounds_frame, read_bounds_frame
-from spark_jobs.cell_frames import (
+from roadpubsub.spark_jobs.bound_frames import bounds_frame, read_bounds_frame
+from roadpubsub.spark_jobs.cell_frames import (
     SUBSCRIPTION_SCHEMA,
     cell_stats,
     messages_frame,
     subscriptions_frame,
 )
-from spark_jobs.dijkstra_engine import dijkstra_rows
-from spark_jobs.match_plan import (
+from roadpubsub.spark_jobs.dijkstra_engine import dijkstra_rows
+from roadpubsub.spark_jobs.match_plan import (
     DELIVERY_SCHEMA,
     FAULTS,
     MatchPlan,
@@ -104,8 +104,8 @@ from spark_jobs.match_plan import (
     deliveries_frame,
     plan_match,
 )
-from spark_jobs.read_frames import read_messages_frame, read_subscription_set_frame
-from spark_jobs.session import (
+from roadpubsub.spark_jobs.read_frames import read_messages_frame, read_subscription_set_frame
+from roadpubsub.spark_jobs.session import (
     add_spark_arguments,
     log,
     run_job,
@@ -245,8 +245,8 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
     Returns the wall-clock seconds of its phases; the ``driver:`` ones run on the driver
     alone. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
     """
-    from index.io import read_weights
-    from roadnet.io import load_network
+    from roadpubsub.index.io import read_weights
+    from roadpubsub.roadnet.io import load_network
 
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -284,7 +284,7 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
                      out=args.out, dmax_m=args.dmax, n_partitions=args.partitions,
                      bounds_name=args.bounds or "bound table", timer=timer, phases=phases)
     else:
-        from spark_jobs.batch_kinds import match_set_frames
+        from roadpubsub.spark_jobs.batch_kinds import match_set_frames
 
         match_set_frames(spark, network, cells, weights, subs, messages, bounds,
                          window=getattr(args, "window", DEFAULTS.topk_window), out=args.out,
@@ -312,7 +312,8 @@ example:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the job (shared by the script and ``roadpubsub spark``)."""
     parser.add_argument("network",
-                        help="road network file (any format roadnet.io reads; a path or URL)")
+                        help="road network file (any format roadpubsub.roadnet.io reads; "
+                             "a path or URL)")
     parser.add_argument("--subscriptions", required=True,
                         help="subscriptions: Parquet file or directory, read by the executors "
                              "(JSON Lines: read on the driver); a path or URL")
@@ -364,8 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
-    from pruning.kinds_reference import check_window
-    from spark_jobs.batch_kinds import topk_out_name
+    from roadpubsub.pruning.kinds_reference import check_window
+    from roadpubsub.spark_jobs.batch_kinds import topk_out_name
 
     check_dmax(args.dmax, name="--dmax")
     check_window(args.window)
@@ -403,6 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from spark_jobs.batch_match import main as _main
+    from roadpubsub.spark_jobs.batch_match import main as _main
 
     sys.exit(_main())

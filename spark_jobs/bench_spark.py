@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from roadnet.settings import DEFAULTS, shared_data_dir
+from roadpubsub.roadnet.settings import DEFAULTS, shared_data_dir
 
 __all__ = ["bench", "build_parser", "main"]
 
@@ -82,12 +82,12 @@ def bench(
     Each Spark measurement runs ``repeats`` times: the first run (which starts the Python
     workers) is reported apart, the rest as warm runs (their median is used for rates).
     """
-    from roadnet.cell_bounds import compute_cell_bounds
-    from roadnet.cells import build_cells
-    from roadnet.io import load_network
-    from spark_jobs.overlay import overlay_cell_bounds
-    from spark_jobs.precompute_bounds import precompute_cell_bounds
-    from spark_jobs.session import get_spark, log
+    from roadpubsub.roadnet.cell_bounds import compute_cell_bounds
+    from roadpubsub.roadnet.cells import build_cells
+    from roadpubsub.roadnet.io import load_network
+    from roadpubsub.spark_jobs.overlay import overlay_cell_bounds
+    from roadpubsub.spark_jobs.precompute_bounds import precompute_cell_bounds
+    from roadpubsub.spark_jobs.session import get_spark, log
 
     result: dict[str, Any] = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
@@ -164,8 +164,8 @@ def bench_match(
     timings, checks the deliveries against ``IndexMatcher(EnhancedIndex(...))`` on the same
     files, and estimates the job's time on more cores from the per-task figures.
     """
-    from index.eia import EnhancedIndex
-    from index.io import (
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.io import (
         read_deliveries,
         read_messages,
         read_subscriptions,
@@ -174,12 +174,12 @@ def bench_match(
         write_subscriptions,
         write_weights,
     )
-    from index.spatial import SpatialIndex
-    from index.workload import generate_workload
-    from pruning.indexed import IndexMatcher
-    from spark_jobs.batch_match import write_deliveries_frame
-    from spark_jobs.precompute_bounds import write_bounds_table
-    from spark_jobs.session import log, task_timer
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.workload import generate_workload
+    from roadpubsub.pruning.indexed import IndexMatcher
+    from roadpubsub.spark_jobs.batch_match import write_deliveries_frame
+    from roadpubsub.spark_jobs.precompute_bounds import write_bounds_table
+    from roadpubsub.spark_jobs.session import log, task_timer
 
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -327,6 +327,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from spark_jobs.bench_spark import main as _main
+    from roadpubsub.spark_jobs.bench_spark import main as _main
 
     sys.exit(_main())

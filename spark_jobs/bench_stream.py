@@ -18,7 +18,7 @@ Examples
 --------
 ::
 
-    python -m spark_jobs.bench_stream --index-file work/rome/eia.npz \\
+    python -m roadpubsub.spark_jobs.bench_stream --index-file work/rome/eia.npz \\
         --messages work/rome/messages.parquet --work /tmp/bench-stream
 """
 
@@ -228,7 +228,7 @@ def run_bench(*, index_file: Path, messages: Path, work: Path, master: str = "lo
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.bench_stream",
+    p = argparse.ArgumentParser(prog="python -m roadpubsub.spark_jobs.bench_stream",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--index-file", required=True, type=Path)
     p.add_argument("--messages", required=True, type=Path)

@@ -32,12 +32,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from index.spatial import SpatialIndex
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs import storage
-from spark_jobs.bound_table import (
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.bound_table import (
     BOUNDS_META_FILE,
     ROW_SCHEMA,
     BoundsTableError,

@@ -38,10 +38,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "BOUNDS_META_FILE",

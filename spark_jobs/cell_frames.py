@@ -25,13 +25,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import SubscriptionSet
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.routing import cell_distance_limits
-from roadnet.cells import Cells
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.kinds import SubscriptionSet
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.routing import cell_distance_limits
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.settings import DEFAULTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from roadnet.cell_bounds import border_distance_row
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs.bound_table import ROW_SCHEMA, rows_batch
-from spark_jobs.payload import broadcast_network, cell_ids_frame, network_and_cells
-from spark_jobs.session import cached_payload
+from roadpubsub.roadnet.cell_bounds import border_distance_row
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.bound_table import ROW_SCHEMA, rows_batch
+from roadpubsub.spark_jobs.payload import broadcast_network, cell_ids_frame, network_and_cells
+from roadpubsub.spark_jobs.session import cached_payload
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast

@@ -31,12 +31,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from roadnet.cells import Cells
-from roadnet.errors import InputError, RoadPubSubError
-from roadnet.network import RoadNetwork
-from spark_jobs.overlay import border_rows, cell_shortcuts, region_shortcuts
-from spark_jobs.payload import broadcast_network, network_and_cells
-from spark_jobs.session import cached_payload, log, stage
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError, RoadPubSubError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.overlay import border_rows, cell_shortcuts, region_shortcuts
+from roadpubsub.spark_jobs.payload import broadcast_network, network_and_cells
+from roadpubsub.spark_jobs.session import cached_payload, log, stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast

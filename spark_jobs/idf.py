@@ -41,11 +41,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from index.terms import TermWeights, smoothed_idf
-from index.text import tokenize
-from roadnet.errors import InputError
-from spark_jobs import storage
-from spark_jobs.session import add_spark_arguments, log, run_job, session_from_args, stage
+from roadpubsub.index.terms import TermWeights, smoothed_idf
+from roadpubsub.index.text import tokenize
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.session import (
+    add_spark_arguments,
+    log,
+    run_job,
+    session_from_args,
+    stage,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -168,7 +174,7 @@ def write_idf(spark: SparkSession, path: str, out: str | Path, *, fmt: str = "au
     the weights file is small and written from the driver. Returns ``out`` (a Path for a
     local one) and the weights.
     """
-    from index.io import write_weights
+    from roadpubsub.index.io import write_weights
 
     weights = compute_idf(spark, read_corpus(spark, path, fmt=fmt, column=column))
     written = storage.write_via_local(out, lambda local: write_weights(weights, local),
@@ -235,6 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from spark_jobs.idf import main as _main
+    from roadpubsub.spark_jobs.idf import main as _main
 
     sys.exit(_main())

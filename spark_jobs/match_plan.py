@@ -20,36 +20,36 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from index.kinds import (
+from roadpubsub.index.kinds import (
     BooleanSubscriptions,
     SubscriptionSet,
     TopkSubscriptions,
     empty_subscriptions,
 )
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.mixed import MixedMatcher
-from pruning.routing import CellRouter, partition_cells
-from roadnet.cells import Cells
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
-from spark_jobs.arrow_batches import (
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.mixed import MixedMatcher
+from roadpubsub.pruning.routing import CellRouter, partition_cells
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs.arrow_batches import (
     boolean_from_arrow,
     deliveries_table,
     messages_from_arrow,
     subscriptions_from_arrow,
 )
-from spark_jobs.bound_frames import keyed_bounds, slice_spatial
-from spark_jobs.cell_frames import (
+from roadpubsub.spark_jobs.bound_frames import keyed_bounds, slice_spatial
+from roadpubsub.spark_jobs.cell_frames import (
     KIND_CODES,
     CellStats,
     weights_from_payload,
     weights_payload,
 )
-from spark_jobs.payload import cells_payload, network_and_cells, network_payload
-from spark_jobs.session import (
+from roadpubsub.spark_jobs.payload import cells_payload, network_and_cells, network_payload
+from roadpubsub.spark_jobs.session import (
     broadcast_payload,
     cached_payload,
 )

@@ -29,10 +29,10 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.cell_bounds import CellBounds, reduce_border_distances
-from roadnet.cells import Cells
-from roadnet.distance import NodeSearch
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.cell_bounds import CellBounds, reduce_border_distances
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.distance import NodeSearch
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "Shortcuts",

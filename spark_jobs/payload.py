@@ -7,7 +7,7 @@ engines, :mod:`spark_jobs.batch_match`) start from :func:`cell_ids_frame`.
 
 Examples
 --------
->>> from roadnet.network import RoadNetwork
+>>> from roadpubsub.roadnet.network import RoadNetwork
 >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.001],
 ...                               node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2],
 ...                               edge_length=[111.0])
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs.session import broadcast_payload
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.session import broadcast_payload
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast

@@ -52,13 +52,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells, build_cells
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
-from spark_jobs import storage
-from spark_jobs.bound_table import (
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells, build_cells
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.bound_table import (
     BOUNDS_META_FILE,
     BoundsTableError,
     bounds_meta,
@@ -69,8 +69,8 @@ from spark_jobs.bound_table import (
     rows_batch,
     table_from_rows,
 )
-from spark_jobs.dijkstra_engine import dijkstra_rows
-from spark_jobs.graphframes_engine import (
+from roadpubsub.spark_jobs.dijkstra_engine import dijkstra_rows
+from roadpubsub.spark_jobs.graphframes_engine import (
     GRAPHFRAMES_JAVA_OPTIONS,
     GraphFramesNotFoundError,
     PregelColumns,
@@ -83,13 +83,13 @@ from spark_jobs.graphframes_engine import (
     require_graphframes,
     rows_from_pregel,
 )
-from spark_jobs.payload import (
+from roadpubsub.spark_jobs.payload import (
     cells_from_payload,
     cells_payload,
     network_from_payload,
     network_payload,
 )
-from spark_jobs.session import (
+from roadpubsub.spark_jobs.session import (
     add_spark_arguments,
     log,
     run_job,
@@ -262,7 +262,8 @@ example:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the job (shared by the script and ``roadpubsub spark``)."""
     parser.add_argument("network",
-                        help="road network file (any format roadnet.io reads; a path or URL)")
+                        help="road network file (any format roadpubsub.roadnet.io reads; "
+                             "a path or URL)")
     parser.add_argument("--out", required=True,
                         help="output directory of the table (a path or URL)")
     parser.add_argument("--engine", choices=ENGINES, default="dijkstra",
@@ -298,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
 
     if args.capacity < 1 or (args.partitions is not None and args.partitions < 1) \
             or args.batch_cells < 1 or not args.limit > 0:
@@ -340,6 +341,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from spark_jobs.precompute_bounds import main as _main
+    from roadpubsub.spark_jobs.precompute_bounds import main as _main
 
     sys.exit(_main())

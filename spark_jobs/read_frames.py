@@ -44,25 +44,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from index.io import keyword_term_csr, read_messages, read_subscriptions, read_table
-from index.kinds_io import read_subscription_set
-from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.routing import cell_distance_limits
-from roadnet.cells import Cells
-from roadnet.errors import InputError, describe_rows
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
-from spark_jobs import storage
-from spark_jobs.payload import cells_payload, network_and_cells, network_payload
-from spark_jobs.session import broadcast_payload, cached_payload
+from roadpubsub.index.io import keyword_term_csr, read_messages, read_subscriptions, read_table
+from roadpubsub.index.kinds_io import read_subscription_set
+from roadpubsub.index.model import (
+    InvalidMessageError,
+    InvalidSubscriptionError,
+    Messages,
+    Subscriptions,
+)
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.routing import cell_distance_limits
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs.payload import cells_payload, network_and_cells, network_payload
+from roadpubsub.spark_jobs.session import broadcast_payload, cached_payload
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
     from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.cell_frames import (
+from roadpubsub.spark_jobs.cell_frames import (
     MESSAGE_SCHEMA,
     ORDERED_MESSAGE_SCHEMA,
     SUBSCRIPTION_SCHEMA,

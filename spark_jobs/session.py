@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from roadnet.errors import RoadPubSubError, format_error
-from roadnet.files import release_output_locks
+from roadpubsub.roadnet.errors import RoadPubSubError, format_error
+from roadpubsub.roadnet.files import release_output_locks
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
@@ -416,7 +416,7 @@ def atomic_output_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
     >>> with atomic_output_dir("out/deliveries.parquet") as tmp:  # doctest: +SKIP
     ...     df.write.parquet(str(tmp))
     """
-    from spark_jobs.storage import atomic_output_dir as _atomic
+    from roadpubsub.spark_jobs.storage import atomic_output_dir as _atomic
 
     with _atomic(Path(final)) as tmp:
         yield Path(tmp)

@@ -51,8 +51,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roadnet.files import OutputIsInputError, check_output_path
-from spark_jobs.storage_paths import (
+from roadpubsub.roadnet.files import OutputIsInputError, check_output_path
+from roadpubsub.spark_jobs.storage_paths import (
     PathLike,
     StorageError,
     _call,
@@ -424,7 +424,7 @@ def write_text(path: PathLike, text: str, *, spark: SparkSession | None = None) 
 
 
 def _text_writer(text: str) -> Callable[[Path], None]:
-    from roadnet.files import atomic_paths
+    from roadpubsub.roadnet.files import atomic_paths
 
     def write(local: Path) -> None:
         with atomic_paths(local) as (tmp,):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from roadnet.errors import RoadPubSubError
+from roadpubsub.roadnet.errors import RoadPubSubError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession

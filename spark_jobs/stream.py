@@ -61,11 +61,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from index.events import BodyParser
-from index.store import load_index
-from roadnet.errors import format_error
-from roadnet.settings import DEFAULTS
-from spark_jobs.session import (
+from roadpubsub.index.events import BodyParser
+from roadpubsub.index.store import load_index
+from roadpubsub.roadnet.errors import format_error
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs.session import (
     SparkJobError,
     add_spark_arguments,
     broadcast_payload,
@@ -73,8 +73,8 @@ from spark_jobs.session import (
     run_job,
     session_from_args,
 )
-from spark_jobs.storage import spark_uri
-from spark_jobs.stream_changes import (
+from roadpubsub.spark_jobs.storage import spark_uri
+from roadpubsub.spark_jobs.stream_changes import (
     DEFAULT_REBASE_ROWS,
     SNAP_M,
     ChangeFileError,
@@ -84,7 +84,7 @@ from spark_jobs.stream_changes import (
     check_records,
     visible_files,
 )
-from spark_jobs.stream_files import (
+from roadpubsub.spark_jobs.stream_files import (
     FAULT_ENV,
     REJECTED,
     SINK_SCHEMA,
@@ -98,7 +98,7 @@ from spark_jobs.stream_files import (
     read_sink,
     sink_path,
 )
-from spark_jobs.stream_tasks import (
+from roadpubsub.spark_jobs.stream_tasks import (
     TASK_SCHEMA,
     kafka_problem,
     kafka_task,
@@ -561,6 +561,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from spark_jobs.stream import main as _main
+    from roadpubsub.spark_jobs.stream import main as _main
 
     sys.exit(_main())

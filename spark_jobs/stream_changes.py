@@ -31,13 +31,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
 
-from index.base import SubscriptionIndex
-from index.events import BodyParser, RequestError
-from index.model import Subscriptions
-from roadnet.errors import InputError, describe_rows
-from roadnet.files import atomic_paths
-from roadnet.locations import EdgePoints
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.events import BodyParser, RequestError
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.roadnet.errors import InputError, describe_rows
+from roadpubsub.roadnet.files import atomic_paths
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "CHANGE_OPS",

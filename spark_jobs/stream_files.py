@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roadnet.files import atomic_paths
-from spark_jobs.session import (
+from roadpubsub.roadnet.files import atomic_paths
+from roadpubsub.spark_jobs.session import (
     SparkJobError,
     log,
 )
-from spark_jobs.storage import check_output, local_path
-from spark_jobs.stream_changes import (
+from roadpubsub.spark_jobs.storage import check_output, local_path
+from roadpubsub.spark_jobs.stream_changes import (
     fsync_dir,
 )
 

@@ -21,17 +21,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.base import SubscriptionIndex
-from index.events import BodyParser, RequestError
-from index.io import read_messages
-from index.model import Messages
-from index.store import load_index
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from roadnet.errors import RoadPubSubError, format_error
-from roadnet.locations import EdgePoints
-from spark_jobs.session import SparkJobError
-from spark_jobs.stream_changes import SNAP_M, apply_record
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.events import BodyParser, RequestError
+from roadpubsub.index.io import read_messages
+from roadpubsub.index.model import Messages
+from roadpubsub.index.store import load_index
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.errors import RoadPubSubError, format_error
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.spark_jobs.session import SparkJobError
+from roadpubsub.spark_jobs.stream_changes import SNAP_M, apply_record
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast

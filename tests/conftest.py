@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from roadnet.io import load_network
-from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import shared_data_dir
 
 
 def shared_file(relative: str) -> Path:

@@ -51,8 +51,8 @@ def test_wheel_holds_every_module_and_static_file(wheel: Path) -> None:
 _PROBE = """
 import numba
 import numpy as np
-from pruning.deliveries import Deliveries
-from pruning.similarity import delivered
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.similarity import delivered
 from roadpubsub.service.answers import deliveries_bytes
 delivered(np.array([0.5]), np.array([0.4]), np.array([10.0]), 100.0)
 deliveries_bytes(Deliveries(np.array([1]), np.array([2]), np.array([3.0]), np.array([0.5])))

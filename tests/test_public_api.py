@@ -7,9 +7,10 @@ import importlib
 
 import pytest
 
-PACKAGES = ("roadnet", "index", "pruning", "roadpubsub.bench", "roadpubsub.demo")
+PACKAGES = ("roadpubsub.roadnet", "roadpubsub.index", "roadpubsub.pruning", "roadpubsub.bench",
+            "roadpubsub.demo")
 #: Modules with an ``__all__`` of their own that stay out of the package API.
-INTERNAL = {("roadnet", "jit")}
+INTERNAL = {("roadpubsub.roadnet", "jit")}
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from roadnet.settings import shared_data_dir
+from roadpubsub.roadnet.settings import shared_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -25,14 +25,14 @@ import numpy as np
 
 
 def _run(args: argparse.Namespace, label: str, n_bool: int, n_topk: int) -> dict[str, Any]:
-    from index.eia import EnhancedIndex
-    from index.events import MessageBatch, MoveBatch, SubscriptionBatch
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from index.text import read_tweet_tokens
-    from index.workload import generate_workload
-    from roadnet.io import load_network
-    from roadnet.settings import shared_data_dir
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.events import MessageBatch, MoveBatch, SubscriptionBatch
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.index.text import read_tweet_tokens
+    from roadpubsub.index.workload import generate_workload
+    from roadpubsub.roadnet.io import load_network
+    from roadpubsub.roadnet.settings import shared_data_dir
     from roadpubsub.service.state import ServiceOptions, ServiceState, create_state
 
     data = shared_data_dir()

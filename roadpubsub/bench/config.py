@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from roadnet.errors import InputError
-from roadnet.lengths import check_dmax
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
 
 __all__ = [
     "METHODS",

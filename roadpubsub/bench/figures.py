@@ -27,7 +27,7 @@ from roadpubsub.outputs import write_json
 from roadpubsub.progress import Steps
 
 if TYPE_CHECKING:
-    from index.model import Messages, Subscriptions
+    from roadpubsub.index.model import Messages, Subscriptions
 
 __all__ = ["run_figures"]
 
@@ -111,7 +111,7 @@ def run_figures(
             pool_info["sub_keywords"] = {"rows": len(pool), "distinct_rows": distinct,
                                          "min_keywords_of_source_rows": kmax}
         if "msg_keywords" in config.sweeps:
-            from index.model import Messages
+            from roadpubsub.index.model import Messages
 
             kmax = max(config.msg_keywords)
             mpool, distinct = pool_messages(source, network, config.n_messages, kmax,

@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
 
 __all__ = ["Broker", "FleetDriver", "VehicleWalk", "run_fleet"]
@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--samples", action="store_true", help="print the per-second samples")
     args = p.parse_args(argv)
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
 
     network = load_network(args.network)
     with tempfile.TemporaryDirectory(prefix="roadpubsub-fleet-") as tmp:

@@ -131,7 +131,7 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
     the arms meet the machine's other load in the same seconds, minutes apart at most
     instead of a run's length. Per burst: the server's CPU (and its event loop's, the main
     thread's) over the burst, per request."""
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
     from roadpubsub.service.access import ADMIN, TokenStore
     from roadpubsub.service.loadgen import Stream, build_stream, run_load
 
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--seconds 30", help="'loadgen' arguments")
     args = p.parse_args(argv)
     if args.make_template and not (args.template / "manifest.json").exists():
-        from index.store import load_index
+        from roadpubsub.index.store import load_index
         from roadpubsub.service.state import create_state
 
         create_state(args.template, load_index(args.make_template),

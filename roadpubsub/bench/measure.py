@@ -19,12 +19,12 @@ from roadpubsub.records import (
 )
 
 if TYPE_CHECKING:
-    from index.base import SubscriptionIndex
-    from index.model import Messages, Subscriptions
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from pruning.deliveries import Deliveries
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.base import SubscriptionIndex
+    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.pruning.indexed import IndexMatcher
 
 __all__ = [
     "measure_point",
@@ -56,10 +56,10 @@ def measure_point(
         (``seconds`` is the median run); ``agree``: whether the three matchers deliver the
         same pairs on the brute-force messages (None when brute force was skipped).
     """
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from pruning.brute import BruteMatcher
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.pruning.brute import BruteMatcher
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     k = min(n_brute, len(messages))
     methods: dict[str, MethodResult] = {}
@@ -108,8 +108,8 @@ def update_latency(index: SubscriptionIndex, matcher: IndexMatcher, subs: Subscr
     ``subscribe_then_match``: one subscribe followed by matching one message with the same
     matcher, as an operator's stream of single events does.
     """
-    from index.model import Subscriptions
-    from roadnet.locations import EdgePoints
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.roadnet.locations import EdgePoints
 
     rng = np.random.default_rng(0)
     k = min(n, len(subs) // 4, len(msgs))

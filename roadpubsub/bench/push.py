@@ -71,11 +71,11 @@ def run_push(template: Path, *, hooked: int, messages: int, batch: int, resume_b
     import httpx
     import websockets.sync.client as ws_client
 
-    from index.io import messages_table, subscriptions_table
-    from index.store import load_index
-    from index.text import read_tweet_tokens
-    from index.workload import generate_workload
-    from roadnet.settings import shared_data_dir
+    from roadpubsub.index.io import messages_table, subscriptions_table
+    from roadpubsub.index.store import load_index
+    from roadpubsub.index.text import read_tweet_tokens
+    from roadpubsub.index.workload import generate_workload
+    from roadpubsub.roadnet.settings import shared_data_dir
     from roadpubsub.service.snapshot import read_manifest, snapshot_paths
 
     manifest = read_manifest(template)

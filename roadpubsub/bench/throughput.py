@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roadnet.errors import InputError
 from roadpubsub.bench.config import ThroughputConfig
 from roadpubsub.bench.machine import machine_info, max_rss_mib
 from roadpubsub.bench.measure import (
@@ -39,13 +38,14 @@ from roadpubsub.records import (
     time_in_turns,
     timing_summary,
 )
+from roadpubsub.roadnet.errors import InputError
 
 if TYPE_CHECKING:
-    from index.base import SubscriptionIndex
-    from index.model import Messages, Subscriptions
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.base import SubscriptionIndex
+    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.pruning.indexed import IndexMatcher
 
 __all__ = ["SECTIONS", "Section", "Suite", "dense_workload", "ratio", "run_throughput",
            "threads_figures", "threads_line", "warm_lanes"]
@@ -179,9 +179,9 @@ def _dense_section(suite: Suite) -> dict[str, Any]:
 
 def _ratio_point_section(suite: Suite) -> dict[str, Any]:
     """EIA and BIA on ``ratio_point`` subscriptions of the same workload, in turns."""
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     config = suite.config
     subs, _, weights = suite.prepared.source.generate(
@@ -218,7 +218,7 @@ def _ratio_point_section(suite: Suite) -> dict[str, Any]:
 _LOAD_CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from index.store import load_index
+from roadpubsub.index.store import load_index
 index = load_index(sys.argv[1])
 seconds = time.perf_counter() - t0
 # VmHWM, not ru_maxrss: a child forked from a large process inherits the parent's maxrss.
@@ -295,11 +295,11 @@ def run_throughput(
     latency of one-subscription updates (``update_ms``), the ratios ``eia_over_bia``,
     ``eia_over_brute``, and one key per :data:`SECTIONS` entry.
     """
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from index.workload import keyword_histogram
-    from pruning.brute import BruteMatcher
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.workload import keyword_histogram
+    from roadpubsub.pruning.brute import BruteMatcher
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     if config.n_subscriptions < 1 or config.n_messages < 1 or config.n_brute < 0 \
             or config.repeats < 1:
@@ -463,11 +463,11 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
                    ) -> dict[str, Any]:
     """EIA (all threads and one), BIA and brute force on :func:`index.workload.hotspot` of
     the workload, with the verification floor; medians of ``config.repeats`` rounds."""
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from index.workload import Workload, hotspot
-    from pruning.brute import BruteMatcher
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.workload import Workload, hotspot
+    from roadpubsub.pruning.brute import BruteMatcher
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     k = min(config.dense_messages, len(msgs))
     wl = hotspot(Workload(subs, msgs.take(np.arange(k)), weights), spatial.network,

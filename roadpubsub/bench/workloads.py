@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from roadnet.errors import InputError, MissingDataError
 from roadpubsub.bench.config import KeywordSource
 from roadpubsub.networks import auto_capacity, auto_dmax, resolve_network
 from roadpubsub.progress import Steps
+from roadpubsub.roadnet.errors import InputError, MissingDataError
 
 if TYPE_CHECKING:
-    from index.model import Messages, Subscriptions
-    from index.pois import POIs
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from roadnet.network import RoadNetwork
+    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.pois import POIs
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "Prepared",
@@ -51,7 +51,7 @@ class WorkloadSource:
     def generate(self, network: RoadNetwork, *, n_subscriptions: int, n_messages: int,
                  seed: int, alpha: float = 0.5, alpha_spread: float = 0.1, tau: float = 0.7,
                  tau_spread: float = 0.1) -> tuple[Subscriptions, Messages, TermWeights]:
-        from index.workload import generate_workload
+        from roadpubsub.index.workload import generate_workload
 
         wl = generate_workload(
             network, n_subscriptions=n_subscriptions, n_messages=n_messages, seed=seed,
@@ -65,9 +65,9 @@ def load_source(network: RoadNetwork, network_path: Path, keywords_from: str | N
                 tweets: str | None) -> WorkloadSource:
     """The keyword source: tweets when the corpus exists (or is asked for), else the
     network file's POIs."""
-    from index.pois import find_poi_source, load_pois
-    from index.text import read_tweet_tokens
-    from index.workload import default_tweets_path
+    from roadpubsub.index.pois import find_poi_source, load_pois
+    from roadpubsub.index.text import read_tweet_tokens
+    from roadpubsub.index.workload import default_tweets_path
 
     tweet_path = Path(tweets) if tweets else default_tweets_path()
     if keywords_from is None:
@@ -220,8 +220,8 @@ def pool_subscriptions(source: WorkloadSource, network: RoadNetwork, need: int, 
                        seed: int) -> tuple[Subscriptions, int]:
     """``need`` generated subscriptions with at least ``kmin`` keywords each (ids 0..),
     and how many distinct generated rows they are."""
-    from index.model import Subscriptions
-    from roadnet.locations import EdgePoints
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.roadnet.locations import EdgePoints
 
     cols, distinct = _pool(source, network, need, kmin, seed, messages=False)
     n = cols["kw_ptr"].size - 1
@@ -234,8 +234,8 @@ def pool_messages(source: WorkloadSource, network: RoadNetwork, need: int, kmin:
                   seed: int) -> tuple[Messages, int]:
     """``need`` generated messages with at least ``kmin`` keywords each (ids 0..), and how
     many distinct generated rows they are."""
-    from index.model import Messages
-    from roadnet.locations import EdgePoints
+    from roadpubsub.index.model import Messages
+    from roadpubsub.roadnet.locations import EdgePoints
 
     cols, distinct = _pool(source, network, need, kmin, seed, messages=True)
     n = cols["kw_ptr"].size - 1
@@ -247,7 +247,7 @@ def pool_messages(source: WorkloadSource, network: RoadNetwork, need: int, kmin:
 def with_keywords(subs: Subscriptions, csr: tuple[npt.NDArray[np.int64],
                                                   npt.NDArray[np.int32]]) -> Subscriptions:
     """``subs`` with the keyword CSR ``csr`` (same rows)."""
-    from index.model import Subscriptions
+    from roadpubsub.index.model import Subscriptions
 
     return Subscriptions(subs.ids, subs.points, subs.alpha, subs.tau, csr[0], csr[1])
 
@@ -255,7 +255,7 @@ def with_keywords(subs: Subscriptions, csr: tuple[npt.NDArray[np.int64],
 def with_params(subs: Subscriptions, *, alpha: float | None = None,
                 tau: float | None = None) -> Subscriptions:
     """``subs`` with every alpha (tau) set to ``alpha`` (``tau``) when given."""
-    from index.model import Subscriptions
+    from roadpubsub.index.model import Subscriptions
 
     n = len(subs)
     return Subscriptions(subs.ids, subs.points,
@@ -295,9 +295,9 @@ class Prepared:
 def prepare(network_arg: str | None, keywords_from: str | None, tweets: str | None,
             cell_capacity: int | None, dmax: float | None, steps: Steps) -> Prepared:
     """Load the network and the keyword source, build the cells and bounds (3 steps)."""
-    from index.spatial import SpatialIndex
-    from roadnet.cells import build_cells
-    from roadnet.io import load_network
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.roadnet.cells import build_cells
+    from roadpubsub.roadnet.io import load_network
 
     path = resolve_network(network_arg)
     with steps.step("load_network", f"loading the road network {path.name}") as info:

@@ -14,8 +14,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from roadnet.errors import RoadPubSubError, format_error
-from roadnet.files import release_output_locks
+from roadpubsub.roadnet.errors import RoadPubSubError, format_error
+from roadpubsub.roadnet.files import release_output_locks
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 

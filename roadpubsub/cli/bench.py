@@ -9,9 +9,9 @@ import argparse
 import sys
 from typing import Any
 
-from roadnet.errors import InputError
-from roadnet.files import check_output_path
 from roadpubsub.bench import SCALES, SWEEPS
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import check_output_path
 
 __all__ = ["register", "run"]
 

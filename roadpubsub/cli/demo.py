@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from roadnet.files import check_output_path
 from roadpubsub.demo import (
     DEFAULT_BRUTE_MESSAGES,
     DEFAULT_MESSAGES,
     DEFAULT_OUT_DIR,
     DEFAULT_SUBSCRIPTIONS,
 )
+from roadpubsub.roadnet.files import check_output_path
 
 __all__ = ["register", "run"]
 

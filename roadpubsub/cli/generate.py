@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from roadnet.errors import InputError
-from roadnet.files import check_output_path
-from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import snap_metres
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import check_output_path
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["register", "run"]
 
@@ -78,14 +78,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Generate and write the workload; returns the exit code."""
-    from index.pois import find_poi_source, load_pois
-    from index.workload import (
+    from roadpubsub.index.pois import find_poi_source, load_pois
+    from roadpubsub.index.workload import (
         default_tweets_path,
         generate_workload,
         keyword_histogram,
         write_workload,
     )
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
 
     t0 = time.perf_counter()
     if args.subscriptions < 0 or args.messages < 0:

@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from roadnet.errors import InputError
-from roadnet.files import check_output_path
-from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import check_output_path
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["register", "run_build", "run_info", "run_verify"]
 
@@ -90,10 +90,10 @@ def run_build(args: argparse.Namespace) -> int:
     """Build the index and save it; returns the exit code."""
     from tqdm import tqdm
 
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from index.spatial import SpatialIndex
-    from roadnet.cells import build_cells
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.roadnet.cells import build_cells
 
     out = Path(args.out)
     if out.suffix.lower() != ".npz":
@@ -117,7 +117,7 @@ def run_build(args: argparse.Namespace) -> int:
     cells = build_cells(network, capacity=args.cell_capacity)
     if args.bounds:
         # The table of the Spark job, checked against this network and these cells.
-        from spark_jobs.precompute_bounds import load_bounds_table
+        from roadpubsub.spark_jobs.precompute_bounds import load_bounds_table
 
         bounds = load_bounds_table(args.bounds, network, cells)
         spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)
@@ -156,7 +156,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     """Print what an index file holds; returns the exit code."""
-    from index.index_file import index_file_info
+    from roadpubsub.index.index_file import index_file_info
 
     info = {"file": str(args.path), **index_file_info(args.path)}
     if args.json:
@@ -174,7 +174,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify an index file; exit 0 when sound (a damaged file raises, exit 2)."""
-    from index.store import verify_index
+    from roadpubsub.index.store import verify_index
 
     report = {"file": str(args.path), **verify_index(args.path)}
     if args.json:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roadnet.errors import InputError
-from roadnet.files import check_output_path
-from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax, read_sources
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import check_output_path
+from roadpubsub.roadnet.settings import DEFAULTS
 
 if TYPE_CHECKING:
-    from index.kinds import SubscriptionSet
+    from roadpubsub.index.kinds import SubscriptionSet
 
 __all__ = ["register", "run"]
 
@@ -53,7 +53,7 @@ are the smoothed idf over --corpus (default: the shared airline tweets).
 
 
 def _index_choices() -> list[str]:
-    from pruning.matchers import MATCHERS
+    from roadpubsub.pruning.matchers import MATCHERS
 
     return sorted(MATCHERS)
 
@@ -105,16 +105,6 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from index.geofiles import deliveries_geotable
-    from index.io import deliveries_table, read_messages, write_deliveries, write_tables
-    from index.kinds import SubscriptionSet
-    from index.store import load_index
-    from pruning.deliveries import Deliveries
-    from pruning.indexed import IndexMatcher
-    from pruning.kinds_reference import check_window
-    from pruning.mixed import MixedMatcher
-    from roadnet.locations import EdgePoints, point_xy
-    from roadnet.network import spatial_order
     from roadpubsub.cli.match_kinds import (
         check_topk_out,
         has_kind_column,
@@ -122,6 +112,16 @@ def run(args: argparse.Namespace) -> int:
         read_kind_sources,
         write_topk_events,
     )
+    from roadpubsub.index.geofiles import deliveries_geotable
+    from roadpubsub.index.io import deliveries_table, read_messages, write_deliveries, write_tables
+    from roadpubsub.index.kinds import SubscriptionSet
+    from roadpubsub.index.store import load_index
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.pruning.indexed import IndexMatcher
+    from roadpubsub.pruning.kinds_reference import check_window
+    from roadpubsub.pruning.mixed import MixedMatcher
+    from roadpubsub.roadnet.locations import EdgePoints, point_xy
+    from roadpubsub.roadnet.network import spatial_order
 
     out = Path(args.out)
     if out.suffix.lower() not in _OUT_SUFFIXES:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         msg = "--batch must be >= 1"
         raise InputError(msg)
     t0 = time.perf_counter()
-    from roadnet.jit import preload_in_background
+    from roadpubsub.roadnet.jit import preload_in_background
 
     preload = preload_in_background()  # the cached kernels, while the inputs are read
     say = _status(args.quiet)

@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roadnet.errors import InputError
+from roadpubsub.roadnet.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from index.kinds import SubscriptionSet
-    from index.terms import TermWeights
-    from pruning.expiry import Expiry
-    from pruning.topk_events import TopkEvents
-    from roadnet.network import RoadNetwork
+    from roadpubsub.index.kinds import SubscriptionSet
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.pruning.expiry import Expiry
+    from roadpubsub.pruning.topk_events import TopkEvents
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["check_topk_out", "has_kind_column", "read_expiry", "read_kind_sources",
            "topk_out_path", "write_topk_events"]
@@ -39,7 +39,7 @@ def has_kind_column(path: str | Path) -> bool:
     """Whether a subscriptions file has a ``kind`` column (Parquet: from its schema)."""
     import pyarrow.parquet as pq
 
-    from index.io import read_table
+    from roadpubsub.index.io import read_table
 
     p = Path(path)
     if p.suffix.lower() in (".parquet", ".pq") and p.exists():
@@ -63,7 +63,7 @@ def topk_out_path(args: argparse.Namespace) -> Path:
 
 def check_topk_out(args: argparse.Namespace) -> Path:
     """The top-k events file, checked before any work: not an input, not ``--out``."""
-    from roadnet.files import check_output_path
+    from roadpubsub.roadnet.files import check_output_path
 
     topk_out = topk_out_path(args)
     check_output_path(topk_out, what="--topk-out", inputs=(
@@ -79,9 +79,9 @@ def read_kind_sources(args: argparse.Namespace, dmax: float
     """The network, the weights and the subscriptions of every kind the options name
     (``args.keywords_not_in_weights`` counts the subscriptions' keywords the weights
     lacked)."""
-    from index.kinds_io import read_subscription_set
-    from roadnet.io import load_network
     from roadpubsub.cli.sources import read_weights_option
+    from roadpubsub.index.kinds_io import read_subscription_set
+    from roadpubsub.roadnet.io import load_network
 
     network = load_network(args.network, directed=args.directed)
     weights = read_weights_option(args)
@@ -105,8 +105,8 @@ def read_expiry(subscriptions: str | Path, messages: str | Path,
     """
     import numpy as np
 
-    from index.io import read_table
-    from pruning.expiry import Expiry
+    from roadpubsub.index.io import read_table
+    from roadpubsub.pruning.expiry import Expiry
 
     subs = read_table(subscriptions)
     if "expires_at" not in subs.column_names:
@@ -129,6 +129,6 @@ def write_topk_events(events: TopkEvents, path: Path) -> None:
     """The top-k events file (written under a temporary name, then renamed)."""
     import pyarrow as pa
 
-    from index.io import write_tables
+    from roadpubsub.index.io import write_tables
 
     write_tables({path: pa.table({k: pa.array(v) for k, v in events.to_columns().items()})})

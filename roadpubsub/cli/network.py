@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from roadnet.errors import InputError
-from roadnet.files import check_output_path
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.files import check_output_path
 
 __all__ = ["network_summary", "register"]
 
@@ -105,10 +105,10 @@ def _strong_components(network: Any) -> int:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
 
     if args.save:
-        from roadnet.network import RoadNetwork
+        from roadpubsub.roadnet.network import RoadNetwork
 
         suffix = Path(args.save).suffix.lower()
         if suffix not in ("", ".npz"):

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from roadnet.errors import InputError
-from roadnet.settings import DEFAULTS
 from roadpubsub.cli.sources import add_source_arguments, check_dmax
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.limits import add_limit_arguments
 
 __all__ = ["register", "run"]
@@ -180,7 +180,7 @@ def run_loadgen(args: argparse.Namespace) -> int:
     """Run the load generator and print its JSON report."""
     import json
 
-    from roadnet.io import load_network
+    from roadpubsub.roadnet.io import load_network
     from roadpubsub.service.loadgen import build_stream, get_health, run_load
 
     if args.existing < 1:
@@ -418,17 +418,17 @@ def _file_difference(flag: str, value: str, held: dict[str, str] | None) -> list
 def _create(args: argparse.Namespace, folder: Path) -> None:
     import numpy as np
 
-    from index.eia import EnhancedIndex
-    from index.io import read_subscriptions
-    from index.kinds_io import read_subscription_set
-    from index.model import Subscriptions
-    from index.spatial import SpatialIndex
-    from index.store import load_index
-    from pruning.kinds_reference import check_window
-    from roadnet.io import load_network
-    from roadnet.locations import EdgePoints
     from roadpubsub.cli.match_kinds import has_kind_column
     from roadpubsub.cli.sources import read_weights_option
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.io import read_subscriptions
+    from roadpubsub.index.kinds_io import read_subscription_set
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.store import load_index
+    from roadpubsub.pruning.kinds_reference import check_window
+    from roadpubsub.roadnet.io import load_network
+    from roadpubsub.roadnet.locations import EdgePoints
     from roadpubsub.service.state import DEFAULT_WINDOW, create_state
 
     boolean = topk = None
@@ -568,7 +568,7 @@ def run(args: argparse.Namespace) -> int:
     gate, tls = _access(args, folder)  # before anything is created: refused at once
     mqtt_options = _mqtt_options(args)
     t0 = time.perf_counter()
-    from roadnet.jit import preload_in_background
+    from roadpubsub.roadnet.jit import preload_in_background
 
     preload = preload_in_background()  # the cached kernels, while the state loads
     manifest = read_manifest(folder)
@@ -593,7 +593,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(msg)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     preload.join()  # ready with warm kernels when it first answers
-    from index.events import BodyParser
+    from roadpubsub.index.events import BodyParser
     from roadpubsub.service.warmup import warm_kernels
 
     warm_s = warm_kernels(state, BodyParser(state.index.network, max_snap_m=args.max_snap))

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roadnet import lengths
-from roadnet.settings import DEFAULTS, shared_data_hint
+from roadpubsub.roadnet import lengths
+from roadpubsub.roadnet.settings import DEFAULTS, shared_data_hint
 
 if TYPE_CHECKING:
-    from index.model import Subscriptions
-    from index.terms import TermWeights
-    from roadnet.network import RoadNetwork
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "add_source_arguments",
@@ -87,10 +87,10 @@ def check_dmax(dmax: float) -> float:
 
 def read_weights_option(args: argparse.Namespace) -> TermWeights:
     """The --weights file, or smoothed idf over --corpus (default: the shared tweets)."""
-    from index.io import read_weights
-    from index.terms import TermWeights
-    from index.text import read_text_corpus
-    from index.workload import default_tweets_path
+    from roadpubsub.index.io import read_weights
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.index.text import read_text_corpus
+    from roadpubsub.index.workload import default_tweets_path
 
     normalize = not getattr(args, "exact_keywords", False)
     args.weights_from = "file"
@@ -111,8 +111,8 @@ def read_weights_option(args: argparse.Namespace) -> TermWeights:
 
 def read_sources(args: argparse.Namespace) -> tuple[RoadNetwork, TermWeights, Subscriptions]:
     """Load the network, the weights and the subscriptions the options name."""
-    from index.io import read_subscriptions
-    from roadnet.io import load_network
+    from roadpubsub.index.io import read_subscriptions
+    from roadpubsub.roadnet.io import load_network
 
     network = load_network(args.network, directed=args.directed)
     weights = read_weights_option(args)

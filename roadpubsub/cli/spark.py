@@ -19,13 +19,13 @@ __all__ = ["JOBS", "register"]
 
 #: Subcommand -> (job module, one-line help).
 JOBS: dict[str, tuple[str, str]] = {
-    "precompute-bounds": ("spark_jobs.precompute_bounds",
+    "precompute-bounds": ("roadpubsub.spark_jobs.precompute_bounds",
                           "compute the cell-pair bound table of a network on Spark"),
-    "idf": ("spark_jobs.idf", "smoothed idf keyword weights of a text corpus on Spark"),
-    "batch-match": ("spark_jobs.batch_match",
+    "idf": ("roadpubsub.spark_jobs.idf", "smoothed idf keyword weights of a text corpus on Spark"),
+    "batch-match": ("roadpubsub.spark_jobs.batch_match",
                     "match a message set against a subscription set on Spark "
                     "(threshold, boolean and top-k subscriptions)"),
-    "stream": ("spark_jobs.stream",
+    "stream": ("roadpubsub.spark_jobs.stream",
                "match messages as they land (Structured Streaming, exactly once)"),
 }
 
@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
                     "'spark-submit spark_jobs/<job>.py'. Needs Java 17+.",
         epilog="Run 'roadpubsub spark JOB --help' for a job's options and an example.",
     )
-    from spark_jobs.session import spark_errors
+    from roadpubsub.spark_jobs.session import spark_errors
 
     sub = parser.add_subparsers(dest="spark_job", metavar="JOB", required=True)
     for name, (module_name, help_text) in JOBS.items():

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _folder(path: Path) -> Path:
-    from roadnet.errors import InputError
+    from roadpubsub.roadnet.errors import InputError
 
     if not (path / "manifest.json").exists() and not (path / "wal").is_dir():
         msg = f"{path}: no roadpubsub service folder here (no manifest.json, no wal/)"

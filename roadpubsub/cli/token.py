@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roadnet.errors import InputError
+from roadpubsub.roadnet.errors import InputError
 
 if TYPE_CHECKING:
     from roadpubsub.service.access import TokenStore

@@ -10,11 +10,11 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from index.model import Messages, Subscriptions
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from pruning.deliveries import Deliveries
-    from roadnet.network import RoadNetwork
+    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["pick_message", "plot_message_map"]
 
@@ -89,8 +89,8 @@ def plot_message_map(
     from matplotlib.collections import LineCollection
     from matplotlib.patches import Circle, Rectangle
 
-    from roadnet.distance import NodeSearch, entry_costs
-    from roadnet.locations import point_xy
+    from roadpubsub.roadnet.distance import NodeSearch, entry_costs
+    from roadpubsub.roadnet.locations import point_xy
 
     mid = int(messages.ids[row])
     mpoint = messages.points[row]

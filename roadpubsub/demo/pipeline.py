@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roadnet.errors import InputError, MissingDataError
-from roadnet.lengths import check_dmax
-from roadnet.settings import DEFAULTS
 from roadpubsub.demo.message_map import pick_message, plot_message_map
 from roadpubsub.networks import auto_capacity, auto_dmax, helsinki_pbf
 from roadpubsub.outputs import save_figure, write_json
@@ -46,16 +43,19 @@ from roadpubsub.records import (
     index_method,
     time_in_turns,
 )
+from roadpubsub.roadnet.errors import InputError, MissingDataError
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.settings import DEFAULTS
 
 if TYPE_CHECKING:
-    from index.base import SubscriptionIndex
-    from index.model import Messages, Subscriptions
-    from index.pois import POIs
-    from index.spatial import SpatialIndex
-    from index.terms import TermWeights
-    from pruning.deliveries import Deliveries
-    from pruning.indexed import MatchStats
-    from roadnet.network import RoadNetwork
+    from roadpubsub.index.base import SubscriptionIndex
+    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.pois import POIs
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.pruning.indexed import MatchStats
+    from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "DEFAULT_BRUTE_MESSAGES",
@@ -128,10 +128,10 @@ def _load_workload(
     seed: int,
     info: dict[str, str],
 ) -> tuple[Subscriptions, Messages, TermWeights, dict[str, Any]]:
-    from index.io import read_messages, read_subscriptions, read_weights
-    from index.pois import find_poi_source, load_pois
-    from index.terms import TermWeights
-    from index.workload import default_tweets_path, generate_workload
+    from roadpubsub.index.io import read_messages, read_subscriptions, read_weights
+    from roadpubsub.index.pois import find_poi_source, load_pois
+    from roadpubsub.index.terms import TermWeights
+    from roadpubsub.index.workload import default_tweets_path, generate_workload
 
     poi_source = find_poi_source(network_path)
     pois: POIs | None = None
@@ -189,10 +189,10 @@ def _compile_kernels(network: RoadNetwork, spatial: SpatialIndex, subs: Subscrip
                      brute: bool) -> None:
     """Build both indexes and match on a tiny slice of the workload, so that every kernel
     the figures use is compiled (or loaded from the cache) before anything is timed."""
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from pruning.brute import BruteMatcher
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.pruning.brute import BruteMatcher
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     few_subs = subs.take(np.arange(min(_WARM_SUBSCRIPTIONS, len(subs))))
     few_msgs = msgs.take(np.arange(min(_WARM_MESSAGES, len(msgs))))
@@ -207,7 +207,7 @@ def _match_indexes(indexes: dict[str, SubscriptionIndex], builds: dict[str, floa
                    ) -> tuple[dict[str, MethodResult], dict[str, Deliveries], MatchStats]:
     """EIA and BIA on every message, warm: each matches the batch once, then they take
     turns over :data:`MATCH_ROUNDS` timed rounds."""
-    from pruning.indexed import IndexMatcher
+    from roadpubsub.pruning.indexed import IndexMatcher
 
     methods = []
     for kind, index in indexes.items():
@@ -228,7 +228,7 @@ def _match_indexes(indexes: dict[str, SubscriptionIndex], builds: dict[str, floa
 def _match_brute(network: RoadNetwork, subs: Subscriptions, weights: TermWeights,
                  messages: Messages, steps: Steps, *, dmax_m: float
                  ) -> tuple[MethodResult, Deliveries]:
-    from pruning.brute import BruteMatcher
+    from roadpubsub.pruning.brute import BruteMatcher
 
     t0 = time.perf_counter()
     brute = BruteMatcher(network, subs, weights, dmax_m=dmax_m)
@@ -291,11 +291,11 @@ def run_demo(
     DemoResult
         The summary and every object built.
     """
-    from index.bia import BasicIndex
-    from index.eia import EnhancedIndex
-    from index.io import write_deliveries
-    from index.spatial import SpatialIndex
-    from roadnet.io import load_network
+    from roadpubsub.index.bia import BasicIndex
+    from roadpubsub.index.eia import EnhancedIndex
+    from roadpubsub.index.io import write_deliveries
+    from roadpubsub.index.spatial import SpatialIndex
+    from roadpubsub.roadnet.io import load_network
 
     if n_messages < 1 or n_subscriptions < 0 or n_brute < 0:
         msg = "need at least 1 message, and >= 0 subscriptions and brute messages"
@@ -329,7 +329,7 @@ def run_demo(
 
     with steps.step("cells_bounds", f"PMR cells (capacity {capacity}) and cell-pair "
                                     "distance bounds") as info:
-        from roadnet.cells import build_cells
+        from roadpubsub.roadnet.cells import build_cells
 
         cells = build_cells(network, capacity=capacity)
         with steps.bar(cells.n_cells, "bounds", unit="cell") as bar:

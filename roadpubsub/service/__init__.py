@@ -11,4 +11,4 @@ written from the delivery columns), :mod:`~roadpubsub.service.metrics` and
 :mod:`~roadpubsub.service.loadgen`.
 """
 
-import roadnet  # noqa: F401  (points the kernel cache away from the install first)
+from roadpubsub import roadnet  # noqa: F401  (points the kernel cache away from the install first)

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from index.events import RequestError
-from roadnet.errors import InputError
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.events import RequestError
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["ADMIN", "HEAD", "HEAD_FIELDS", "NOBODY", "OPEN", "PRINCIPAL", "PUBLISHER",
            "ROLES", "SUBSCRIBER", "TOKENS_FILE", "WS_BEARER", "AccessGate", "Guard",

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import orjson
 
-from pruning.deliveries import Deliveries
+from roadpubsub.pruning.deliveries import Deliveries
 
 __all__ = ["DeliveryList", "deliveries_bytes", "dumps"]
 

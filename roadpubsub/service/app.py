@@ -71,10 +71,10 @@ from starlette.responses import (
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from index.events import BodyParser, RequestError, parse_ids
-from pruning.deliveries import Deliveries
-from roadnet.errors import InputError, format_error
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.events import BodyParser, RequestError, parse_ids
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service import faults
 from roadpubsub.service.access import ADMIN, OPEN, PRINCIPAL, AccessGate, Guard, Principal
 from roadpubsub.service.answers import dumps

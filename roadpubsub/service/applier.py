@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from index.events import BodyParser, MessageBatch, MoveBatch, RequestError
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
+from roadpubsub.index.events import BodyParser, MessageBatch, MoveBatch, RequestError
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.state import Applied, ServiceState, TopkFound, topk_json
 

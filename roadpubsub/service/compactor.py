@@ -21,8 +21,8 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.delta import build_compacted, compaction_input
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.delta import build_compacted, compaction_input
 
 __all__ = ["Compactor"]
 

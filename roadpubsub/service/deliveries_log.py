@@ -41,8 +41,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pruning.deliveries import Deliveries, sort_order
-from roadnet.files import atomic_paths
+from roadpubsub.pruning.deliveries import Deliveries, sort_order
+from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.service.integrity import (
     SUM_SUFFIX,
     StateDamageError,

@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
 
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["lonlat_of", "roads_geojson"]
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from index.events import RequestError, parse_ids
-from roadnet.errors import InputError, format_error
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.events import RequestError, parse_ids
+from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service import faults
 from roadpubsub.service.access import ADMIN, OPEN, Guard, Principal
 from roadpubsub.service.answers import dumps

@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from roadnet.errors import RoadPubSubError
+from roadpubsub.roadnet.errors import RoadPubSubError
 
 __all__ = ["SUM_SUFFIX", "StateDamageError", "crc32_bytes", "crc32_file", "move_aside",
            "read_sum", "verified_bytes", "write_sum"]

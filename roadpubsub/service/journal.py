@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.events import RequestError
+from roadpubsub.index.events import RequestError
 
 __all__ = ["Chunk", "DeliveryJournal", "ResumeTooOldError", "Want"]
 

@@ -48,8 +48,8 @@ import orjson
 from starlette.types import ASGIApp as App
 from starlette.types import Message, Receive, Scope, Send
 
-from roadnet.errors import InputError
-from roadnet.settings import DEFAULTS, Settings
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.settings import DEFAULTS, Settings
 from roadpubsub.service.access import HEAD, HEAD_FIELDS, read_head
 
 __all__ = ["TransportLimits", "TransportLimitsMiddleware", "add_limit_arguments",

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from index.workload import generate_workload
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["LoadReport", "ServiceDownError", "build_stream", "check_loopback", "get_health",
            "run_load"]

@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from index.events import BodyParser, RequestError, parse_ids
-from roadnet.errors import InputError, format_error
+from roadpubsub.index.events import BodyParser, RequestError, parse_ids
+from roadpubsub.roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.hotpath import decode_body
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from index.events import MAX_BATCH
+from roadpubsub.index.events import MAX_BATCH
 
 __all__ = ["openapi_document"]
 

@@ -50,8 +50,8 @@ from typing import Any
 
 import orjson
 
-from roadnet.errors import RoadPubSubError
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.errors import RoadPubSubError
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["Outbox", "OutboxDamagedError", "OutboxEntry", "Queued"]
 

@@ -19,8 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from roadnet.errors import format_error
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.errors import format_error
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.state import ServiceState
 

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 from numba.core.compiler_lock import global_compiler_lock
 
-from index.base import SubscriptionIndex
-from roadnet.errors import InputError, format_error
-from roadnet.files import atomic_paths
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.service.integrity import StateDamageError, crc32_bytes, crc32_file
 from roadpubsub.service.wal import fsync_path, segment_name
 

@@ -55,11 +55,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from index.base import SubscriptionIndex
-from index.csr import take_csr
-from index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
-from index.io import subscriptions_table
-from index.kinds import (
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.csr import take_csr
+from roadpubsub.index.events import MessageBatch, MoveBatch, RequestError, SubscriptionBatch
+from roadpubsub.index.io import subscriptions_table
+from roadpubsub.index.kinds import (
     KIND_BOOLEAN,
     KIND_CODES,
     KIND_TOPK,
@@ -68,20 +68,20 @@ from index.kinds import (
     SubscriptionSet,
     TopkSubscriptions,
 )
-from index.kinds_io import subscription_set_table
-from index.model import Messages, Subscriptions, keyword_csr
-from index.store import load_index
-from pruning.deliveries import Deliveries, sort_order
-from pruning.expiry import Expiry
-from pruning.indexed import IndexMatcher
-from pruning.kinds_reference import check_window
-from pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
-from pruning.live_topk import LiveTopk
-from pruning.mixed import MixedMatcher
-from pruning.topk_events import TopkEvents
-from roadnet.errors import InputError, RoadPubSubError, describe_rows, format_error
-from roadnet.locations import EdgePoints
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.kinds_io import subscription_set_table
+from roadpubsub.index.model import Messages, Subscriptions, keyword_csr
+from roadpubsub.index.store import load_index
+from roadpubsub.pruning.deliveries import Deliveries, sort_order
+from roadpubsub.pruning.expiry import Expiry
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.kinds_reference import check_window
+from roadpubsub.pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
+from roadpubsub.pruning.live_topk import LiveTopk
+from roadpubsub.pruning.mixed import MixedMatcher
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.errors import InputError, RoadPubSubError, describe_rows, format_error
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog

@@ -31,7 +31,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from index.events import RequestError, parse_ids
+from roadpubsub.index.events import RequestError, parse_ids
 from roadpubsub.service.journal import ResumeTooOldError, Want
 from roadpubsub.service.outbox import OutboxEntry
 from roadpubsub.service.state import ServiceState

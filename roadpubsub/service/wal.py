@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from index.events import RequestError
+from roadpubsub.index.events import RequestError
 from roadpubsub.service import faults
 from roadpubsub.service.integrity import StateDamageError
 

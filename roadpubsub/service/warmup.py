@@ -20,7 +20,7 @@ def warm_kernels(state: Any, parser: Any) -> float:
     """Locate one move and match one message against ``state``'s index (nothing is
     applied, logged or answered); returns the seconds it took. Any failure is ignored:
     the first real event then compiles what is missing."""
-    from index.model import Messages
+    from roadpubsub.index.model import Messages
 
     t0 = time.perf_counter()
     try:

@@ -52,8 +52,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from roadnet.errors import InputError, RoadPubSubError
-from roadnet.settings import DEFAULTS, Settings
+from roadpubsub.roadnet.errors import InputError, RoadPubSubError
+from roadpubsub.roadnet.settings import DEFAULTS, Settings
 from roadpubsub.service.outbox import Outbox, OutboxEntry, Queued
 
 __all__ = [

@@ -178,8 +178,8 @@ def test_subsample_keywords_is_nested_and_exact() -> None:
 
 
 def test_rome_is_the_default_when_present() -> None:
-    from roadnet.settings import shared_data_dir
     from roadpubsub.networks import default_network
+    from roadpubsub.roadnet.settings import shared_data_dir
 
     rome = shared_data_dir() / "dimacs" / "rome.gr.gz"
     if not rome.exists():

@@ -3,8 +3,8 @@ rounds cover every message, and the index agrees with the reference (not timed).
 
 from __future__ import annotations
 
-from index.spatial import SpatialIndex
 from roadpubsub.bench_kinds import boolean_benchmark
+from roadpubsub.index.spatial import SpatialIndex
 
 
 def test_boolean_benchmark_agrees_with_the_reference(andorra) -> None:

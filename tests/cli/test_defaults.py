@@ -7,8 +7,8 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
-from roadnet.settings import DEFAULTS
 from roadpubsub.cli import build_parser
+from roadpubsub.roadnet.settings import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "roadpubsub" / "cli"
@@ -45,7 +45,7 @@ def literal_defaults(extra: tuple[Path, ...] = SPARK_ENTRY_POINTS) -> list[str]:
 
 
 def test_no_tunable_default_is_a_literal_in_the_commands() -> None:
-    assert literal_defaults() == [], "move these defaults into roadnet.settings.Settings"
+    assert literal_defaults() == [], "move these defaults into roadpubsub.roadnet.settings.Settings"
 
 
 def test_the_scan_sees_a_literal_default(tmp_path: Path, monkeypatch) -> None:
@@ -107,7 +107,7 @@ def test_the_live_window_stays_1000_and_the_service_reads_settings() -> None:
 
 
 def test_every_settings_field_is_documented() -> None:
-    from roadnet.settings import Settings
+    from roadpubsub.roadnet.settings import Settings
 
     doc = Settings.__doc__ or ""
     documented = set()

@@ -153,9 +153,9 @@ def test_errors_are_one_line(argv: list[str], needle: str, tmp_path: Path,
 
 
 def test_library_helpers() -> None:
-    from pruning.deliveries import Deliveries
     from roadpubsub.demo import pick_message
     from roadpubsub.networks import auto_capacity
+    from roadpubsub.pruning.deliveries import Deliveries
 
     assert auto_capacity(541) == 9
     assert auto_capacity(258_193) == 2400

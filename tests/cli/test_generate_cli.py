@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main
+from roadpubsub.roadnet.network import RoadNetwork
 
 FILES = ("subscriptions.parquet", "messages.parquet", "weights.parquet")
 

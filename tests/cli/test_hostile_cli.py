@@ -21,9 +21,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index.io import read_deliveries, write_tables
-from roadnet.files import OutputBusyError, atomic_paths, check_output_path, release_output_locks
 from roadpubsub.cli import main
+from roadpubsub.index.io import read_deliveries, write_tables
+from roadpubsub.roadnet.files import (
+    OutputBusyError,
+    atomic_paths,
+    check_output_path,
+    release_output_locks,
+)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +149,8 @@ def test_sigkill_mid_run_then_rerun_leaves_only_the_output(andorra_files, tmp_pa
 def test_a_second_run_on_a_busy_output_is_refused(andorra_files, tmp_path) -> None:
     out = tmp_path / "d.parquet"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from roadnet.files import check_output_path; "
+        [sys.executable, "-c", "import sys, time; "
+         "from roadpubsub.roadnet.files import check_output_path; "
          f"check_output_path({str(out)!r}); print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -163,7 +169,7 @@ def test_lock_is_per_process_and_released() -> None:
     check_output_path(path)
     check_output_path(path)  # the same process may check again
     release_output_locks()
-    code = ("from roadnet.files import check_output_path; "
+    code = ("from roadpubsub.roadnet.files import check_output_path; "
             f"check_output_path({str(path)!r})")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
     check_output_path(path)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from test_match_cli import DMAX, match_argv, workload  # noqa: F401 - the fixture
 
-from index.io import read_deliveries
-from pruning.deliveries import Deliveries
 from roadpubsub.cli import main
+from roadpubsub.index.io import read_deliveries
+from roadpubsub.pruning.deliveries import Deliveries
 
 
 def build_argv(cal: Path, wl: Path, out: Path, *extra: str) -> list[str]:

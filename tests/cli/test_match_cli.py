@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pruning.matchers as matchers
-from index.io import read_deliveries, read_messages, read_subscriptions, read_weights
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from roadnet.io import load_network
+import roadpubsub.pruning.matchers as matchers
 from roadpubsub.cli import main
+from roadpubsub.index.io import read_deliveries, read_messages, read_subscriptions, read_weights
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.io import load_network
 
 DMAX = "30000"
 

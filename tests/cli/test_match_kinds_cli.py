@@ -11,12 +11,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index.io import read_deliveries, read_messages, read_subscriptions, read_table, read_weights
-from index.kinds_io import read_subscription_set
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from roadnet.io import load_network
 from roadpubsub.cli import main
+from roadpubsub.index.io import (
+    read_deliveries,
+    read_messages,
+    read_subscriptions,
+    read_table,
+    read_weights,
+)
+from roadpubsub.index.kinds_io import read_subscription_set
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from roadpubsub.roadnet.io import load_network
 
 DMAX = "20000"
 
@@ -128,7 +134,7 @@ def test_bad_combinations_are_named(mixed, tmp_path, capsys, change, said) -> No
 
 def test_mixed_run_builds_the_cells_once(mixed, tmp_path, monkeypatch) -> None:
     """The threshold index and the boolean and top-k indexes share one cell structure."""
-    import index.spatial as spatial_module
+    import roadpubsub.index.spatial as spatial_module
 
     calls = {"cells": 0, "bounds": 0}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roadnet.io import load_network
 from roadpubsub.cli import main
+from roadpubsub.roadnet.io import load_network
 
 
 def tiny_dimacs(tmp_path: Path) -> Path:

@@ -19,13 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 from live import DMAX_M, Server, tweet_weights
 from state_folder import FIRST_RUN, SECOND_RUN, make_folder
 
-from index.eia import EnhancedIndex
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.text import read_tweet_tokens
-from index.workload import generate_workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.state import create_state
 from roadpubsub.service.wal import scan_segment, segments
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.text import read_tweet_tokens
-from roadnet.network import RoadNetwork
+from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 @pytest.fixture(scope="session")

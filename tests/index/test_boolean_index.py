@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.boolean import BooleanIndex, rarest_keywords
-from index.kinds import BooleanSubscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.boolean import BooleanIndex, rarest_keywords
+from roadpubsub.index.kinds import BooleanSubscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.delta import DeltaBuffer
-from index.model import Subscriptions
-from index.spatial import PointFacts
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
+from roadpubsub.index.delta import DeltaBuffer
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import PointFacts
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
 
 
 def _rows(ids: list[int], rng: np.random.Generator

@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.delta import DeltaBuffer
-from index.model import Subscriptions
-from index.spatial import PointFacts
-from roadnet.locations import EdgePoints
+from roadpubsub.index.delta import DeltaBuffer
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import PointFacts
+from roadpubsub.roadnet.locations import EdgePoints
 
 
 def _rows(ids: list[int]) -> tuple[Subscriptions, PointFacts, np.ndarray, np.ndarray]:

@@ -10,19 +10,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
-from index.postings import build_posting_layout, edge_groups_by_value
-from index.spatial import SpatialIndex
-from index.store import load_index
-from index.workload import Workload, generate_workload
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from roadnet.io import load_network
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
+from roadpubsub.index.postings import build_posting_layout, edge_groups_by_value
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import shared_data_dir
 
 DMAX = 3000.0
 
@@ -196,7 +196,7 @@ def test_eia_file_with_edge_groups_in_edge_order_is_rebuilt(
                                          dmax_m=DMAX)).match(wl.messages)
     old = tmp_path / "old_order.npz"
     with monkeypatch.context() as m:  # build and save as the older code did
-        m.setattr("index.eia.build_posting_layout",
+        m.setattr("roadpubsub.index.eia.build_posting_layout",
                   lambda **kw: build_posting_layout(**{**kw, "edges_by_value": False}))
         before = EnhancedIndex(spatial, wl.subscriptions, wl.weights, dmax_m=DMAX)
         before.save(old)
@@ -207,7 +207,7 @@ def test_eia_file_with_edge_groups_in_edge_order_is_rebuilt(
     assert got.pairs() == want.pairs() and len(got) > 0
     np.testing.assert_array_equal(got.distance, want.distance)
     # Without the check, the edge-ordered postings would lose deliveries.
-    monkeypatch.setattr("index.eia.edge_groups_by_value", lambda layout: True)
+    monkeypatch.setattr("roadpubsub.index.eia.edge_groups_by_value", lambda layout: True)
     unchecked = IndexMatcher(load_index(old)).match(wl.messages)
     assert unchecked.pairs() < want.pairs()
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from index.events import BodyParser, RequestError
-from roadnet.network import RoadNetwork
-from roadnet.settings import DEFAULTS
+from roadpubsub.index.events import BodyParser, RequestError
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index.io import (
+from roadpubsub.index.io import (
     read_messages,
     read_subscriptions,
     subscriptions_table,
@@ -21,10 +21,10 @@ from index.io import (
     write_subscriptions,
     write_weights,
 )
-from index.model import InvalidMessageError, InvalidSubscriptionError, Subscriptions
-from index.terms import TermWeights
-from index.workload import Workload, generate_workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import InvalidMessageError, InvalidSubscriptionError, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 shapely = pytest.importorskip("shapely")
 UTM_31N = "EPSG:25831"  # ETRS89 / UTM zone 31N, Andorra's metric CRS

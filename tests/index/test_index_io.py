@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import index.io as iio
-from index.io import (
+import roadpubsub.index.io as iio
+from roadpubsub.index.io import (
     DEFAULT_WEIGHT_KEY,
     atomic_paths,
     read_deliveries,
@@ -25,10 +25,15 @@ from index.io import (
     write_subscriptions,
     write_weights,
 )
-from index.model import InvalidMessageError, InvalidSubscriptionError, Messages, Subscriptions
-from index.terms import InvalidWeightsError, TermWeights
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import (
+    InvalidMessageError,
+    InvalidSubscriptionError,
+    Messages,
+    Subscriptions,
+)
+from roadpubsub.index.terms import InvalidWeightsError, TermWeights
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 Columns = dict[str, Any]
 
@@ -226,7 +231,7 @@ def test_weights_default_weight_round_trips(tmp_path: Path) -> None:
 
 
 def test_deliveries_round_trip(tmp_path: Path) -> None:
-    from pruning.deliveries import Deliveries
+    from roadpubsub.pruning.deliveries import Deliveries
 
     d = Deliveries(np.array([2, 1, 1]), np.array([5, 9, 3]), np.array([1.5, 0.0, 2.25]),
                    np.array([0.9, 0.8, 0.75]))
@@ -247,7 +252,7 @@ def test_failed_write_leaves_nothing(tmp_path: Path, tiny: RoadNetwork,
         msg = "disk full"
         raise OSError(msg)
 
-    monkeypatch.setattr("index.tables._write_table_to", broken)
+    monkeypatch.setattr("roadpubsub.index.tables._write_table_to", broken)
     with pytest.raises(OSError, match="disk full"):
         write_weights(weights(), tmp_path / "w.parquet")
     assert list(tmp_path.iterdir()) == []
@@ -452,8 +457,8 @@ def test_an_arrow_error_names_the_file(tmp_path: Path, tiny: RoadNetwork,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     """An id Arrow cannot cast (uint64 beyond int64) is one error naming the file, in the
     library (an InputError) and on the command line (exit 2, one line, no traceback)."""
-    from roadnet.errors import InputError
     from roadpubsub.cli import main
+    from roadpubsub.roadnet.errors import InputError
 
     cols = msg_columns()
     path = tmp_path / "m.parquet"

@@ -18,16 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.io import write_messages
-from index.model import InvalidSubscriptionError, Subscriptions
-from index.spatial import SpatialIndex
-from index.store import load_index, verify_index
-from index.validate import IndexFileError
-from index.workload import generate_workload
-from pruning.indexed import IndexMatcher
-from roadnet.locations import EdgePoints
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import write_messages
+from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index, verify_index
+from roadpubsub.index.validate import IndexFileError
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.locations import EdgePoints
 
 Arrays = dict[str, np.ndarray]
 
@@ -128,10 +128,10 @@ def tampered(source: Path, folder: Path, case: str, edit: Callable[[Arrays], Non
 
 _CHILD = """
 import json, sys
-from index.index_file import index_file_info
-from index.store import load_index
-from index.io import read_messages
-from pruning.indexed import IndexMatcher
+from roadpubsub.index.index_file import index_file_info
+from roadpubsub.index.store import load_index
+from roadpubsub.index.io import read_messages
+from roadpubsub.pruning.indexed import IndexMatcher
 out = []
 for path in sys.argv[2:]:
     try:
@@ -237,7 +237,7 @@ def test_api_refuses_points_off_the_network(saved, kind) -> None:
         index.subscribe(strange)
     # Messages off the network.
     msgs = wl.messages.take([0])
-    from index.model import Messages
+    from roadpubsub.index.model import Messages
     off = Messages(msgs.ids, EdgePoints(np.array([n_edges], np.int32), np.array([0.0])),
                    msgs.kw_ptr, msgs.kw_terms)
     with pytest.raises(ValueError, match="messages"):
@@ -247,7 +247,7 @@ def test_api_refuses_points_off_the_network(saved, kind) -> None:
 def test_large_arrays_are_mapped_and_equal_to_the_read_ones(saved, monkeypatch) -> None:
     """Loading maps an index file's large arrays (copy-on-write) instead of reading them;
     they hold what a plain read gives, and writing to one leaves the file alone."""
-    import roadnet.files as files
+    import roadpubsub.roadnet.files as files
 
     path = saved["files"]["eia"]
     _, plain = files.read_npz(path)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.io import read_subscriptions
-from index.kinds_io import read_subscription_set, write_subscription_set
-from index.model import InvalidSubscriptionError
-from index.terms import TermWeights
-from roadnet.network import RoadNetwork
+from roadpubsub.index.io import read_subscriptions
+from roadpubsub.index.kinds_io import read_subscription_set, write_subscription_set
+from roadpubsub.index.model import InvalidSubscriptionError
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 @pytest.fixture

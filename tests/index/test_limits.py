@@ -7,17 +7,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.limits import (
+from roadpubsub.index.limits import (
     distance_limit,
     distance_upper_bound,
     effective_tau,
     location_aware_prefixes,
     tsim_limit,
 )
-from index.model import Subscriptions
-from index.terms import TermWeights
-from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadnet.locations import EdgePoints
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from roadpubsub.roadnet.locations import EdgePoints
 
 DMAX = 1000.0
 
@@ -114,7 +114,7 @@ def test_delivered_pairs_always_pass_lemmas_3_and_6(weights, sub_mask, msg_mask,
 def test_compiled_prefixes_equal_the_vectorised_ones(weights, rows, tolerance) -> None:
     """The compiled prefixes are bit for bit those of the numpy formulation, for weights of
     any magnitude, alpha at 0 and 1, and ties between weights."""
-    from index.limits import _location_aware_prefixes_vectorised
+    from roadpubsub.index.limits import _location_aware_prefixes_vectorised
 
     vocab = [f"t{i}" for i in range(len(weights))]
     w = TermWeights(dict(zip(vocab, weights, strict=True)))

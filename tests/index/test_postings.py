@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.postings import PostingLayout, build_posting_layout, edge_groups_by_value
+from roadpubsub.index.postings import PostingLayout, build_posting_layout, edge_groups_by_value
 
 
 @st.composite
@@ -118,8 +118,8 @@ def sorted_postings(draw: st.DrawFn) -> dict[str, np.ndarray]:
 @given(data=sorted_postings(), by_value=st.booleans(), narrow=st.booleans())
 def test_compiled_layout_equals_the_sorted_one(data: dict[str, np.ndarray], by_value: bool,
                                                narrow: bool) -> None:
-    from index.build_kernels import layout_kernel
-    from index.postings import _build_posting_layout_sorted
+    from roadpubsub.index.build_kernels import layout_kernel
+    from roadpubsub.index.postings import _build_posting_layout_sorted
 
     if narrow:
         data["post_slot"] = data["post_slot"].astype(np.int32)
@@ -135,7 +135,7 @@ def test_compiled_layout_equals_the_sorted_one(data: dict[str, np.ndarray], by_v
 
 
 def test_compiled_layout_declines_unsorted_input() -> None:
-    from index.build_kernels import layout_kernel
+    from roadpubsub.index.build_kernels import layout_kernel
 
     cell = np.array([1, 0], dtype=np.int32)
     edge = np.array([0, 0], dtype=np.int32)

@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.base import SubscriptionIndex
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import InvalidSubscriptionError
-from index.spatial import PointFacts, SpatialIndex
-from index.workload import Workload, generate_workload
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from roadnet.io import load_network
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import InvalidSubscriptionError
+from roadpubsub.index.spatial import PointFacts, SpatialIndex
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import shared_data_dir
 
 DMAX = 3000.0
 

@@ -9,12 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, SUB_COLUMNS, aligned_rows
-from index.spatial import SpatialIndex
-from index.store import load_index
-from index.workload import generate_workload
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, SUB_COLUMNS, aligned_rows
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index
+from roadpubsub.index.workload import generate_workload
 
 
 def _assert_record_matches(index) -> None:  # type: ignore[no-untyped-def]

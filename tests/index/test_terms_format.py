@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.eia import EnhancedIndex
-from index.index_file import index_file_info
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.store import load_index, verify_index
-from index.validate import IndexFileError, array_digest, decode_terms, encode_terms
-from index.workload import generate_workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.index_file import index_file_info
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index, verify_index
+from roadpubsub.index.validate import IndexFileError, array_digest, decode_terms, encode_terms
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 #: Long and non-ASCII keywords (each within the service's 256-byte limit).
 LONG = ["x" * 250, "\u00fc" * 120, "\U0001f697" * 60, "strasse", "\u5730\u56f3"]

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.text import STOP_WORDS, read_text_corpus, read_tweet_tokens, tokenize, tokenize_many
+from roadpubsub.index.text import (
+    STOP_WORDS,
+    read_text_corpus,
+    read_tweet_tokens,
+    tokenize,
+    tokenize_many,
+)
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from index.io import DEFAULT_WEIGHT_KEY, read_weights
-from index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
+from roadpubsub.index.io import DEFAULT_WEIGHT_KEY, read_weights
+from roadpubsub.index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
 
 
 def weights_file(tmp_path: Path, default: bytes | None, weights=(1.0, 2.0)) -> Path:

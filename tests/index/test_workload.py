@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.io import read_messages, read_subscriptions, read_weights
-from index.model import Messages, Subscriptions
-from index.pois import POIs, find_poi_source, load_pois, read_li_pois
-from index.terms import smoothed_idf
-from index.workload import (
+from roadpubsub.index.io import read_messages, read_subscriptions, read_weights
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.pois import POIs, find_poi_source, load_pois, read_li_pois
+from roadpubsub.index.terms import smoothed_idf
+from roadpubsub.index.workload import (
     MESSAGE_KEYWORDS,
     SUBSCRIPTION_KEYWORDS,
     TAU_MIN,
@@ -21,8 +21,8 @@ from index.workload import (
     keyword_histogram,
     write_workload,
 )
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 DOCS = [["lost", "bag", "gate"], ["great", "crew", "thanks"], [], ["delay", "gate"],
         ["refund", "ticket", "help", "please", "agent", "phone", "hold"], ["wifi"]]
@@ -264,7 +264,7 @@ def test_compiled_keyword_pick_is_the_stable_argsort_pick() -> None:
     """_pick_keywords takes, per row, the k smallest keys of the row's first `length`
     columns (ties by column) and returns their terms sorted: what the argsort formulation
     it replaced took, including on tied keys."""
-    from index.workload import _pick_keywords
+    from roadpubsub.index.workload import _pick_keywords
 
     rng = np.random.default_rng(5)
     c, width = 400, 9

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from split_graph import split_graph
 
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 #: (message id, subscription id) -> (distance in metres, score)
 Reference = dict[tuple[int, int], tuple[float, float]]

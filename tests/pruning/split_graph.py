@@ -11,7 +11,7 @@ import itertools
 import networkx as nx
 import numpy as np
 
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["split_graph"]
 

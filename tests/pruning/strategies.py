@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["assert_same", "dmax_at_a_pair_distance", "random_points", "scenarios",
            "tiny_network", "with_borderline_taus"]

@@ -28,19 +28,19 @@ from hypothesis import strategies as st
 from split_graph import split_graph
 from strategies import assert_same, random_points, tiny_network
 
-from index.base import SubscriptionIndex
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import Messages, Subscriptions
-from index.postings import build_posting_layout
-from index.spatial import SpatialIndex
-from index.store import load_index
-from index.terms import TermWeights
-from pruning.algorithm1 import cell_lower_bounds, edge_record, eia_candidates
-from pruning.algorithm2 import VerifySearch, verify_candidates
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from pruning.kernel_args import (
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.postings import build_posting_layout
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.algorithm1 import cell_lower_bounds, edge_record, eia_candidates
+from roadpubsub.pruning.algorithm2 import VerifySearch, verify_candidates
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.kernel_args import (
     BoundArrays,
     EdgeArrays,
     EiaCellArrays,
@@ -51,7 +51,7 @@ from pruning.kernel_args import (
     ScratchArrays,
     SlotArrays,
 )
-from roadnet.dijkstra_kernels import (
+from roadpubsub.roadnet.dijkstra_kernels import (
     BucketQueue,
     SearchGraph,
     SearchQuery,
@@ -59,9 +59,9 @@ from roadnet.dijkstra_kernels import (
     bucket_dijkstra_kernel,
     reset_kernel,
 )
-from roadnet.distance import NodeSearch, dead_ends, distances_to_point
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.distance import NodeSearch, dead_ends, distances_to_point
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 INF = float("inf")
 FloatArray = npt.NDArray[np.float64]
@@ -516,7 +516,7 @@ def test_edge_order_file_is_put_in_dnub_order_on_load(tmp_path: Path) -> None:
 
 def test_counter_constants_name_their_positions() -> None:
     """The kernels count by name (CANDIDATES, ...); the names are COUNTER_NAMES' order."""
-    import pruning.algorithm1 as a1
+    import roadpubsub.pruning.algorithm1 as a1
 
     for i, name in enumerate(a1.COUNTER_NAMES):
         assert getattr(a1, name.upper()) == i

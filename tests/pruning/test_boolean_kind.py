@@ -9,17 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, random_points, scenarios, tiny_network
 
-from index.kinds import BooleanSubscriptions
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.boolean import BooleanIndexMatcher
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import BooleanBruteMatcher
-from roadnet.errors import InputError
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.kinds import BooleanSubscriptions
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def as_boolean(network: RoadNetwork, subs: Subscriptions, messages: Messages,

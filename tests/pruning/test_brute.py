@@ -11,16 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from index.workload import generate_workload
-from pruning.brute import BruteMatcher, match_brute
-from pruning.deliveries import Deliveries
-from pruning.matchers import MATCHERS, build_matcher
-from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadnet.distance import distances_to_point
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import BruteMatcher, match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.matchers import MATCHERS, build_matcher
+from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from roadpubsub.roadnet.distance import distances_to_point
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 Reference = dict[tuple[int, int], tuple[float, float]]
 

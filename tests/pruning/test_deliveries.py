@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pruning.deliveries import Deliveries, sort_order
+from roadpubsub.pruning.deliveries import Deliveries, sort_order
 
 _INT64 = np.iinfo(np.int64)
 

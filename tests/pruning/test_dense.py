@@ -15,16 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, dmax_at_a_pair_distance, with_borderline_taus
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.workload import generate_workload, hotspot
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import generate_workload, hotspot
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 _M_PER_DEGREE = 111_000.0
 

@@ -15,11 +15,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.eia import EnhancedIndex
-from index.spatial import SpatialIndex
-from index.workload import generate_workload
-from pruning.algorithm1 import EDGE_RECORD_WIDTH, edge_record, similarity_prunes
-from pruning.indexed import IndexMatcher
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.algorithm1 import EDGE_RECORD_WIDTH, edge_record, similarity_prunes
+from roadpubsub.pruning.indexed import IndexMatcher
 
 unit = st.floats(0.0, 1.0)
 

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, dmax_at_a_pair_distance, scenarios, with_borderline_taus
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.spatial import SpatialIndex
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
 
 ARCHITECTURES = (EnhancedIndex, BasicIndex)
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from strategies import assert_same
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.spatial import SpatialIndex
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from roadnet.network import spatial_order
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.network import spatial_order
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
@@ -165,7 +165,7 @@ def test_verification_floor_finds_the_reference_distances(andorra) -> None:
     """The floor's search (the delivered subscriptions as the only candidates, each limited
     to its own distance) finds exactly the reference matcher's distances, settles no more
     junctions than the matcher, and refuses deliveries it cannot reproduce."""
-    from roadnet.errors import InputError
+    from roadpubsub.roadnet.errors import InputError
 
     wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=6,
                            alpha_spread=0.4, tau_spread=0.3)

@@ -11,16 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_same
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.deliveries import sort_order
-from pruning.indexed import IndexMatcher
-from pruning.kernel_args import OutputArrays
-from pruning.lanes import assemble_kernel, delivery_starts, guided_runs
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import sort_order
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.kernel_args import OutputArrays
+from roadpubsub.pruning.lanes import assemble_kernel, delivery_starts, guided_runs
 
 
 @settings(max_examples=300, deadline=None)
@@ -216,7 +216,7 @@ def test_stamps_start_again_before_the_marks_overflow(andorra, arch) -> None:
     """A slot's mark holds its message's stamp in its high bits and its candidate position
     in its low bits (pruning.algorithm1.MARK_SHIFT): a lane whose stamps near the limit
     clears its marks and starts again, with the same deliveries before and after."""
-    from pruning.algorithm1 import MAX_STAMP
+    from roadpubsub.pruning.algorithm1 import MAX_STAMP
 
     wl = generate_workload(andorra, n_subscriptions=2000, n_messages=60, seed=21)
     index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,

@@ -12,14 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import random_points, scenarios
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages, keyword_csr
-from index.spatial import SpatialIndex
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from pruning.live_kinds import LiveBoolean
-from pruning.live_topk import LiveTopk
-from roadnet.locations import EdgePoints
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.model import Messages, keyword_csr
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from roadpubsub.pruning.live_kinds import LiveBoolean
+from roadpubsub.pruning.live_topk import LiveTopk
+from roadpubsub.roadnet.locations import EdgePoints
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

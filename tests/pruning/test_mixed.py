@@ -9,18 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, scenarios, with_borderline_taus
 
-from index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from pruning.expiry import Expiry, withhold_expired
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from pruning.mixed import MixedMatcher, MixedResult
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
+from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.expiry import Expiry, withhold_expired
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from roadpubsub.pruning.mixed import MixedMatcher, MixedResult
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
 
 SLOW = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

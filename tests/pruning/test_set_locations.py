@@ -18,19 +18,19 @@ from hypothesis import strategies as st
 from split_graph import split_graph
 from strategies import assert_same, random_points, tiny_network
 
-from index.kinds import BooleanSubscriptions
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from pruning.brute import BruteMatcher
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import BooleanBruteMatcher
-from pruning.set_locations import SetLocations
-from pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadnet.distance import network_distance
-from roadnet.errors import InputError, InvalidLocationError
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
-from roadnet.segment_sets import SegmentSet, route_through_points, segment_set_distances
+from roadpubsub.index.kinds import BooleanSubscriptions
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.brute import BruteMatcher
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
+from roadpubsub.pruning.set_locations import SetLocations
+from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from roadpubsub.roadnet.distance import network_distance
+from roadpubsub.roadnet.errors import InputError, InvalidLocationError
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.segment_sets import SegmentSet, route_through_points, segment_set_distances
 
 VOCAB = [f"t{i}" for i in range(6)]
 

@@ -11,17 +11,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import random_points, scenarios
 
-from index.kinds import TopkSubscriptions
-from index.model import Messages, Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from pruning.brute import match_brute
-from pruning.kinds_reference import TopkBruteMatcher
-from pruning.similarity import spatio_textual_similarity, text_similarity
-from pruning.topk import TopkIndexMatcher
-from pruning.topk_events import TopkEvents
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.kinds import TopkSubscriptions
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.kinds_reference import TopkBruteMatcher
+from roadpubsub.pruning.similarity import spatio_textual_similarity, text_similarity
+from roadpubsub.pruning.topk import TopkIndexMatcher
+from roadpubsub.pruning.topk_events import TopkEvents
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def stream(network: RoadNetwork, subs: Subscriptions, weights: TermWeights,

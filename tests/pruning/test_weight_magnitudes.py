@@ -14,16 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, scenarios, with_borderline_taus
 
-from index.bia import BasicIndex
-from index.eia import EnhancedIndex
-from index.limits import location_aware_prefixes
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from pruning.similarity import text_similarity
+from roadpubsub.index.bia import BasicIndex
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.limits import location_aware_prefixes
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.similarity import text_similarity
 
 ARCHITECTURES = (EnhancedIndex, BasicIndex)
 
@@ -71,7 +71,7 @@ def test_tub_bounds_every_tsim(decades: tuple[float, float], seed: int) -> None:
                                    strict=True)))
     n = 200
     keywords = [list(rng.choice(vocab, rng.integers(1, 9), replace=False)) for _ in range(n)]
-    from roadnet.locations import EdgePoints
+    from roadpubsub.roadnet.locations import EdgePoints
 
     subs = heavy_rows_first(Subscriptions.from_rows(
         ids=np.arange(n), points=EdgePoints.of(np.zeros(n, np.int64), np.zeros(n)),

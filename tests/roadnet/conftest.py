@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def random_edge_points(network: RoadNetwork, rng: np.random.Generator, k: int,

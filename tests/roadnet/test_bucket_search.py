@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-from roadnet.dijkstra_kernels import (
+from roadpubsub.roadnet.dijkstra_kernels import (
     BucketQueue,
     SearchGraph,
     SearchQuery,
@@ -36,8 +36,8 @@ from roadnet.dijkstra_kernels import (
     dijkstra_kernel,
     reset_kernel,
 )
-from roadnet.distance import dead_ends
-from roadnet.network import Adjacency
+from roadpubsub.roadnet.distance import dead_ends
+from roadpubsub.roadnet.network import Adjacency
 
 INF = float("inf")
 GUARD = 4  # guard cells after each array the kernel writes into

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roadnet.cell_bounds import compute_cell_bounds
-from roadnet.cells import build_cells
-from roadnet.distance import NodeSearch, distances_to_point
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.cell_bounds import compute_cell_bounds
+from roadpubsub.roadnet.cells import build_cells
+from roadpubsub.roadnet.distance import NodeSearch, distances_to_point
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def test_rome_has_about_256_cells_each_edge_in_one(rome) -> None:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roadnet.chains import build_chain_graph
-from roadnet.distance import NodeSearch, distances_from_point, distances_to_point
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.chains import build_chain_graph
+from roadpubsub.roadnet.distance import NodeSearch, distances_from_point, distances_to_point
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def _points(network: RoadNetwork, rng: np.random.Generator, k: int) -> EdgePoints:

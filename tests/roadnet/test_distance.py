@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from roadnet.dijkstra_kernels import (
+from roadpubsub.roadnet.dijkstra_kernels import (
     BucketQueue,
     SearchGraph,
     SearchQuery,
@@ -21,15 +21,15 @@ from roadnet.dijkstra_kernels import (
     dijkstra_kernel,
     reset_kernel,
 )
-from roadnet.distance import (
+from roadpubsub.roadnet.distance import (
     NodeSearch,
     dead_ends,
     distances_from_point,
     distances_to_point,
     network_distance,
 )
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 INF = float("inf")
 PROPERTY = settings(max_examples=20, deadline=None,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from roadnet.files import check_output_path
+from roadpubsub.roadnet.files import check_output_path
 
 
 def test_usable_paths_pass(tmp_path: Path) -> None:

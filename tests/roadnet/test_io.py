@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
-from roadnet.io import SUPPORTED_SUFFIXES, load_network
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
+from roadpubsub.roadnet.io import SUPPORTED_SUFFIXES, load_network
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def assert_same_network(a: RoadNetwork, b: RoadNetwork) -> None:
@@ -192,7 +192,7 @@ def test_load_network_takes_an_osmnx_graph(shared) -> None:
     """The design card loads road graphs through osmnx: its graph objects are accepted."""
     import osmnx as ox
 
-    from roadnet.osm import from_osmnx_graph
+    from roadpubsub.roadnet.osm import from_osmnx_graph
 
     graph = ox.graph_from_xml(shared("osm/West-Oakland.osm.bz2"))
     got = load_network(graph)

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from roadnet.jit import _kernel_sources
+from roadpubsub.roadnet.jit import _kernel_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,13 +24,13 @@ def test_fingerprint_covers_what_reaches_a_kernel_only(tmp_path: Path) -> None:
     _write(tmp_path, "roadnet/__init__.py", "")
     _write(tmp_path, "roadnet/kern.py", """
         import numba
-        from roadnet.consts import LIMIT
-        from index import helpers
+        from roadpubsub.roadnet.consts import LIMIT
+        from roadpubsub.index import helpers
         """)
-    _write(tmp_path, "roadnet/consts.py", "from roadnet.deeper import X\nLIMIT = 3\n")
+    _write(tmp_path, "roadnet/consts.py", "from roadpubsub.roadnet.deeper import X\nLIMIT = 3\n")
     _write(tmp_path, "roadnet/deeper.py", "X = 1\n")
     _write(tmp_path, "index/__init__.py", "")
-    _write(tmp_path, "index/helpers.py", "def lazy():\n    from pruning.late import Y\n")
+    _write(tmp_path, "index/helpers.py", "def lazy():\n    from roadpubsub.pruning.late import Y\n")
     _write(tmp_path, "pruning/__init__.py", "")
     _write(tmp_path, "pruning/late.py", "Y = 2\n")
     _write(tmp_path, "pruning/unrelated.py", "Z = 3\n")
@@ -59,7 +59,7 @@ def test_preload_loads_cached_kernels_without_compiling(tmp_path: Path) -> None:
                           capture_output=True, text=True).stdout.split() == ["4.0", "6"]
     second = textwrap.dedent("""
         import json, roadnet, roadnet_probe_kernels as p
-        from roadnet.jit import preload_kernels
+        from roadpubsub.roadnet.jit import preload_kernels
         n = preload_kernels()
         before = len(p.twice.overloads)
         p.twice(5.0)

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 
-from roadnet.distance import NodeSearch, distances_from_point, network_distance
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.distance import NodeSearch, distances_from_point, network_distance
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
 
 UTM33 = "EPSG:32633"
 X0, Y0 = 290_000.0, 4_640_000.0

@@ -9,18 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roadnet.chains import build_chain_graph
-from roadnet.distance import distances_to_point
-from roadnet.errors import NetworkFormatError
-from roadnet.lengths import (
+from roadpubsub.roadnet.chains import build_chain_graph
+from roadpubsub.roadnet.distance import distances_to_point
+from roadpubsub.roadnet.errors import NetworkFormatError
+from roadpubsub.roadnet.lengths import (
     LENGTH_GRID_M,
     LONGEST_EXACT_M,
     check_dmax,
     on_length_grid,
     snap_unless_on_grid,
 )
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 metres = st.floats(min_value=0.0, max_value=50_000.0, allow_nan=False)
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 
-from roadnet.errors import InvalidLocationError
-from roadnet.locations import EdgePoints, locate_lonlat, locate_uv, locate_xy, point_xy
-from roadnet.network import RoadNetwork
+from roadpubsub.roadnet.errors import InvalidLocationError
+from roadpubsub.roadnet.locations import EdgePoints, locate_lonlat, locate_uv, locate_xy, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
 
 UTM33 = "EPSG:32633"
 X0, Y0 = 290_000.0, 4_640_000.0  # near Rome, in UTM 33N metres
@@ -210,7 +210,7 @@ def test_locate_uv_compiled_equals_the_vectorised_path(
     """The compiled rows of locate_uv give the vectorised path's points, and any row it
     does not take (unknown nodes, no edge, offsets off the edge or NaN, a parallel edge to
     choose) leaves the whole call to that path: same points, same error."""
-    from roadnet.locations import _locate_uv_general
+    from roadpubsub.roadnet.locations import _locate_uv_general
 
     net = grid if name == "grid" else real_networks(name)
     rng = np.random.default_rng(seed)

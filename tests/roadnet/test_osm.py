@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import shapely
 
-from roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
-from roadnet.io import load_network
-from roadnet.network import RoadNetwork
-from roadnet.osm import DRIVE_EXCLUDE, from_osmnx_graph, is_drivable, is_oneway
-from roadnet.osm_files import read_osm_file
+from roadpubsub.roadnet.errors import NetworkFormatError, UnsupportedNetworkFormatError
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.osm import DRIVE_EXCLUDE, from_osmnx_graph, is_drivable, is_oneway
+from roadpubsub.roadnet.osm_files import read_osm_file
 
 osmium = pytest.importorskip("osmium")
 ox = pytest.importorskip("osmnx")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from roadnet._prefetch import prefetch
+from roadpubsub.roadnet._prefetch import prefetch
 
 
 @numba.njit(cache=False)

@@ -22,17 +22,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import CRS, Transformer
 
-from roadnet.distance import (
+from roadpubsub.roadnet.distance import (
     NodeSearch,
     distances_to_point,
     entry_costs,
     exit_costs,
     network_distance,
 )
-from roadnet.errors import InvalidLocationError
-from roadnet.locations import EdgePoints, point_xy
-from roadnet.network import RoadNetwork
-from roadnet.segment_sets import (
+from roadpubsub.roadnet.errors import InvalidLocationError
+from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.segment_sets import (
     SegmentSet,
     SegmentSets,
     area_from_geojson,

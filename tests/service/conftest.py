@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from live import DMAX_M, Server, tweet_weights
 
-from index.eia import EnhancedIndex
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.text import read_tweet_tokens
-from index.workload import Workload, generate_workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.state import create_state
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 from ports import free_port
 
-from index.io import messages_table, subscriptions_table
-from index.terms import TermWeights
-from index.workload import Workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.io import messages_table, subscriptions_table
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 DMAX_M = 3000.0
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from index.model import Messages, Subscriptions
-from index.terms import TermWeights
-from pruning.brute import match_brute
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints, locate_uv
-from roadnet.network import RoadNetwork
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints, locate_uv
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["Oracle", "as_deliveries", "assert_same"]
 

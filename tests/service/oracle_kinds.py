@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 from oracle import Oracle, unexpired
 
-from index.kinds import BooleanSubscriptions, TopkSubscriptions
-from index.model import Messages, keyword_csr
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+from roadpubsub.index.model import Messages, keyword_csr
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = ["KindsOracle", "topk_rows"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from live import Server, message_rows, subscription_rows
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 #: Records of the first server run (then a clean stop: the snapshot of seq FIRST_RUN).
 FIRST_RUN = 300

@@ -20,9 +20,9 @@ import websockets.sync.client as websockets_sync
 from live import location_of, message_rows, subscription_rows
 from websockets.exceptions import InvalidStatus
 
-from index.workload import Workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.access import TokenStore
 
 # ids of the scene: A's bound id and the one A creates, B's, the admin's, an absent one

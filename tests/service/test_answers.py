@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pruning.deliveries import Deliveries
+from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.service.answers import DeliveryList, dumps
 
 

@@ -17,12 +17,12 @@ from live import DMAX_M, Server, location_of, message_rows, subscription_rows, t
 from oracle import Oracle, as_deliveries, assert_same
 from websockets.exceptions import ConnectionClosed
 
-from index.io import read_deliveries, write_weights
-from index.workload import Workload
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main
+from roadpubsub.index.io import read_deliveries, write_weights
+from roadpubsub.index.workload import Workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def _collect(url: str, out: list[dict[str, Any]], ready: threading.Event,

@@ -13,11 +13,11 @@ import pytest
 from live import DMAX_M, location_of, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from index.events import BodyParser, RequestError
-from index.workload import Workload
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.events import BodyParser, RequestError
+from roadpubsub.index.workload import Workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.state import ServiceBusyError, ServiceOptions, ServiceState
 

@@ -14,12 +14,12 @@ from live import DMAX_M, location_of, message_rows, subscription_rows, tweet_wei
 from oracle import Oracle, as_deliveries, assert_same
 
 import roadpubsub.service.compactor as compactor_module
-from index.base import SubscriptionIndex
-from index.delta import build_compacted
-from index.events import BodyParser
-from index.workload import Workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.base import SubscriptionIndex
+from roadpubsub.index.delta import build_compacted
+from roadpubsub.index.events import BodyParser
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.state import ServiceOptions, ServiceState
 
 

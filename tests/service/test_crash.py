@@ -33,11 +33,11 @@ import pytest
 from live import DMAX_M, Server, location_of, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from index.io import read_deliveries
-from index.workload import Workload
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.io import read_deliveries
+from roadpubsub.index.workload import Workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 ROUNDS = 5
 Event = tuple[str, list[dict[str, Any]]]

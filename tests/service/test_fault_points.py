@@ -25,9 +25,9 @@ import pytest
 from live import DMAX_M, Server, location_of, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from index.workload import Workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.faults import FAULT_ENV, FAULT_EXIT, FAULT_POINTS
 
 Event = tuple[str, list[dict[str, Any]]]

@@ -19,9 +19,9 @@ import pytest
 from live import DMAX_M, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
 from roadpubsub.bench.fleet import MOSQUITTO, SERVICE_USER, Broker, FleetDriver, _metrics
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import publish_packet
 
 pytestmark = pytest.mark.skipif(not Path(MOSQUITTO).exists(),

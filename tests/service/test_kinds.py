@@ -22,15 +22,15 @@ from live import DMAX_M, Server, location_of, message_rows, subscription_rows, t
 from oracle import as_deliveries, assert_same
 from oracle_kinds import KindsOracle, topk_rows
 
-from index.eia import EnhancedIndex
-from index.io import read_deliveries, write_weights
-from index.model import Subscriptions
-from index.spatial import SpatialIndex
-from index.workload import Workload
-from pruning.deliveries import Deliveries
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import read_deliveries, write_weights
+from roadpubsub.index.model import Subscriptions
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import Workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.state import create_state
 
 WINDOW = 25
@@ -53,10 +53,10 @@ def kinds_template(andorra: RoadNetwork, tweets: list[list[str]],
 def _warm_kernels(spatial: SpatialIndex, tweets: list[list[str]]) -> None:
     """Compile the threshold, boolean and top-k kernels here (numba caches them on disk),
     so that a server's first message does not compile them inside a request's timeout."""
-    from index.kinds import BooleanSubscriptions, TopkSubscriptions
-    from pruning.indexed import IndexMatcher
-    from pruning.live_kinds import LiveBoolean
-    from pruning.live_topk import LiveTopk
+    from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+    from roadpubsub.pruning.indexed import IndexMatcher
+    from roadpubsub.pruning.live_kinds import LiveBoolean
+    from roadpubsub.pruning.live_topk import LiveTopk
 
     w = tweet_weights(tweets)
     pts = EdgePoints.of([0, 0], [0.0, 0.0])
@@ -69,7 +69,7 @@ def _warm_kernels(spatial: SpatialIndex, tweets: list[list[str]]) -> None:
         np.array([1]), pts[:1], np.array([100.0]), one, terms))
     t = LiveTopk(spatial, w, dmax_m=DMAX_M, window=1, subs=TopkSubscriptions(
         np.array([1]), pts[:1], np.array([0.5]), np.array([1]), one, terms))
-    from index.model import Messages
+    from roadpubsub.index.model import Messages
 
     word = w.terms[0]
     msgs = Messages.from_rows(ids=[1, 2], points=pts, keywords=[[word], [word]], weights=w)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from live import subscription_rows
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.loadgen import build_stream, check_loopback, run_load
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from live import message_rows, subscription_rows
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 webdriver = pytest.importorskip("selenium.webdriver")
 

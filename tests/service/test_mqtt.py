@@ -15,8 +15,8 @@ import pytest
 from live import free_port, message_rows, subscription_rows
 from oracle import as_deliveries, assert_same
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import publish_packet
 
 mqtt = pytest.importorskip("paho.mqtt.client")

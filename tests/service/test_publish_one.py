@@ -12,10 +12,10 @@ import numpy as np
 import orjson
 from live import message_rows, subscription_rows
 
-from index.events import BodyParser
-from index.workload import Workload
-from pruning.deliveries import Deliveries
-from roadnet.network import RoadNetwork
+from roadpubsub.index.events import BodyParser
+from roadpubsub.index.workload import Workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.state import ServiceOptions, ServiceState, deliveries_json
 from roadpubsub.service.wal import read_records

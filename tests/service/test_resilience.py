@@ -25,8 +25,8 @@ import pytest
 from live import DMAX_M, Server, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 Event = tuple[str, list[dict[str, Any]]]
 
@@ -276,7 +276,7 @@ def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
     says failed, later events are refused, and ``recover`` reloads what the log holds."""
     import asyncio
 
-    from index.events import BodyParser
+    from roadpubsub.index.events import BodyParser
     from roadpubsub.service import wal as wal_module
     from roadpubsub.service.state import ServiceState
     from roadpubsub.service.wal import LogUnavailableError
@@ -331,7 +331,7 @@ def test_an_event_that_cannot_be_encoded_fails_alone(
 
     import orjson
 
-    from index.events import BodyParser, RequestError
+    from roadpubsub.index.events import BodyParser, RequestError
     from roadpubsub.service import wal as wal_module
     from roadpubsub.service.state import ServiceState
 

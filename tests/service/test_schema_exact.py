@@ -11,9 +11,9 @@ import pytest
 from jsonschema import Draft202012Validator
 from live import Server, location_of, subscription_rows
 
-from index.workload import Workload
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 INT64_TOO_BIG = "364965788647793491741507584"
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from live import Server, message_rows, subscription_rows
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 def test_create_from_an_index_file(andorra_path: Path, workload: Workload,

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from state_folder import FIRST_RUN, SECOND_RUN, make_folder
 
-from index.workload import Workload
-from roadnet.errors import RoadPubSubError
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.errors import RoadPubSubError
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.integrity import StateDamageError
 from roadpubsub.service.repair import check_folder
 from roadpubsub.service.snapshot import read_manifest

@@ -25,8 +25,8 @@ import websockets.sync.client as websockets_sync
 from live import message_rows, subscription_rows
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.access import TokenStore
 
 Row = tuple[int, int, int, float, float]  # seq, message_id, subscription_id, distance, score

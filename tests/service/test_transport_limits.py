@@ -20,9 +20,9 @@ from live import Server, message_rows, subscription_rows
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from index.workload import Workload
-from roadnet.errors import InputError
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.app import DeliveryHub
 from roadpubsub.service.limits import TransportLimits
 

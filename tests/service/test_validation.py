@@ -16,8 +16,8 @@ import httpx
 import pytest
 from live import Server, location_of, message_rows, subscription_rows
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service import hotpath
 from roadpubsub.service.hotpath import decode_body, decode_body_async, json_depth
 

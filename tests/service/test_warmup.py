@@ -6,9 +6,9 @@ from pathlib import Path
 
 from live import subscription_rows
 
-from index.events import BodyParser
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.events import BodyParser
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.state import ServiceOptions, ServiceState
 from roadpubsub.service.warmup import warm_kernels
 

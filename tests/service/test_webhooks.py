@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import pytest
 
-from roadnet.settings import DEFAULTS
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.outbox import Outbox, OutboxEntry
 from roadpubsub.service.webhooks import (
     WebhookSecretError,
@@ -207,7 +207,7 @@ WORKER = textwrap.dedent("""
     import sys, time
     from dataclasses import replace
     from pathlib import Path
-    from roadnet.settings import DEFAULTS
+    from roadpubsub.roadnet.settings import DEFAULTS
     from roadpubsub.service.outbox import Outbox, OutboxEntry
     from roadpubsub.service.webhooks import WebhookSender
     folder, url, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])

@@ -23,8 +23,8 @@ import pytest
 from live import message_rows, subscription_rows
 from test_webhooks import SECRET, Receiver
 
-from index.workload import Workload
-from roadnet.network import RoadNetwork
+from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.network import RoadNetwork
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from roadnet.cell_bounds import CellBounds, compute_cell_bounds
-from roadnet.cells import Cells, build_cells
-from roadnet.io import load_network
-from roadnet.network import RoadNetwork
-from roadnet.settings import shared_data_dir
+from roadpubsub.roadnet.cell_bounds import CellBounds, compute_cell_bounds
+from roadpubsub.roadnet.cells import Cells, build_cells
+from roadpubsub.roadnet.io import load_network
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import shared_data_dir
 
 #: Master of the test session (see the module docstring).
 TEST_MASTER = "local[2,2]"
@@ -40,7 +40,7 @@ def shared_file(relative: str) -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The one SparkSession of the test run (skips without Java 17+)."""
-    from spark_jobs.session import JavaNotFoundError, get_spark
+    from roadpubsub.spark_jobs.session import JavaNotFoundError, get_spark
 
     try:
         session = get_spark(master=TEST_MASTER, app_name="roadpubsub tests",

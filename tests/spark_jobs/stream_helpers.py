@@ -18,15 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.eia import EnhancedIndex
-from index.io import messages_table, read_messages, subscriptions_table
-from index.model import Messages, Subscriptions
-from index.store import load_index
-from index.terms import TermWeights
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from roadnet.locations import EdgePoints
-from roadnet.network import RoadNetwork
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import messages_table, read_messages, subscriptions_table
+from roadpubsub.index.model import Messages, Subscriptions
+from roadpubsub.index.store import load_index
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
 
 #: A keyword no generated subscription or message holds: subscribing it adds a term.
 NEW_TERM = "zzstreamword"

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.eia import EnhancedIndex
-from index.io import (
+from roadpubsub.cli import main as cli_main
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import (
     read_deliveries,
     read_messages,
     read_table,
@@ -22,18 +23,17 @@ from index.io import (
     write_subscriptions,
     write_weights,
 )
-from index.kinds_io import read_subscription_set
-from index.spatial import SpatialIndex
-from index.workload import Workload, generate_workload
-from pruning.boolean import BooleanIndexMatcher
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from pruning.topk import TopkIndexMatcher
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from roadpubsub.cli import main as cli_main
-from spark_jobs.batch_kinds import batch_match_kinds, topk_out_name
+from roadpubsub.index.kinds_io import read_subscription_set
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.topk import TopkIndexMatcher
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.batch_kinds import batch_match_kinds, topk_out_name
 
 DMAX = 2000.0
 WINDOW = 40

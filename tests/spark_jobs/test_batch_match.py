@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 from pyspark.sql import SparkSession
 
-from index.eia import EnhancedIndex
-from index.io import read_deliveries, write_messages, write_subscriptions, write_weights
-from index.spatial import SpatialIndex
-from index.workload import Workload, generate_workload
-from pruning.deliveries import Deliveries
-from pruning.indexed import IndexMatcher
-from pruning.routing import CellRouter, cell_distance_limits, partition_cells
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.batch_match import batch_match, write_batch_deliveries
-from spark_jobs.precompute_bounds import write_bounds_table
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import read_deliveries, write_messages, write_subscriptions, write_weights
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.pruning.routing import CellRouter, cell_distance_limits, partition_cells
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.batch_match import batch_match, write_batch_deliveries
+from roadpubsub.spark_jobs.precompute_bounds import write_bounds_table
 
 DMAX_M = 2000.0
 

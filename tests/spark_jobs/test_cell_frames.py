@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.io import (
+from roadpubsub.index.io import (
     messages_table,
     read_messages,
     read_subscriptions,
@@ -20,14 +20,14 @@ from index.io import (
     subscriptions_table,
     write_weights,
 )
-from index.model import InvalidMessageError, InvalidSubscriptionError
-from index.terms import TermWeights
-from index.workload import Workload, generate_workload
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs.batch_match import messages_from_arrow, subscriptions_from_arrow
-from spark_jobs.cell_frames import cell_stats
-from spark_jobs.read_frames import read_messages_frame, read_subscriptions_frame
+from roadpubsub.index.model import InvalidMessageError, InvalidSubscriptionError
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.batch_match import messages_from_arrow, subscriptions_from_arrow
+from roadpubsub.spark_jobs.cell_frames import cell_stats
+from roadpubsub.spark_jobs.read_frames import read_messages_frame, read_subscriptions_frame
 
 DMAX_M = 2000.0
 

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.io import read_weights
-from index.terms import TermWeights
-from index.text import read_text_corpus, read_tweet_tokens, tokenize
 from roadpubsub.cli import main as cli_main
-from spark_jobs.idf import compute_idf, read_corpus, write_idf
+from roadpubsub.index.io import read_weights
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.text import read_text_corpus, read_tweet_tokens, tokenize
+from roadpubsub.spark_jobs.idf import compute_idf, read_corpus, write_idf
 
 
 def _assert_same(got: TermWeights, want: TermWeights) -> None:
@@ -86,7 +86,7 @@ def test_cli_idf_refuses_bad_paths_before_starting_spark(
     def no_spark(*args: object, **kwargs: object) -> None:
         raise AssertionError("Spark was started before the paths were checked")
 
-    monkeypatch.setattr("spark_jobs.idf.session_from_args", no_spark)
+    monkeypatch.setattr("roadpubsub.spark_jobs.idf.session_from_args", no_spark)
     (tmp_path / "plain").write_text("x")
     corpus = tmp_path / "missing.csv" if bad == "missing corpus" else tweets_csv
     out = tmp_path / ("w.parquet" if bad == "missing corpus" else "plain/w.parquet")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roadnet.cell_bounds import CellBounds, compute_cell_bounds
-from roadnet.cells import Cells
-from roadnet.distance import NodeSearch
-from roadnet.network import RoadNetwork
-from spark_jobs.overlay import cell_shortcuts, overlay_cell_bounds, overlay_shortcuts
+from roadpubsub.roadnet.cell_bounds import CellBounds, compute_cell_bounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.distance import NodeSearch
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.overlay import cell_shortcuts, overlay_cell_bounds, overlay_shortcuts
 
 
 def _assert_same_tables(got: CellBounds, want: CellBounds) -> None:

@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from index.io import write_subscriptions, write_weights
-from index.spatial import SpatialIndex
-from index.store import load_index
-from index.workload import generate_workload
-from pruning.brute import match_brute
-from pruning.indexed import IndexMatcher
-from roadnet.cell_bounds import CellBounds, compute_cell_bounds
-from roadnet.cells import Cells, build_cells
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.bound_table import BOUNDS_META_FILE, BoundsTableError, load_bounds_table
-from spark_jobs.graphframes_engine import (
+from roadpubsub.index.io import write_subscriptions, write_weights
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.store import load_index
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.cell_bounds import CellBounds, compute_cell_bounds
+from roadpubsub.roadnet.cells import Cells, build_cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.bound_table import BOUNDS_META_FILE, BoundsTableError, load_bounds_table
+from roadpubsub.spark_jobs.graphframes_engine import (
     GraphFramesNotFoundError,
     PregelColumns,
     graphframes_package,
@@ -33,13 +33,13 @@ from spark_jobs.graphframes_engine import (
     pregel_columns,
     rows_from_pregel,
 )
-from spark_jobs.overlay import (
+from roadpubsub.spark_jobs.overlay import (
     cell_shortcuts,
     lightest_arcs,
     overlay_cell_bounds,
     region_shortcuts,
 )
-from spark_jobs.precompute_bounds import precompute_cell_bounds, write_bounds_table
+from roadpubsub.spark_jobs.precompute_bounds import precompute_cell_bounds, write_bounds_table
 
 FIELDS = ("kappa", "D", "D_far", "dE_min", "dE_max", "eta_minus", "eta_plus", "din_out",
           "din_in")

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.session import JavaNotFoundError, atomic_output_dir, java_version, require_java
+from roadpubsub.spark_jobs.session import (
+    JavaNotFoundError,
+    atomic_output_dir,
+    java_version,
+    require_java,
+)
 
 
 def _fake_java(tmp_path: Path, banner: str) -> Path:
@@ -80,7 +85,7 @@ def test_every_spark_command_takes_jars_and_checks_them_first(tmp_path, capsys,
     def no_spark(*args: object, **kwargs: object) -> None:
         raise AssertionError("Spark was started")
 
-    monkeypatch.setattr("spark_jobs.session.get_spark", no_spark)
+    monkeypatch.setattr("roadpubsub.spark_jobs.session.get_spark", no_spark)
     corpus = tmp_path / "c.txt"
     corpus.write_text("lost bag\n")
     assert cli_main(["spark", "idf", str(corpus), "--out", str(tmp_path / "w.parquet"),

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from index.io import write_messages, write_subscriptions, write_weights
-from index.workload import generate_workload
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.session import run_job
-from spark_jobs.storage import local_path, spark_uri
+from roadpubsub.index.io import write_messages, write_subscriptions, write_weights
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.session import run_job
+from roadpubsub.spark_jobs.storage import local_path, spark_uri
 
 
 def _url(path: Path) -> str:

@@ -22,8 +22,8 @@ import pyspark
 import pytest
 from ports import free_port
 
-from index.eia import EnhancedIndex
-from index.io import (
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import (
     read_deliveries,
     read_messages,
     read_subscriptions,
@@ -32,16 +32,16 @@ from index.io import (
     write_subscriptions,
     write_weights,
 )
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.text import tokenize
-from index.workload import generate_workload
-from pruning.indexed import IndexMatcher
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs.bound_table import load_bounds_table
-from spark_jobs.session import java_version
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.text import tokenize
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.bound_table import load_bounds_table
+from roadpubsub.spark_jobs.session import java_version
 
 SPARK_HOME = Path(pyspark.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from roadnet.files import OutputIsInputError, release_output_locks
-from spark_jobs import storage
+from roadpubsub.roadnet.files import OutputIsInputError, release_output_locks
+from roadpubsub.spark_jobs import storage
 
 
 def test_paths_and_urls_are_told_apart() -> None:

@@ -24,17 +24,17 @@ from stream_helpers import (
     unsubscribe_events,
 )
 
-from index.eia import EnhancedIndex
-from index.spatial import SpatialIndex
-from index.workload import Workload, generate_workload
-from pruning.brute import match_brute
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
 from roadpubsub.cli import main as cli_main
-from spark_jobs.stream import StreamDriver, build_parser, read_sink, start_stream
-from spark_jobs.stream_changes import ChangeLog
-from spark_jobs.stream_tasks import kafka_problem
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.brute import match_brute
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.stream import StreamDriver, build_parser, read_sink, start_stream
+from roadpubsub.spark_jobs.stream_changes import ChangeLog
+from roadpubsub.spark_jobs.stream_tasks import kafka_problem
 
 DMAX_M = 2000.0
 N_BASE = 4000
@@ -124,7 +124,7 @@ def test_rounds_equal_single_process_matcher(spark: SparkSession, tmp_path: Path
         query.stop()
     assert query.exception() is None
     sink = read_sink(tmp_path / "out")
-    from pruning.deliveries import Deliveries
+    from roadpubsub.pruning.deliveries import Deliveries
 
     want = Deliveries.concat(ref.found)
     assert len(want) > 200
@@ -167,7 +167,7 @@ def test_once_restart_and_brute_reference(spark: SparkSession, tmp_path: Path,
         assert cli_main(["spark", "stream", *sys_args(tmp_path, index_file), "--once",
                          "--rebase-rows", "50"]) == 0
         assert "new base index" in capsys.readouterr().err
-    from pruning.deliveries import Deliveries
+    from roadpubsub.pruning.deliveries import Deliveries
 
     want = Deliveries.concat(ref.found)
     sink = read_sink(tmp_path / "out")
@@ -178,9 +178,9 @@ def test_once_restart_and_brute_reference(spark: SparkSession, tmp_path: Path,
                                   "batch_id"}
     assert frame.count() == sink.num_rows
     # Independent check of the last round with the brute-force matcher.
-    from index.io import read_messages
-    from index.model import Subscriptions
-    from roadnet.locations import EdgePoints
+    from roadpubsub.index.io import read_messages
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.roadnet.locations import EdgePoints
 
     ids = sorted(ref.rows)
     r = [ref.rows[i] for i in ids]

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from stream_helpers import Reference, assert_same, land_table, message_table
 
-from index.eia import EnhancedIndex
-from index.spatial import SpatialIndex
-from index.workload import Workload, generate_workload
-from pruning.deliveries import Deliveries
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from spark_jobs.stream import read_sink
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.stream import read_sink
 
 ROOT = Path(__file__).resolve().parents[2]
 N_FILES = 8

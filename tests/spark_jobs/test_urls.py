@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from pyspark.sql import SparkSession
 
-from index.eia import EnhancedIndex
-from index.io import (
+from roadpubsub.cli import main as cli_main
+from roadpubsub.index.eia import EnhancedIndex
+from roadpubsub.index.io import (
     read_deliveries,
     read_messages,
     read_subscriptions,
@@ -20,16 +21,15 @@ from index.io import (
     write_subscriptions,
     write_weights,
 )
-from index.spatial import SpatialIndex
-from index.terms import TermWeights
-from index.text import read_tweet_tokens
-from index.workload import generate_workload
-from pruning.indexed import IndexMatcher
-from roadnet.cell_bounds import CellBounds
-from roadnet.cells import Cells
-from roadnet.network import RoadNetwork
-from roadpubsub.cli import main as cli_main
-from spark_jobs.bound_table import load_bounds_table
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.index.workload import generate_workload
+from roadpubsub.pruning.indexed import IndexMatcher
+from roadpubsub.roadnet.cell_bounds import CellBounds
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.spark_jobs.bound_table import load_bounds_table
 
 DMAX_M = 2000.0
 
