@@ -1,11 +1,14 @@
 """roadpubsub: parameterized spatio-textual publish/subscribe on road networks.
 
-The library lives in four layers that import one way only::
+The one installed name. The library lives in four layers, subpackages of this one (their
+folders sit at the top of the repository, linked here), that import one way only::
 
-    roadnet  <-  index  <-  pruning  <-  spark_jobs, roadpubsub.cli
+    roadpubsub.roadnet  <-  .index  <-  .pruning  <-  .spark_jobs, roadpubsub.cli
 
-``roadnet.settings`` holds every tunable default and ``roadnet.errors`` the one error base;
-both sit below every layer.
+Each layer's public API is the union of its modules' ``__all__``
+(``from roadpubsub.index import EnhancedIndex``). ``roadpubsub.roadnet.settings`` holds
+every tunable default and ``roadpubsub.roadnet.errors`` the one error base; both sit below
+every layer.
 """
 
 __all__ = ["__version__"]

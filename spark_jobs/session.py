@@ -14,8 +14,8 @@
 * :func:`task_timer` collects per-task timings for the benchmarks.
 
 The jobs run the same numpy/numba functions as the local path inside their tasks; the
-Python workers must be able to import this project (an editable install, or
-``spark-submit --py-files`` on a cluster).
+Python workers must be able to import ``roadpubsub`` (an install, or the checkout on
+their ``PYTHONPATH``).
 """
 
 from __future__ import annotations

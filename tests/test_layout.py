@@ -43,13 +43,20 @@ def layout_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
+#: The links that put the top-level folders under the one import name (roadpubsub.index).
+LINKED = ("roadnet", "index", "pruning", "spark_jobs")
+
+
 def package_folders() -> list[str]:
-    """The checked packages and every subpackage below them (folders with __init__.py)."""
+    """The checked packages and every subpackage below them (folders with __init__.py);
+    a folder reached through a link (``roadpubsub/index``) has its row under its own name."""
     found = []
     for name in PACKAGES:
         found.append(name)
         found += sorted(str(init.parent.relative_to(ROOT))
-                        for init in (ROOT / name).glob("*/**/__init__.py"))
+                        for init in (ROOT / name).glob("*/**/__init__.py")
+                        if not any((ROOT / name / p).is_symlink()
+                                   for p in init.relative_to(ROOT / name).parents))
     return found
 
 
@@ -104,3 +111,13 @@ def test_the_check_sees_a_missing_and_an_extra_name() -> None:
 def test_patterns_count_as_names() -> None:
     assert named("dijkstra_kernels.py", ["*_kernels.py"])
     assert not named("distance.py", ["*_kernels.py"])
+
+
+def test_top_level_folders_are_linked_under_roadpubsub() -> None:
+    """``roadpubsub/<name>`` is a relative link to ``<name>/``: the one import name."""
+    import os
+
+    for name in LINKED:
+        link = ROOT / "roadpubsub" / name
+        assert link.is_symlink() and os.readlink(link) == f"../{name}", link
+        assert (link / "__init__.py").samefile(ROOT / name / "__init__.py")
