@@ -21,26 +21,30 @@ def _write(root: Path, name: str, text: str) -> None:
 
 
 def test_fingerprint_covers_what_reaches_a_kernel_only(tmp_path: Path) -> None:
-    _write(tmp_path, "roadnet/__init__.py", "")
-    _write(tmp_path, "roadnet/kern.py", """
+    _write(tmp_path, "roadpubsub/roadnet/__init__.py", "")
+    _write(tmp_path, "roadpubsub/roadnet/kern.py", """
         import numba
         from roadpubsub.roadnet.consts import LIMIT
         from roadpubsub.index import helpers
         """)
-    _write(tmp_path, "roadnet/consts.py", "from roadpubsub.roadnet.deeper import X\nLIMIT = 3\n")
-    _write(tmp_path, "roadnet/deeper.py", "X = 1\n")
-    _write(tmp_path, "index/__init__.py", "")
-    _write(tmp_path, "index/helpers.py", "def lazy():\n    from roadpubsub.pruning.late import Y\n")
-    _write(tmp_path, "pruning/__init__.py", "")
-    _write(tmp_path, "pruning/late.py", "Y = 2\n")
-    _write(tmp_path, "pruning/unrelated.py", "Z = 3\n")
+    _write(tmp_path, "roadpubsub/roadnet/consts.py",
+           "from roadpubsub.roadnet.deeper import X\nLIMIT = 3\n")
+    _write(tmp_path, "roadpubsub/roadnet/deeper.py", "X = 1\n")
+    _write(tmp_path, "roadpubsub/index/__init__.py", "")
+    _write(tmp_path, "roadpubsub/index/helpers.py",
+           "def lazy():\n    from roadpubsub.pruning.late import Y\n")
+    _write(tmp_path, "roadpubsub/pruning/__init__.py", "")
+    _write(tmp_path, "roadpubsub/pruning/late.py", "Y = 2\n")
+    _write(tmp_path, "roadpubsub/pruning/unrelated.py", "Z = 3\n")
     _write(tmp_path, "roadpubsub/service/__init__.py", "")
-    _write(tmp_path, "roadpubsub/service/mqtt.py", "import json\nfrom roadnet import kern\n")
+    _write(tmp_path, "roadpubsub/service/mqtt.py",
+           "import json\nfrom roadpubsub.roadnet import kern\n")
     got = set(_kernel_sources(tmp_path))
     # the kernel module, what it takes names from (transitively, modules or packages,
     # in functions too); not the modules that only use kernels, nor unrelated ones
-    assert got == {"roadnet/kern.py", "roadnet/consts.py", "roadnet/deeper.py",
-                   "index/__init__.py", "index/helpers.py", "pruning/late.py"}
+    assert got == {"roadpubsub/roadnet/kern.py", "roadpubsub/roadnet/consts.py",
+                   "roadpubsub/roadnet/deeper.py", "roadpubsub/index/__init__.py",
+                   "roadpubsub/index/helpers.py", "roadpubsub/pruning/late.py"}
 
 
 def test_preload_loads_cached_kernels_without_compiling(tmp_path: Path) -> None:
@@ -54,11 +58,22 @@ def test_preload_loads_cached_kernels_without_compiling(tmp_path: Path) -> None:
     env = {**os.environ, "ROADPUBSUB_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     env.pop("NUMBA_CACHE_DIR", None)
-    first = "import roadnet, roadnet_probe_kernels as p; print(p.twice(2.0), p.twice(3))"
+    # Loaded under a name inside roadpubsub.roadnet, where preload looks for kernels.
+    load = textwrap.dedent(f"""
+        import importlib.util, sys
+        import roadpubsub.roadnet
+        name = "roadpubsub.roadnet.probe_kernels"
+        spec = importlib.util.spec_from_file_location(
+            name, {str(tmp_path / "roadnet_probe_kernels.py")!r})
+        p = importlib.util.module_from_spec(spec)
+        sys.modules[name] = p
+        spec.loader.exec_module(p)
+        """)
+    first = load + "print(p.twice(2.0), p.twice(3))"
     assert subprocess.run([sys.executable, "-c", first], env=env, check=True,
                           capture_output=True, text=True).stdout.split() == ["4.0", "6"]
-    second = textwrap.dedent("""
-        import json, roadnet, roadnet_probe_kernels as p
+    second = load + textwrap.dedent("""
+        import json
         from roadpubsub.roadnet.jit import preload_kernels
         n = preload_kernels()
         before = len(p.twice.overloads)
