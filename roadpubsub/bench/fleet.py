@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from roadpubsub.bench.live import stop_servers
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
@@ -410,11 +410,7 @@ def serving(template: Path, work: Path, broker: Broker, serve_args: list[str]
                 time.sleep(0.3)
         yield srv, url
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(180)
-        except subprocess.TimeoutExpired:
-            srv.kill()
+        stop_servers(srv)
 
 
 def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: float,

@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["process_cpu_seconds", "run_bursts", "run_live"]
+__all__ = ["process_cpu_seconds", "run_bursts", "run_live", "stop_servers"]
 
 
 def process_cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -39,6 +39,18 @@ def process_cpu_seconds(pid: int, tid: int | None = None) -> float:
     path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_servers(*procs: subprocess.Popen[bytes], grace_s: float = 180.0) -> None:
+    """Stop service processes as a supervisor does: SIGTERM to all, then wait for each
+    (``grace_s`` seconds, a snapshot on the way out included) and kill what is left."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
@@ -99,11 +111,7 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
         rep = json.loads(out)
         load1 = os.getloadavg()
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(180)
-        except subprocess.TimeoutExpired:
-            srv.kill()
+        stop_servers(srv)
     requests = max(int(rep["requests"]), 1)
     split = _cpu_split(rep.get("server_before", {}), rep.get("server_after", {}), requests)
     return {"load_before": [round(x, 2) for x in load0],
@@ -187,13 +195,7 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
                     "thread_cpu_us_per_request": {
                         "MainThread": round((m1 - m0) / n * 1e6, 1)}})
     finally:
-        for srv, _, _ in servers:
-            srv.send_signal(signal.SIGTERM)
-        for srv, _, _ in servers:
-            try:
-                srv.wait(180)
-            except subprocess.TimeoutExpired:
-                srv.kill()
+        stop_servers(*(srv for srv, _, _ in servers))
     return out
 
 
