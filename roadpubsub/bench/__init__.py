@@ -63,9 +63,10 @@ from roadpubsub.bench.throughput import *  # noqa: F403
 from roadpubsub.bench.workloads import *  # noqa: F403
 
 _EAGER = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput)
-#: API modules imported on first use of one of their names: ``live`` and ``fleet`` run as
-#: ``python -m roadpubsub.bench.live`` (``.fleet``), which must not find them imported here.
-_LAZY = ("live", "fleet")
+#: API modules imported on first use of one of their names: ``live``, ``fleet`` and ``push``
+#: run as ``python -m roadpubsub.bench.live`` (and so on), which must not find them
+#: imported here.
+_LAZY = ("live", "fleet", "push")
 
 
 def _api_modules() -> tuple[ModuleType, ...]:
