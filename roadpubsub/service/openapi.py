@@ -98,7 +98,14 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                 "expires_at": {"type": ["number", "null"],
                                "description": "seconds since the Unix epoch: the "
                                               "subscription matches no message with time "
-                                              ">= expires_at"}},
+                                              ">= expires_at"},
+                "webhook": {"type": ["string", "null"], "minLength": 1, "maxLength": 2048,
+                            "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[ -~]*$",
+                            "description": "deliveries are also POSTed here, signed "
+                                           "(RoadPubSub-Signature) with a "
+                                           "RoadPubSub-Delivery-Id each; a host that is "
+                                           "loopback, private or does not resolve is "
+                                           "refused (422) unless the service allows it"}},
             "allOf": [_LOCATION_RULE, _kind_rule(dmax_m)]},
         "Message": {
             "type": "object", "required": ["id", "keywords"], "additionalProperties": False,
@@ -132,6 +139,9 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                      "properties": {
                          "message_id": {"type": "integer"},
                          "subscription_id": {"type": "integer"},
+                         "seq": {"type": "integer", "minimum": 1,
+                                 "description": "the delivery's number, increasing across "
+                                                "the service: resume a stream after it"},
                          "distance": {"type": "number", "description": "network metres"},
                          "score": {"type": "number", "description": "SIM(s, m); 1.0 for a "
                                                                      "boolean subscription"}}},
@@ -164,6 +174,15 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
         "Applied": {"type": "object", "required": ["seq"],
                     "properties": {"seq": {"type": "integer"}},
                     "additionalProperties": {"type": "integer"}},
+        "DeadLetters": {"type": "object", "required": ["dead"], "properties": {
+            "dead": {"type": "array", "items": {"type": "object"},
+                     "description": "webhook deliveries given up after their retries: "
+                                    "id (for replay), seq, subscription, message, url, "
+                                    "reason"}}},
+        "Replay": {"type": "object", "required": ["ids"], "properties": {
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}}}},
+        "Replayed": {"type": "object", "required": ["replayed"],
+                     "properties": {"replayed": {"type": "integer"}}},
         "Health": {"type": "object", "required": ["status"],
                    "properties": {"status": {"enum": ["ok", "failed"]}}},
         "Error": {"type": "object", "required": ["error"],
@@ -188,9 +207,10 @@ _ERROR_TEXT = {
            "path or query (ids are canonical decimal 64-bit integers)",
     "401": "no token, or a token that is not valid",
     "403": "the token may not do this, or not on this id",
-    "404": "unknown id",
+    "404": "unknown id (webhook routes: the service sends no webhooks)",
     "408": "the request did not arrive in full within the body timeout (connection closed)",
     "409": "id already exists",
+    "410": "older than the stream's retention: the error names the oldest seq still held",
     "413": "the body or the batch is larger than the limit (refused before it is read)",
     "415": "the body is not application/json",
     "422": "a field breaks the input rules (named with its value)",
@@ -222,6 +242,9 @@ def _errors(*codes: int, auth: bool = True) -> dict[str, Any]:
 _BODY = (400, 413, 415, 422)  # the answers of a route with a JSON body
 _ID = [{"name": "sid", "in": "path", "required": True, "schema": _INT64, "example": 1,
         "description": "canonical decimal (no sign +, no leading zero, no space)"}]
+_AFTER = {"name": "after", "in": "query", "schema": _INT64,
+          "description": "resume after this delivery seq (replays every stored delivery "
+                         "after it, then live)"}
 _MID = [{"name": "mid", "in": "path", "required": True, "schema": _INT64, "example": 1,
          "description": "canonical decimal (no sign +, no leading zero, no space)"}]
 
@@ -296,13 +319,43 @@ def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
                                    "than the send buffer (--ws-buffer deliveries or "
                                    "--ws-buffer-bytes) is closed with code 1013 (try "
                                    "again later): reconnect, and read what was missed "
-                                   "from GET /messages/{id}. Past the connection limits "
+                                   "with ?after=SEQ. Past the connection limits "
                                    "the upgrade is refused with 429 (per client) or 503.",
                         "parameters": [{"name": "subscription", "in": "query",
-                                        "schema": _INT64}],
+                                        "schema": _INT64}, _AFTER],
                         "responses": {"101": {"description": "switching protocols"},
-                                      **_errors(400, 426)}},
+                                      **_errors(400, 410, 426)}},
                 **_options("GET, HEAD, OPTIONS")},
+            "/deliveries/stream": {
+                "get": {"summary": "Server-Sent Events: every delivery after a seq (the "
+                                   "'after' parameter or the Last-Event-ID header; "
+                                   "neither: from now), then live; each event's id is its "
+                                   "seq. Without 'subscription': all (admin) or the "
+                                   "caller's own subscriptions'. Older than the retention: "
+                                   "410 naming the oldest seq held; a reader overtaken by "
+                                   "the retention gets an 'event: resume' with where to "
+                                   "resume, and the stream ends.",
+                        "parameters": [{"name": "subscription", "in": "query",
+                                        "schema": _INT64}, _AFTER,
+                                       {"name": "Last-Event-ID", "in": "header",
+                                        "schema": _INT64}],
+                        "responses": {"200": {"description": "the stream", "content": {
+                            "text/event-stream": {"schema": {"type": "string"}}}},
+                            **_errors(400, 410)}},
+                **_options("GET, HEAD, OPTIONS")},
+            "/webhooks/dead": {
+                "get": {"summary": "webhook deliveries given up (admin; 404 when the "
+                                   "service sends no webhooks)",
+                        "responses": {"200": _answer("DeadLetters", "the dead letters"),
+                                      **_errors(404)}},
+                **_options("GET, HEAD, OPTIONS")},
+            "/webhooks/replay": {
+                "post": {"summary": "queue dead letters again, by id (admin)",
+                         "requestBody": {"required": True, "content": {"application/json": {
+                             "schema": {"$ref": "#/components/schemas/Replay"}}}},
+                         "responses": {"200": _answer("Replayed", "how many were queued"),
+                                       **_errors(400, 404, 413, 415)}},
+                **_options("POST, OPTIONS")},
             "/health": {"get": {"summary": "status (ok, degraded: snapshots failing or the "
                                            "log at its size limit; failed (503): the log "
                                            "cannot be written, events refused until the "

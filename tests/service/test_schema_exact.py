@@ -151,6 +151,26 @@ def test_fields_of_each_kind(live: tuple[Server, httpx.Client, Spec],
         assert spec.body_valid("SubscriptionRow", r)
 
 
+def test_webhook_field(live: tuple[Server, httpx.Client, Spec],
+                       workload: Workload, andorra: RoadNetwork) -> None:
+    """The schema refuses what the body check refuses; a URL of the right form whose host
+    is loopback passes the schema and is refused by the request-forgery check (422)."""
+    _, c, spec = live
+    base = subscription_rows(workload, andorra)[5]
+    row = {k: base[k] for k in ("u", "v", "offset", "keywords")} | {"alpha": 0.5, "tau": 0.5}
+    for i, bad in enumerate(["ftp://example.org/h", "", "http://caf\u00e9.example/",
+                             "http://a\nb", 3, "http://" + "a" * 2048]):
+        body = {"id": 700 + i, **row, "webhook": bad}
+        assert not spec.body_valid("Subscription", body), bad
+        check(spec, c.post("/subscriptions", json=body), "/subscriptions", "post", 422)
+    body = {"id": 710, **row, "webhook": "http://127.0.0.1:9/hook"}
+    assert spec.body_valid("Subscription", body)
+    answer = c.post("/subscriptions", json=body)
+    check(spec, answer, "/subscriptions", "post", 422)
+    assert "webhook" in answer.json()["error"]
+    assert c.get("/subscriptions/710").status_code == 404
+
+
 def test_statuses_and_methods(live: tuple[Server, httpx.Client, Spec]) -> None:
     _, c, spec = live
     limit = spec.param("/subscriptions", "get", "limit")
