@@ -53,7 +53,7 @@ import orjson
 from roadpubsub.roadnet.errors import RoadPubSubError
 from roadpubsub.roadnet.settings import DEFAULTS
 
-__all__ = ["Outbox", "OutboxDamagedError", "OutboxEntry", "Queued"]
+__all__ = ["Outbox", "OutboxDamagedError", "OutboxEntry", "Queued", "check_outbox"]
 
 _MAGIC = b"RPOX"
 _PRE = struct.Struct(">4scII")  # magic, kind, length, payload crc
@@ -153,6 +153,34 @@ def _read_frames(path: Path, *, last: bool) -> tuple[list[tuple[bytes, dict[str,
         frames.append((kind, payload))
         offset += _HEADER_SIZE + length
     return frames, offset
+
+
+def check_outbox(folder: Path) -> list[tuple[Path, str, str]]:
+    """Check every file of an outbox folder as a start would read it; nothing is changed.
+
+    Returns ``(path, status, detail)`` per file, status ``ok``, ``torn`` (an incomplete
+    last frame of the last segment or of the dead letters, which a start cuts) or
+    ``damaged`` (a start refuses the folder: :class:`OutboxDamagedError`).
+    """
+    found = sorted((int(p.stem), p) for p in folder.glob("*.log") if p.stem.isdigit())
+    files = [(p, i == len(found) - 1, "webhook deliveries queued")
+             for i, (_, p) in enumerate(found)]
+    if (folder / _DEAD).exists():
+        files.append((folder / _DEAD, True, "webhook dead letters"))
+    out = []
+    for path, last, what in files:
+        try:
+            frames, end = _read_frames(path, last=last)
+        except OutboxDamagedError as exc:
+            out.append((path, "damaged", str(exc)))
+            continue
+        size = path.stat().st_size
+        if end < size:
+            out.append((path, "torn", f"{what}: {len(frames)} records, an incomplete last "
+                                      f"one of {size - end} bytes (a start cuts it)"))
+        else:
+            out.append((path, "ok", f"{what}: {len(frames)} records"))
+    return out
 
 
 def _fsync_dir(path: Path) -> None:

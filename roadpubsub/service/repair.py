@@ -25,6 +25,7 @@ from roadpubsub.service.deliveries_log import (
     read_checked,
 )
 from roadpubsub.service.integrity import SUM_SUFFIX, StateDamageError, crc32_file, move_aside
+from roadpubsub.service.outbox import check_outbox
 from roadpubsub.service.snapshot import read_manifest, verify_snapshot, write_manifest
 from roadpubsub.service.wal import (
     SegmentScan,
@@ -167,6 +168,15 @@ def check_folder(folder: Path) -> FolderReport:
         except StateDamageError as exc:
             report.files.append(FileStatus(path, "damaged", str(exc)))
             report.blocker = report.blocker or str(exc)
+    outbox_damage = ""
+    for path, status, detail in check_outbox(folder / "outbox"):
+        report.files.append(FileStatus(path, status, detail))
+        if status == "damaged":
+            outbox_damage = outbox_damage or detail
+    secret = folder / "webhook-secret"
+    if secret.exists():  # a key, not a record: a changed one only makes receivers refuse
+        report.files.append(FileStatus(secret, "ok", "the webhooks' signing secret "
+                                                     f"({secret.stat().st_size} bytes)"))
     for k, entry in enumerate(entries):
         if not snapshot_ok[k]:
             continue
@@ -196,6 +206,9 @@ def check_folder(folder: Path) -> FolderReport:
                         exc.path, "damaged", f"{exc} (only a fall-back to the previous "
                                              "snapshot reads it)"))
         break
+    if outbox_damage and report.starts:
+        report.starts = False
+        report.blocker = outbox_damage
     return report
 
 

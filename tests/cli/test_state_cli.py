@@ -94,6 +94,21 @@ def test_check_names_a_torn_tail_and_still_starts(folder: Path) -> None:
     assert len(torn) == 1 and newest.name in torn[0] and "bytes" in torn[0]
 
 
+def test_check_names_a_damaged_outbox_segment(folder: Path) -> None:
+    """The webhook outbox is checked as a start reads it: a flipped byte in a segment
+    that is not the last is named, and the service would not start."""
+    outbox = sorted((folder / "outbox").glob("0*.log"))
+    assert len(outbox) >= 2, outbox
+    _flip(outbox[0], 20)
+    before = _digest(folder)
+    r = _state("check", str(folder))
+    assert r.returncode != 0, r.stdout + r.stderr
+    damaged = [line for line in r.stdout.splitlines() if line.startswith("damaged")]
+    assert len(damaged) == 1 and outbox[0].name in damaged[0], r.stdout
+    assert "would NOT start" in r.stdout.splitlines()[-1]
+    assert _digest(folder) == before
+
+
 def test_check_names_damage_and_changes_nothing(folder: Path) -> None:
     newest = segments(folder / "wal")[-1][1]
     scan = scan_segment(newest)
