@@ -75,7 +75,9 @@ class _Reader(threading.Thread):
     def run(self) -> None:
         try:
             while not self.done():
-                budget = self.rng.randint(1, 60)  # deliveries before the next cut
+                # deliveries before the next cut (one subscription's are few: cut more
+                # often, so that it too resumes many times whatever the timing)
+                budget = self.rng.randint(1, 60 if self.subscription is None else 6)
                 self._ws(budget) if not self.sse else self._sse(budget)
                 self.resumes += 1
                 time.sleep(self.rng.random() * 0.05)
