@@ -1,7 +1,7 @@
 """What both indexing architectures share: subscription slots and dynamic updates.
 
-Index files are written and inspected by :mod:`index.index_file`, loaded and verified by
-:mod:`index.store`.
+Index files are written and inspected by :mod:`roadpubsub.index.index_file`, loaded and verified by
+:mod:`roadpubsub.index.store`.
 
 Subscriptions live in *slots*, sorted by (cell, edge) at build time so that a cell's
 subscriptions sit together. Updates never require the caller to rebuild:
@@ -58,7 +58,8 @@ _NO_LIMITS = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_))
 
 
 class SubscriptionIndex:
-    """Base of :class:`~index.eia.EnhancedIndex` and :class:`~index.bia.BasicIndex`.
+    """Base of :class:`~roadpubsub.index.eia.EnhancedIndex` and
+    :class:`~roadpubsub.index.bia.BasicIndex`.
 
     Parameters
     ----------
@@ -76,7 +77,7 @@ class SubscriptionIndex:
 
     kind: ClassVar[str] = "base"
     #: Compact in :meth:`subscribe` once :meth:`delta_due`; the live service turns this off
-    #: and compacts in the background (:func:`index.delta.compaction_input`).
+    #: and compacts in the background (:func:`roadpubsub.index.delta.compaction_input`).
     auto_compact: bool = True
 
     def __init__(
@@ -111,7 +112,7 @@ class SubscriptionIndex:
         weights, Dmax and tolerance. ``saved`` may hold the slots' id order
         (``subs.id_order``) and point facts (``facts.x``, ``facts.y``, ``facts.din_out``,
         ``facts.din_in``) as :meth:`save` writes them, checked by
-        :func:`index.validate.check_index_arrays`; what it lacks is computed.
+        :func:`roadpubsub.index.validate.check_index_arrays`; what it lacks is computed.
         """
         index = cls.__new__(cls)
         index._set_parameters(spatial, weights, dmax_m=dmax_m, tolerance=tolerance)
@@ -164,7 +165,7 @@ class SubscriptionIndex:
     @property
     def slot_record(self) -> FloatArray:
         """The slots' (n_slots, 8) record of what matching reads per candidate (position,
-        border distances, chain-graph point, alpha, tau; :mod:`index.slot_record`), of
+        border distances, chain-graph point, alpha, tau; :mod:`roadpubsub.index.slot_record`), of
         which ``facts`` and ``subs.alpha``/``subs.tau`` are column views. Slots or facts
         set by other means than the slots' own setup are packed here first."""
         if self._packed[0] is not self.subs or self._packed[1] is not self.facts:
@@ -278,7 +279,7 @@ class SubscriptionIndex:
         """Delta row of each id, -1 where it is not in the delta.
 
         Ids are looked up in the delta's id order, which the delta keeps up to date
-        (:meth:`~index.delta.DeltaBuffer.row_of`), rather than sorting it per call; a
+        (:meth:`~roadpubsub.index.delta.DeltaBuffer.row_of`), rather than sorting it per call; a
         binary search also beats comparing a few ids with every delta row (a single move
         checked its id that way three times, each a pass over 20,000-80,000 rows).
         """
@@ -395,8 +396,8 @@ class SubscriptionIndex:
         ``_move_rows`` does, but without re-checking rows the index holds. The live
         subscriptions are then the same as after ``_move_rows`` (only the delta's row order
         differs, which no matcher output depends on). The lookups and the writes are compiled
-        (:mod:`index.delta_kernels`): the live service moves one vehicle per request, and a
-        move written with numpy was mostly the fixed cost of operations on one-element arrays.
+        (:mod:`roadpubsub.index.delta_kernels`): the live service moves one vehicle per request,
+        and a move written with numpy was mostly the fixed cost of operations on one-element arrays.
 
         Raises
         ------
@@ -545,12 +546,12 @@ class SubscriptionIndex:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the index to one ``.npz`` file (:func:`index.index_file.save_index`)."""
+        """Write the index to one ``.npz`` file (:func:`roadpubsub.index.index_file.save_index`)."""
         return save_index(self, path)
 
     def adopt_compacted(self, built: SubscriptionIndex, removed: IntArray) -> None:
-        """Make ``built`` (from :func:`~index.delta.build_compacted`) the slots and postings
-        of this index, carrying over what changed since its input was taken.
+        """Make ``built`` (from :func:`~roadpubsub.index.delta.build_compacted`) the slots and
+        postings of this index, carrying over what changed since its input was taken.
 
         ``removed`` holds every id unsubscribed (moves and expiry included) since then. A
         subscription of the input whose id is not in ``removed`` is untouched since, so it is

@@ -4,7 +4,7 @@ As in the AP-tree's keyword partitions, a boolean subscription can only be deliv
 message holding *all* its keywords, so it is filed under one of them, its rarest (fewest
 boolean subscriptions hold it; ties by term id), and a message visits only the lists of
 its own keywords. Within a keyword's list the subscriptions are grouped by cell (the PMR
-cells of :class:`~index.spatial.SpatialIndex`), each group with the largest radius of its
+cells of :class:`~roadpubsub.index.spatial.SpatialIndex`), each group with the largest radius of its
 subscriptions, so a whole group is skipped when the cell's distance lower bound exceeds
 that radius.
 

@@ -1,8 +1,8 @@
 """The delta: subscriptions added since the last build, in growable arrays.
 
 Matchers scan the delta beside the postings, so it must always be a plain
-:class:`~index.model.Subscriptions` with its point facts and limits. Rebuilding those arrays
-on every update (a concatenation of the whole delta per moved vehicle) made one move cost
+:class:`~roadpubsub.index.model.Subscriptions` with its point facts and limits. Rebuilding those
+arrays on every update (a concatenation of the whole delta per moved vehicle) made one move cost
 a millisecond and more once the delta held tens of thousands of rows. Here the arrays grow
 by doubling and each update writes only its own rows; the public views are slices of the
 buffers, built without re-validating rows that were checked when they arrived.
@@ -133,7 +133,7 @@ class DeltaBuffer:
         return self._arrays
 
     def relocate_rows(self, slots: SlotSource, moved: MovedRows) -> int:
-        """Apply :func:`~index.delta_kernels.relocate_kernel` (growing the buffers first
+        """Apply :func:`~roadpubsub.index.delta_kernels.relocate_kernel` (growing the buffers first
         when they are short); returns how many rows were appended."""
         n_old = self._n
         n, nk = relocate_kernel(self.arrays(), self._n, self._nk, slots, moved)
@@ -256,7 +256,7 @@ def _facts_dtype(name: str) -> type:
 
 
 class _FrozenWeights:
-    """The part of :class:`~index.terms.TermWeights` a build reads, copied at one moment.
+    """The part of :class:`~roadpubsub.index.terms.TermWeights` a build reads, copied at one moment.
 
     Terms added later take the default weight, which never changes the relative order of
     the terms already there (:meth:`TermWeights.rank`), and later terms are in no slot of
@@ -294,7 +294,7 @@ def compaction_input(index: SubscriptionIndex) -> CompactionInput:
 
 def build_compacted(index: SubscriptionIndex, given: CompactionInput) -> SubscriptionIndex:
     """A new index of ``index``'s kind over the live subscriptions of ``given``: the result
-    of :meth:`~index.base.SubscriptionIndex.compact` at the moment ``given`` was taken.
+    of :meth:`~roadpubsub.index.base.SubscriptionIndex.compact` at the moment ``given`` was taken.
 
     Reads only ``given`` and ``index``'s fixed parts (cells, bounds, Dmax, tolerance), so
     it may run on another thread while ``index`` takes updates.

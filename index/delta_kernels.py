@@ -1,18 +1,19 @@
-"""Compiled updates of the delta's buffers (:class:`index.delta.DeltaBuffer`).
+"""Compiled updates of the delta's buffers (:class:`roadpubsub.index.delta.DeltaBuffer`).
 
 A live service moves one vehicle per request. Written with numpy, a move was some forty
 operations on one-element arrays (id lookups in the slots and the delta, a validated copy
 of the slot's row, a merge into the delta's id order that copied the whole order): a fixed
 cost of about 0.15 ms per move whatever its size. Here the lookups are one kernel call and
 the writes another, over any number of rows; Python computes only the point facts and the
-limits (:meth:`index.spatial.SpatialIndex.facts`, :func:`index.limits.location_aware_prefixes`,
+limits (:meth:`roadpubsub.index.spatial.SpatialIndex.facts`,
+:func:`roadpubsub.index.limits.location_aware_prefixes`,
 the same functions every other update uses) and grows the buffers when they are full.
 
 Every index given to these kernels is checked first: ids are looked up here (an unknown id
 gets -1, never an index), slots and delta rows come from those lookups, and the buffers'
 capacities are checked before anything is written (a short buffer writes nothing).
-Internal to the package (no ``__all__``): :meth:`index.base.SubscriptionIndex.move` and
-:class:`index.delta.DeltaBuffer` call them.
+Internal to the package (no ``__all__``): :meth:`roadpubsub.index.base.SubscriptionIndex.move` and
+:class:`roadpubsub.index.delta.DeltaBuffer` call them.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def drop_rows_kernel(buf: DeltaBufferArrays, n: int, drop: I64) -> tuple[int, in
     new (rows, keywords).
 
     An unsubscribe of a recent subscription removes one row: this moves the rows after it
-    up by one, field by field, where :meth:`index.delta.DeltaBuffer.keep` gathers every
+    up by one, field by field, where :meth:`roadpubsub.index.delta.DeltaBuffer.keep` gathers every
     row of every field (a delta of 40,000 rows: about 1 ms per unsubscribe).
     """
     k = drop.size

@@ -1,12 +1,12 @@
 """Event bodies (subscribe, move, message) of the live service and the streaming job,
 checked and turned into columnar batches.
 
-Bodies use the field names of the Parquet schemas (:mod:`index.io`): a subscription is
+Bodies use the field names of the Parquet schemas (:mod:`roadpubsub.index.io`): a subscription is
 ``{"id", "keywords", "alpha", "tau"}`` plus a location (``u``, ``v``, ``offset`` or ``lon``,
 ``lat``) and an optional ``expires_at`` (seconds since the Unix epoch); with ``kinds=True``
 (the live service) also ``kind`` (``threshold``, the default, ``boolean`` with ``radius``
-in metres, ``topk`` with ``k`` and ``alpha``), the rules of :mod:`index.kinds_io` (a field
-a row's kind does not use must be null or absent); a message is
+in metres, ``topk`` with ``k`` and ``alpha``), the rules of :mod:`roadpubsub.index.kinds_io` (a
+field a row's kind does not use must be null or absent); a message is
 ``{"id", "keywords"}`` plus a location and an optional ``time`` (epoch seconds; the
 server's clock when absent); a move is ``{"id"}`` plus a location. A batch is a JSON array
 of such objects, and a single object is a batch of one. Every problem is reported with the
@@ -17,10 +17,10 @@ fails alone: keywords are non-empty strings that encode as UTF-8 (a lone surroga
 ``"\ud800"`` does not), at most ``max_keywords`` per row and ``max_keyword_bytes`` UTF-8
 bytes each after normalisation; ids and node ids are 64-bit integers; every number is
 finite and in its range; times (``time``, ``expires_at``) lie in [``time_min``,
-``time_max``] (epoch seconds, :class:`~roadnet.settings.Settings`); a batch holds at most
+``time_max``] (epoch seconds, :class:`~roadpubsub.roadnet.settings.Settings`); a batch holds at most
 ``max_batch_rows`` rows. Values are quoted shortened in errors.
 
-Locations are resolved here with :mod:`roadnet.locations` (the network never changes);
+Locations are resolved here with :mod:`roadpubsub.roadnet.locations` (the network never changes);
 keywords stay strings until the service maps them to term ids, in log order.
 """
 
@@ -93,8 +93,8 @@ class SubscriptionBatch:
     alpha: FloatArray
     tau: FloatArray
     expires_at: FloatArray  # NaN: never
-    #: Kind of each row, an index of :data:`index.kinds.SUBSCRIPTION_KIND_NAMES` (None: all
-    #: threshold); radius (metres) and k are NaN where the kind does not use them.
+    #: Kind of each row, an index of :data:`roadpubsub.index.kinds.SUBSCRIPTION_KIND_NAMES` (None:
+    #: all threshold); radius (metres) and k are NaN where the kind does not use them.
     kind: npt.NDArray[np.int8] | None = None
     radius: FloatArray | None = None
     k: FloatArray | None = None
@@ -393,7 +393,7 @@ class BodyParser:
         Accept the ``kind``, ``radius`` and ``k`` fields (the live service); needs
         ``dmax_m``, the largest boolean radius.
     max_keywords, max_keyword_bytes, max_batch_rows, time_min, time_max
-        The limits of :class:`~roadnet.settings.Settings` (keywords per row, UTF-8 bytes
+        The limits of :class:`~roadpubsub.roadnet.settings.Settings` (keywords per row, UTF-8 bytes
         per keyword after normalisation, rows per body, accepted times in epoch seconds).
     """
 
@@ -458,7 +458,7 @@ class BodyParser:
     def _kind_fields(self, rows: list[dict[str, Any]], problems: _Problems
                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,
                                 FloatArray]:
-        """kind, alpha, tau, radius, k checked by the rules of :mod:`index.kinds_io`."""
+        """kind, alpha, tau, radius, k checked by the rules of :mod:`roadpubsub.index.kinds_io`."""
         from roadpubsub.index.kinds import KIND_CODES, SUBSCRIPTION_KIND_NAMES
         from roadpubsub.index.kinds_io import kind_field_checks
 

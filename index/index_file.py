@@ -3,9 +3,9 @@ bounds and weights; writing one and reading its arrays.
 
 :func:`save_index` writes one (``SubscriptionIndex.save`` calls it), :func:`read_index_file`
 reads its metadata and arrays, :func:`index_file_info` describes a file without building
-the index; :mod:`index.store` builds the index back (:func:`~index.store.load_index`) and
-verifies a file thoroughly. Every array is checked
-(:func:`index.validate.check_index_arrays`) before any compiled code reads it.
+the index; :mod:`roadpubsub.index.store` builds the index back
+(:func:`~roadpubsub.index.store.load_index`) and verifies a file thoroughly. Every array is checked
+(:func:`roadpubsub.index.validate.check_index_arrays`) before any compiled code reads it.
 
 Layout: ``meta`` (JSON: format version, kind, Dmax, tolerance, default weight, network
 name/CRS/direction, keyword normalisation, content digest), then arrays named
@@ -13,9 +13,9 @@ name/CRS/direction, keyword normalisation, content digest), then arrays named
 ``subs.id_order`` (the slots in id order) and ``facts.*`` (positions and border distances
 of the slots' points, which a load would otherwise recompute), ``weights.terms``/
 ``weights.values`` and ``structure.*`` (the architecture's postings and
-statistics, :meth:`~index.base.SubscriptionIndex.structure_arrays`). Keywords are stored
+statistics, :meth:`~roadpubsub.index.base.SubscriptionIndex.structure_arrays`). Keywords are stored
 as UTF-8 bytes and offsets (``weights.terms_utf8``, ``weights.terms_ptr``,
-:func:`index.validate.encode_terms`; format version 2): no fixed-width text array, whose
+:func:`roadpubsub.index.validate.encode_terms`; format version 2): no fixed-width text array, whose
 size would be the longest keyword times their count. Files of version 1 (a fixed-width
 ``weights.terms``) and without the id order or facts (older ones) load too. The format is
 plain uncompressed ``.npz``, so a load maps the large arrays copy-on-write instead of
@@ -54,7 +54,7 @@ def save_index(index: SubscriptionIndex, path: str | os.PathLike[str]) -> Path:
     """Write ``index``, its network, cells, bounds and weights to one ``.npz`` file.
 
     The delta is compacted first. The postings and statistics are saved too, so
-    :func:`~index.store.load_index` does not rebuild them. The file is written under a
+    :func:`~roadpubsub.index.store.load_index` does not rebuild them. The file is written under a
     temporary name and renamed, so a failure leaves nothing behind.
     """
     index.compact()

@@ -5,7 +5,7 @@ File layouts (one row per object)
 subscriptions
     ``id`` int64 (unique), a location, ``keywords`` list<string> (non-empty; a set),
     ``alpha`` float64 in [0, 1], ``tau`` float64 in (0, 1]. Files may add a ``kind``
-    column mixing boolean and top-k rows (:mod:`index.kinds_io`); this module's reader
+    column mixing boolean and top-k rows (:mod:`roadpubsub.index.kinds_io`); this module's reader
     refuses those rows by id.
 messages
     ``id`` int64 (unique), a location, ``keywords`` list<string> (non-empty).
@@ -17,7 +17,7 @@ location
     uses its lon/lat to tell parallel edges between u and v apart, and is refused when its
     u/v/offset place lies more than ``max_snap_m`` (at least 1 m) from its lon/lat: the
     sign of a file written for another network. A GeoParquet file may give a point
-    ``geometry`` column instead, in any CRS (:mod:`index.geofiles`).
+    ``geometry`` column instead, in any CRS (:mod:`roadpubsub.index.geofiles`).
 weights
     ``term`` string (unique), ``weight`` float64 > 0. The weight of terms missing from the
     table is kept in the Parquet schema metadata (``roadpubsub.default_weight``) when known.
@@ -26,9 +26,11 @@ deliveries
 
 Readers accept ``.parquet``/``.pq`` (GeoParquet too), ``.jsonl``/``.ndjson``/``.json``
 (JSON Lines, or one JSON array of records) and ``.csv`` (the same columns; ``keywords``
-separated by ``;`` in one cell, see :mod:`index.geofiles`). Invalid input raises one error
-naming every problem and the offending ids (:class:`~index.model.InvalidSubscriptionError`,
-:class:`~index.model.InvalidMessageError`, :class:`~index.terms.InvalidWeightsError`, all
+separated by ``;`` in one cell, see :mod:`roadpubsub.index.geofiles`). Invalid input raises one
+error naming every problem and the offending ids
+(:class:`~roadpubsub.index.model.InvalidSubscriptionError`,
+:class:`~roadpubsub.index.model.InvalidMessageError`,
+:class:`~roadpubsub.index.terms.InvalidWeightsError`, all
 ``ValueError``). Every writer is atomic: it writes a temporary file in the target's folder
 and renames it over the target, so a failed write leaves nothing behind.
 """
@@ -66,33 +68,27 @@ from roadpubsub.index.rows import (
     read_rows,
     refuse_other_kinds,
 )
-from roadpubsub.index.tables import INPUT_SUFFIXES, PathLike, read_table, write_table, write_tables
+from roadpubsub.index.tables import PathLike, read_table, write_table
 from roadpubsub.index.terms import MAX_WEIGHT, MIN_WEIGHT, InvalidWeightsError, TermWeights
 from roadpubsub.roadnet.errors import InputError, describe_rows
-from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.roadnet.locations import EdgePoints, point_xy
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "DEFAULT_WEIGHT_KEY",
-    "INPUT_SUFFIXES",
     "DeliveryColumns",
-    "atomic_paths",
     "deliveries_table",
-    "keyword_term_csr",
     "messages_table",
     "read_deliveries",
     "read_messages",
     "read_subscriptions",
-    "read_table",
     "read_weights",
     "subscriptions_table",
     "weights_table",
     "write_deliveries",
     "write_messages",
     "write_subscriptions",
-    "write_tables",
     "write_weights",
 ]
 
@@ -100,7 +96,8 @@ __all__ = [
 DEFAULT_WEIGHT_KEY = b"roadpubsub.default_weight"
 
 class DeliveryColumns(Protocol):
-    """Anything with the deliveries columns, such as :class:`pruning.deliveries.Deliveries`
+    """Anything with the deliveries columns, such as
+    :class:`roadpubsub.pruning.deliveries.Deliveries`
     (the index layer does not import the pruning layer)."""
 
     def to_columns(self) -> dict[str, npt.NDArray[np.generic]]:

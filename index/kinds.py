@@ -1,6 +1,6 @@
 """Subscription kinds beyond PSTPSN's threshold: boolean range and top-k sliding window.
 
-* ``threshold`` (the default; :class:`~index.model.Subscriptions`): deliver m to s iff
+* ``threshold`` (the default; :class:`~roadpubsub.index.model.Subscriptions`): deliver m to s iff
   dN(s, m) <= Dmax and SIM(s, m) >= s.tau (PSTPSN).
 * ``boolean`` (:class:`BooleanSubscriptions`; Li et al., the AP-tree): deliver m to s iff
   m holds every keyword of s and dN(s, m) <= s.radius (metres, 0 <= radius <= Dmax).
@@ -8,7 +8,7 @@
   the best SIM(s, m) (alpha as for threshold subscriptions, no tau), among those with
   dN(s, m) <= Dmax; ties are broken in favour of the newer message.
 
-A file may mix the kinds (``kind`` column, :func:`index.kinds_io.read_subscription_set`);
+A file may mix the kinds (``kind`` column, :func:`roadpubsub.index.kinds_io.read_subscription_set`);
 :class:`SubscriptionSet` holds one columnar batch per kind, sharing one vocabulary.
 """
 
@@ -58,7 +58,7 @@ class BooleanSubscriptions(KeywordRows):
     radius
         Largest network distance dN(s, m) in metres, finite and >= 0.
     kw_ptr, kw_terms
-        Keyword sets (CSR of term ids, as :class:`~index.model.Subscriptions`): a message
+        Keyword sets (CSR of term ids, as :class:`~roadpubsub.index.model.Subscriptions`): a message
         must hold every one of them.
     """
 

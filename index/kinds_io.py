@@ -1,6 +1,6 @@
 """Subscription files with a ``kind`` column: threshold, boolean and top-k rows mixed.
 
-Columns beside those of :mod:`index.io` (``id``, a location, ``keywords``):
+Columns beside those of :mod:`roadpubsub.index.io` (``id``, a location, ``keywords``):
 
 ``kind``
     string: ``threshold`` (also when null or when the column is absent), ``boolean`` or
@@ -13,9 +13,10 @@ Columns beside those of :mod:`index.io` (``id``, a location, ``keywords``):
     integer >= 1; top-k rows only.
 
 A field a row's kind does not use must be null (a radius on a threshold row is refused,
-not ignored). Every problem is reported in one :class:`~index.model.InvalidSubscriptionError`
+not ignored). Every problem is reported in one
+:class:`~roadpubsub.index.model.InvalidSubscriptionError`
 naming the file and the offending ids. A file without a ``kind`` column reads exactly as
-:func:`index.io.read_subscriptions` reads it.
+:func:`roadpubsub.index.io.read_subscriptions` reads it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def kind_field_checks(kind: npt.NDArray[np.int8], f: dict[str, npt.NDArray[np.fl
 
     ``kind`` holds indexes of SUBSCRIPTION_KIND_NAMES; ``f`` maps alpha, tau, radius and k
     to float64 (NaN: null or absent). The one statement of the rules, used by the file
-    reader here and by the live service's body parser (:mod:`index.events`).
+    reader here and by the live service's body parser (:mod:`roadpubsub.index.events`).
     """
     thr, boo, top = (kind == KIND_CODES[KIND_THRESHOLD], kind == KIND_CODES[KIND_BOOLEAN],
                      kind == KIND_CODES[KIND_TOPK])
@@ -122,8 +123,8 @@ def read_subscription_set(
     ------
     InvalidSubscriptionError
         Missing or mistyped columns, unknown kinds, missing or extra fields for a row's
-        kind, values out of range, and every problem of :func:`index.io.read_subscriptions`,
-        all in one message naming the ids.
+        kind, values out of range, and every problem of
+        :func:`roadpubsub.index.io.read_subscriptions`, all in one message naming the ids.
 
     Examples
     --------

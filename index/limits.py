@@ -180,7 +180,7 @@ def row_suffix_sums(ptr: IntArray, w: FloatArray) -> FloatArray:
 def lap_kernel(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], alpha: FloatArray,
                tau: FloatArray, weights: FloatArray, term_rank: IntArray, dmax_m: float,
                tolerance: float):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """The arrays of :func:`index.limits.location_aware_prefixes`, row by row.
+    """The arrays of :func:`roadpubsub.index.limits.location_aware_prefixes`, row by row.
 
     Per row: keywords in rank order (weight descending), suffix sums from the row's last
     keyword back (as ``row_suffix_sums``), TUB = min(suffix / wsum + allowance,

@@ -2,8 +2,8 @@
 
 A subscription s = (id, location s.L, keywords s.psi, preference alpha, threshold tau);
 a message m = (id, location m.L, keywords m.psi). Keywords are term ids of one
-:class:`~index.terms.TermWeights`, stored CSR-style (``kw_ptr``, ``kw_terms``), each row a
-set (duplicates removed, ascending ids).
+:class:`~roadpubsub.index.terms.TermWeights`, stored CSR-style (``kw_ptr``, ``kw_terms``), each row
+a set (duplicates removed, ascending ids).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class KeywordRows:
     ``kw_terms``); every other field is a column sliced alike by :meth:`take`.
 
     A base of the frozen dataclasses :class:`Subscriptions`, :class:`Messages`,
-    :class:`~index.kinds.BooleanSubscriptions` and :class:`~index.kinds.TopkSubscriptions`.
+    :class:`~roadpubsub.index.kinds.BooleanSubscriptions` and
+    :class:`~roadpubsub.index.kinds.TopkSubscriptions`.
     """
 
     __dataclass_fields__: ClassVar[dict[str, Any]]
@@ -179,7 +180,7 @@ class Subscriptions(KeywordRows):
     def checked(cls, ids: IntArray, points: EdgePoints, alpha: FloatArray, tau: FloatArray,
                 kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32]) -> Subscriptions:
         """A batch whose columns already passed every rule of this class elsewhere (an
-        index file's slots, by :func:`index.validate.check_index_arrays`): built without
+        index file's slots, by :func:`roadpubsub.index.validate.check_index_arrays`): built without
         checking them again."""
         obj = cls.__new__(cls)
         for name, value in (("ids", ids), ("points", points), ("alpha", alpha), ("tau", tau),

@@ -1,6 +1,6 @@
 """Real points of interest placed on a road network: Li et al.'s POIs on edges (with their
 category names) and OSM POIs (tokenised name plus the :data:`OSM_POI_TAGS` values), the
-places and texts of :func:`index.workload.generate_workload`'s POI workloads.
+places and texts of :func:`roadpubsub.index.workload.generate_workload`'s POI workloads.
 """
 
 from __future__ import annotations

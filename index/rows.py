@@ -1,6 +1,6 @@
 """The rows of subscription and message files, checked and turned into arrays: column
 names and types, ids, keywords (a term-id CSR, :func:`keyword_term_csr`) and locations
-(u/v/offset or lon/lat, see :mod:`index.io`).
+(u/v/offset or lon/lat, see :mod:`roadpubsub.index.io`).
 
 Each check appends what it finds to a list of problems, so that one error names every
 problem of a file with the offending ids (row labels: the id, or ``row N`` without one).
@@ -424,7 +424,7 @@ def optional_floats(table: pa.Table, path: Path) -> dict[str, npt.NDArray[np.flo
 def refuse_other_kinds(table: pa.Table, path: Path) -> None:
     """Raise when a table read as threshold subscriptions holds another kind.
 
-    For :func:`index.io.read_subscriptions`, which reads threshold subscriptions only: a
+    For :func:`roadpubsub.index.io.read_subscriptions`, which reads threshold subscriptions only: a
     boolean or top-k row, or a radius or k on a threshold row, is named rather than lost.
     """
     if not ({"kind", "radius", "k"} & set(table.column_names)):

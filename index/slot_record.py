@@ -13,8 +13,8 @@ column field
 7      chain (int32, the low half; the high half is zero)
 ====== ===================================================
 
-The slots' :class:`~index.spatial.PointFacts` and the alpha and tau of their
-:class:`~index.model.Subscriptions` become column views of the record, so it replaces
+The slots' :class:`~roadpubsub.index.spatial.PointFacts` and the alpha and tau of their
+:class:`~roadpubsub.index.model.Subscriptions` become column views of the record, so it replaces
 those arrays (4 bytes of padding per slot more) and a write through a view is a write to
 the record. The file format is unchanged: views are saved like any array.
 """

@@ -1,8 +1,8 @@
 """The network side of both architectures: paper Fig. 2 components (a)-(c).
 
-(a) the spatial component: PMR quadtree cells (:mod:`roadnet.cells`) and edge regions;
+(a) the spatial component: PMR quadtree cells (:mod:`roadpubsub.roadnet.cells`) and edge regions;
 (b) the adjacency component: the network's CSR arcs (:meth:`RoadNetwork.adjacency`);
-(c) the distance bounds between each cell pair (:mod:`roadnet.cell_bounds`).
+(c) the distance bounds between each cell pair (:mod:`roadpubsub.roadnet.cell_bounds`).
 
 Built once per network and shared by every subscription index on it.
 """

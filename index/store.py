@@ -1,6 +1,6 @@
 """Index files read back: :func:`load_index` builds either architecture from a file
-(:mod:`index.index_file`, the format), :func:`verify_index` also rebuilds its bounds and
-postings to compare. Every array is checked (:func:`index.validate.check_index_arrays`)
+(:mod:`roadpubsub.index.index_file`, the format), :func:`verify_index` also rebuilds its bounds and
+postings to compare. Every array is checked (:func:`roadpubsub.index.validate.check_index_arrays`)
 before any compiled code reads it.
 """
 
@@ -32,8 +32,8 @@ INDEX_KINDS: dict[str, type[SubscriptionIndex]] = {"eia": EnhancedIndex, "bia": 
 def load_index(path: str | os.PathLike[str]) -> SubscriptionIndex:
     """Read an index written by :meth:`SubscriptionIndex.save` (either architecture).
 
-    Every array is checked (:func:`index.validate.check_index_arrays`) before any compiled
-    code reads it.
+    Every array is checked (:func:`roadpubsub.index.validate.check_index_arrays`) before any
+    compiled code reads it.
 
     Raises
     ------

@@ -2,9 +2,9 @@
 records) and CSV read into a table; one table or a group written atomically.
 
 Every writer writes temporary files in the targets' folders and renames them over the
-targets (:func:`roadnet.files.atomic_paths`), so a failed write leaves nothing behind.
+targets (:func:`roadpubsub.roadnet.files.atomic_paths`), so a failed write leaves nothing behind.
 The readers of subscriptions, messages, weights and deliveries build on these
-(:mod:`index.io`).
+(:mod:`roadpubsub.index.io`).
 """
 
 from __future__ import annotations

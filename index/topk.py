@@ -3,8 +3,8 @@ alpha ranges, which cells hold each keyword and, per (keyword, cell), which rows
 
 The dynamic side (each subscription's result buffer and its threshold, the window of
 messages, the per-cell order by threshold) lives with the matcher,
-:class:`pruning.topk.TopkIndexMatcher`. For a message m and a cell ci, a subscription s of
-ci that shares no keyword with m has TSIM = 0 exactly, so its score is at most
+:class:`roadpubsub.pruning.topk.TopkIndexMatcher`. For a message m and a cell ci, a subscription s
+of ci that shares no keyword with m has TSIM = 0 exactly, so its score is at most
 
     UB0(ci, m) = max over alpha in {alpha_min(ci), alpha_max(ci)} of
                  alpha * (1 - dNmin(ci, m) / Dmax)
@@ -38,7 +38,7 @@ DEFAULT_BUFFER_EXTRA = 4
 def buffer_capacity(k: IntArray, window: int, extra: int = DEFAULT_BUFFER_EXTRA
                     ) -> tuple[IntArray, IntArray]:
     """(C, slots) per subscription: C = min(k, W) + ``extra`` entries are kept beyond which
-    the lowest scores are dropped (:func:`pruning.topk_buffers.offer`), in
+    the lowest scores are dropped (:func:`roadpubsub.pruning.topk_buffers.offer`), in
     max(C_max, 2 min(k, W)) + 2 slots, C_max = min(k, W) + max(extra, 3 min(k, W)).
 
     A k-skyband holds at most k messages of one score (of equal scores the newer
@@ -47,7 +47,7 @@ def buffer_capacity(k: IntArray, window: int, extra: int = DEFAULT_BUFFER_EXTRA
     than W messages, hence min(k, W). A larger C means fewer re-evaluations of the window
     when top-k members expire, a smaller one a higher threshold theta: fewer offers and
     shorter verification searches. C grows by k at each re-evaluation of the subscription
-    (:func:`pruning.topk_buffers.expire`), up to C_max: the slots allow for it.
+    (:func:`roadpubsub.pruning.topk_buffers.expire`), up to C_max: the slots allow for it.
     """
     kk = np.minimum(np.asarray(k, dtype=np.int64), int(window))
     cap = kk + int(extra)

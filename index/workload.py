@@ -2,7 +2,7 @@
 
 * Subscription keywords: 1-5 keywords (target drawn uniformly in 1..5, capped at the
   document's size) sampled without replacement from one real document: a tweet after
-  :func:`~index.text.tokenize`, or a real POI's description (OSM: the tokenised ``name``
+  :func:`~roadpubsub.index.text.tokenize`, or a real POI's description (OSM: the tokenised ``name``
   plus the ``amenity``/``shop``/``tourism`` values; Li California: the category name).
 * Message keywords: a target drawn uniformly in 5..25; random documents of the same source
   are combined (set union, in draw order) until the target is reached, and the message
@@ -11,7 +11,7 @@
   its length, then a uniform offset), or at real POIs' positions. With POI keywords and
   POI locations each subscription takes the keywords of the POI it stands on. Points are
   only placed on edges that ``(u, v, offset)`` names unambiguously (among parallel edges
-  between two nodes, the one :func:`~roadnet.locations.locate_uv` picks), so the written
+  between two nodes, the one :func:`~roadpubsub.roadnet.locations.locate_uv` picks), so the written
   files read back to exactly the same locations.
 * alpha and tau: a fixed value, or uniform within +-spread of a centre, clipped into
   [0, 1] and [:data:`TAU_MIN`, 1].
@@ -34,9 +34,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadpubsub.index.io import messages_table, subscriptions_table, weights_table, write_tables
+from roadpubsub.index.io import messages_table, subscriptions_table, weights_table
 from roadpubsub.index.model import Messages, Subscriptions
 from roadpubsub.index.pois import POIs
+from roadpubsub.index.tables import write_tables
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.index.text import read_tweet_tokens
 from roadpubsub.roadnet.errors import InputError

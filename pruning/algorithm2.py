@@ -7,9 +7,9 @@ a candidate leaves by is settled, or every unsettled one is farther than its can
 limit. A candidate's distance is then exact whenever it is within its limit; beyond it the
 candidate cannot be delivered and gets ``inf``. The expansion keeps its frontier in
 buckets of ``bucket_width_m`` metres rather than a heap (Dial's algorithm, exact: see
-:func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); the reference matcher keeps the heap, so
-the two check each other. Candidates are scored with the kernels of
-:mod:`pruning.similarity`, from the exact TSIM the matcher computed while setting limits.
+:func:`~roadpubsub.roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); the reference matcher keeps
+the heap, so the two check each other. Candidates are scored with the kernels of
+:mod:`roadpubsub.pruning.similarity`, from the exact TSIM the matcher computed while setting limits.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ IntArray = npt.NDArray[np.int64]
 
 class VerifySearch(NamedTuple):
     """What one verification search runs on: the reversed arcs, chain edges and dead ends
-    (``net``), a :class:`~roadnet.distance.NodeSearch` workspace on them (``ws``, restored
-    on return), the bucket queue (``queue``; a search it cannot hold runs on the heap, with
+    (``net``), a :class:`~roadpubsub.roadnet.distance.NodeSearch` workspace on them (``ws``,
+    restored on return), the bucket queue (``queue``; a search it cannot hold runs on the heap, with
     the same distances) and the targets' scratch (``target_nodes``/``target_limits``, at
     least twice as long as a call's candidates)."""
 
@@ -65,7 +65,7 @@ def verify_candidates(  # pragma: no cover - compiled
     ``cand_offset[i]``) with the largest distance of interest ``cand_limit[i]`` (m).
     ``search.target_nodes``/``target_limits`` must hold at least 2 * n_cand entries. The
     search runs on buckets of ``search.queue.width`` metres
-    (:func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); where it cannot (too few
+    (:func:`~roadpubsub.roadnet.dijkstra_kernels.bucket_dijkstra_kernel`); where it cannot (too few
     buckets or entries), the heap kernel does, with the same distances.
     """
     net, ws = search.net, search.ws

@@ -1,4 +1,4 @@
-"""Boolean range matching over :class:`~index.boolean.BooleanIndex`: prune, then verify.
+"""Boolean range matching over :class:`~roadpubsub.index.boolean.BooleanIndex`: prune, then verify.
 
 For a message m, for each keyword t of m and each group (cell ci, largest radius R) filed
 under t:
@@ -16,7 +16,7 @@ under t:
    the largest candidate radius): delivered iff dN <= radius.
 
 Steps 1-3 read each group's postings in order, with every fact they need copied in
-posting order (:class:`~index.boolean.BooleanIndex`), so they cost little beside step 4,
+posting order (:class:`~roadpubsub.index.boolean.BooleanIndex`), so they cost little beside step 4,
 the one search per message that exact distances need anyway
 (:meth:`BooleanIndexMatcher.verification_floor` measures what it would cost if the
 deliveries were known). Messages are taken in Hilbert order, in runs shared by the
@@ -28,7 +28,8 @@ keeping the pair when lb <= r + slack_abs + slack_rel * r (1 um and 1e-9 by defa
 bounds are sums and products of at most four rounded terms of lengths below 2^27 m, so
 each is within a few ulps (< 2^-25 m, and relatively < 2^-50) of its exact value, which is
 itself <= dN: the slack absorbs this, so no delivered pair is pruned. Step 4 decides on
-the exact distance alone (grid lengths, :mod:`roadnet.lengths`), the reference's decision.
+the exact distance alone (grid lengths, :mod:`roadpubsub.roadnet.lengths`), the reference's
+decision.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class CellBoundArrays(NamedTuple):
 
 
 class BooleanPostingArrays(NamedTuple):
-    """The layout of :class:`~index.boolean.BooleanIndex`, facts in posting order."""
+    """The layout of :class:`~roadpubsub.index.boolean.BooleanIndex`, facts in posting order."""
 
     term_ptr: I64
     grp_cell: I32
@@ -304,12 +305,12 @@ def verify_scratch(n_cells: int, n_terms: int, n_subs: int) -> VerifyScratch:
 
 
 class BooleanIndexMatcher:
-    """Exact boolean range matching through :class:`~index.boolean.BooleanIndex`.
+    """Exact boolean range matching through :class:`~roadpubsub.index.boolean.BooleanIndex`.
 
     Parameters
     ----------
     network, subs, weights, dmax_m
-        As for :class:`~pruning.kinds_reference.BooleanBruteMatcher`.
+        As for :class:`~roadpubsub.pruning.kinds_reference.BooleanBruteMatcher`.
     spatial
         Cells and bounds to reuse; built when omitted.
     threads

@@ -5,8 +5,8 @@ network distance *to* m (at most Dmax). A subscription s can be within Dmax of m
 it lies on m's own edge or on an edge with a reached end node, so exactly those
 subscriptions are looked up (per-edge CSR of subscription rows), their distances dN(s, m)
 completed with their exit costs or the direct run along m's edge
-(:func:`roadnet.distance.point_distances_to_target`), and the ones within Dmax scored by
-:mod:`pruning.similarity`. m is delivered to s iff dN(s, m) <= Dmax and
+(:func:`roadpubsub.roadnet.distance.point_distances_to_target`), and the ones within Dmax scored by
+:mod:`roadpubsub.pruning.similarity`. m is delivered to s iff dN(s, m) <= Dmax and
 SIM(s, m) >= s.tau - tolerance.
 
 No pruning by text or by bounds happens here: every subscription within Dmax is scored.
@@ -72,7 +72,7 @@ class BruteMatcher:
         Dmax, the largest tolerated network distance, in metres (> 0).
     set_locations
         Rows located on a route or an area instead of their point (issue 32; see
-        :mod:`pruning.set_locations`).
+        :mod:`roadpubsub.pruning.set_locations`).
     """
 
     name = "brute"

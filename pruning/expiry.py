@@ -16,13 +16,13 @@ The rule:
    max(t(m), c(m)) < e, decided pair by pair (:func:`withhold_expired`);
 2. withdrawal: a top-k subscription is withdrawn at the first message m, in stream order,
    with c(m) >= e: its results are evicted among m's events (phase 0, bottom rank first;
-   :meth:`pruning.topk.TopkIndexMatcher.push`) and it is offered no message after. Until
+   :meth:`roadpubsub.pruning.topk.TopkIndexMatcher.push`) and it is offered no message after. Until
    then it is offered every message, whatever its time (a top-k result is a function of
    the stream: it cannot skip a message).
 
 The service's clock only moves forward, so it also purges (:meth:`Expiry.due`): every
 subscription with e <= c(m) is removed before m is matched, which rule 1 and 2 imply for
-every later message. :class:`pruning.mixed.MixedMatcher` applies both rules for every
+every later message. :class:`roadpubsub.pruning.mixed.MixedMatcher` applies both rules for every
 caller.
 """
 

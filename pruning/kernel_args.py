@@ -1,4 +1,5 @@
-"""What the compiled batch matcher (:func:`pruning.indexed._match_batch`) is given, by name.
+"""What the compiled batch matcher (:func:`roadpubsub.pruning.indexed._match_batch`) is given, by
+name.
 
 Each NamedTuple groups the arrays of one subject; numba compiles them as heterogeneous
 named tuples, so the kernel reads ``msg.chain`` or ``slots.alpha`` rather than the tenth
@@ -83,7 +84,7 @@ class EdgeArrays(NamedTuple):
 
 
 class LayoutArrays(NamedTuple):
-    """The three-level posting lists (see :class:`index.postings.PostingLayout`)."""
+    """The three-level posting lists (see :class:`roadpubsub.index.postings.PostingLayout`)."""
 
     term_ptr: I64
     grp_cell: I32
@@ -111,7 +112,7 @@ class BiaCellArrays(NamedTuple):
 
 
 class SlotArrays(NamedTuple):
-    """The indexed subscriptions (slots): their record (:mod:`index.slot_record`) as
+    """The indexed subscriptions (slots): their record (:mod:`roadpubsub.index.slot_record`) as
     float64 rows and as int32 rows (for the chain), active flags, keyword CSR."""
 
     record: F2

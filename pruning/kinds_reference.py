@@ -1,17 +1,17 @@
 """Reference matchers of the boolean range and top-k sliding-window kinds (no index).
 
-They define a correct answer as :class:`~pruning.brute.BruteMatcher` does for threshold
+They define a correct answer as :class:`~roadpubsub.pruning.brute.BruteMatcher` does for threshold
 subscriptions, with the same distance code, so distances are bit-identical:
 
 * :class:`BooleanBruteMatcher`: per message one reverse search from the message bounded by
   the largest radius; every subscription on a reached edge gets its exact dN, and is
   delivered iff dN <= its radius and the message holds all its keywords.
 * :class:`TopkBruteMatcher`: per arriving message the same reverse search bounded by Dmax
-  scores every subscription within Dmax (SIM, :mod:`pruning.similarity`) and updates its
+  scores every subscription within Dmax (SIM, :mod:`roadpubsub.pruning.similarity`) and updates its
   top-k; when a top-k member expires the subscription is re-scored against the whole
   window from scratch (one forward search from it), and the best message not in its
   top-k refills it. Simple and slow on purpose: the indexed matcher
-  (:mod:`pruning.topk`) must give the same events.
+  (:mod:`roadpubsub.pruning.topk`) must give the same events.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class BooleanBruteMatcher:
         Dmax in metres; every radius must be at most this.
     set_locations
         Rows located on a route or an area instead of their point (issue 32; see
-        :mod:`pruning.set_locations`).
+        :mod:`roadpubsub.pruning.set_locations`).
 
     Deliveries carry the distance and a score of 1.0 (the predicate holds).
     """
@@ -198,7 +198,7 @@ class TopkBruteMatcher:
     Parameters
     ----------
     network, weights, dmax_m
-        As for :class:`~pruning.brute.BruteMatcher`; Dmax bounds who may enter a result.
+        As for :class:`~roadpubsub.pruning.brute.BruteMatcher`; Dmax bounds who may enter a result.
     subs
         Top-k subscriptions.
     window
@@ -210,7 +210,7 @@ class TopkBruteMatcher:
     Messages are fed in stream order through :meth:`push`, in one or several calls;
     subscriptions come and go between calls (:meth:`add_subscriptions`,
     :meth:`remove_subscriptions`), with the events of
-    :class:`~pruning.topk.TopkIndexMatcher`.
+    :class:`~roadpubsub.pruning.topk.TopkIndexMatcher`.
     """
 
     name = "brute"

@@ -1,4 +1,4 @@
-"""How :class:`~pruning.indexed.IndexMatcher` shares one batch among its threads.
+"""How :class:`~roadpubsub.pruning.indexed.IndexMatcher` shares one batch among its threads.
 
 The threads ("lanes") take runs of consecutive positions of the batch's Hilbert order from
 one queue (:func:`guided_runs`: long runs first for locality, short ones last so that the

@@ -1,8 +1,8 @@
 """Boolean range subscriptions that come, go and move while messages stream in, and the
-columnar helpers the live kinds share (top-k: :mod:`pruning.live_topk`).
+columnar helpers the live kinds share (top-k: :mod:`roadpubsub.pruning.live_topk`).
 
 :class:`LiveBoolean` matches with the kind's own indexed matcher, never a second
-implementation: a :class:`~pruning.boolean.BooleanIndexMatcher` built over the
+implementation: a :class:`~roadpubsub.pruning.boolean.BooleanIndexMatcher` built over the
 subscriptions of the last rebuild (the base) and a second one over those added since (the
 delta, rebuilt when it changed and a message arrives); removed base rows are masked out of
 the base's deliveries. The base is rebuilt from the live rows once the removed and added

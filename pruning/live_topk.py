@@ -3,7 +3,7 @@
 A subscription's top-k is a function of the window alone: the k best (SIM, arrival) keys
 among the last W messages within Dmax (ties go to the newer message), whatever the
 history. :class:`LiveTopk` keeps the window (ids, places, keyword strings) and the live
-subscriptions in a few *parts*, each a :class:`~pruning.topk.TopkIndexMatcher` (the
+subscriptions in a few *parts*, each a :class:`~roadpubsub.pruning.topk.TopkIndexMatcher` (the
 kind's one matcher) that every message is pushed through:
 
 * a subscribe (or a move: a removal, then a subscribe at the new place) is put in a new
@@ -21,7 +21,7 @@ kind's one matcher) that every message is pushed through:
 
 Each subscription lives in exactly one part, and each part gives exactly the events of a
 matcher over its subscriptions fed the window and then the stream, so the union of the
-parts' events, in the canonical order of :class:`~pruning.topk_events.TopkEvents`, is
+parts' events, in the canonical order of :class:`~roadpubsub.pruning.topk_events.TopkEvents`, is
 the events of one matcher over all of them. Keywords of window messages are kept as
 strings (with their term ids while the vocabulary does not grow), so a term first
 brought by a later subscription is found in the window's messages too. Arrival numbers
@@ -60,8 +60,9 @@ IntArray = npt.NDArray[np.int64]
 def retire(matcher: TopkIndexMatcher, rows: IntArray) -> None:
     """Take rows out of a running matcher: no offer, expiry or event reaches them again.
 
-    Their buffers are emptied and unlinked from the expiry buckets (so :func:`~pruning.
-    topk_buffers.expire` never visits them), and their thresholds become +inf, which every
+    Their buffers are emptied and unlinked from the expiry buckets (so
+    :func:`~roadpubsub.pruning.topk_buffers.expire` never visits them), and their thresholds become
+    +inf, which every
     score and cell bound lies below, so the arrival scan skips them (a cell's order by
     threshold only ever holds values at most the current ones, so it stays valid).
     """
@@ -133,7 +134,7 @@ class LiveTopk:
     max_parts, rebuild_min, rebuild_ratio
         See the module docstring.
     resort_every
-        As for :class:`~pruning.topk.TopkIndexMatcher`.
+        As for :class:`~roadpubsub.pruning.topk.TopkIndexMatcher`.
     """
 
     def __init__(self, spatial: SpatialIndex, weights: TermWeights, *, dmax_m: float,
@@ -311,8 +312,9 @@ class LiveTopk:
         ``messages`` carry the term ids of this window's weights. ``keywords``: their
         keyword strings, kept in the window so that a subscription bringing a new term
         later finds it in these messages too (default: the strings of their term ids).
-        ``times`` (the signature of every top-k matcher, :class:`pruning.mixed.
-        TopkMatcher`): these subscriptions carry no expiry time, so none is withdrawn by
+        ``times`` (the signature of every top-k matcher,
+        :class:`roadpubsub.pruning.mixed.TopkMatcher`): these subscriptions carry no expiry time,
+        so none is withdrawn by
         it; their owner withdraws them (:meth:`withdraw`, the service's purge).
         """
         del times  # no expiry times here (see above)

@@ -77,8 +77,8 @@ def build_matcher(name: str, network: RoadNetwork, subs: Subscriptions,
     ``spatial`` (cells and bounds built once and shared, e.g. with the boolean and top-k
     indexes of a mixed run), ``threads`` (per batch; default: every core) and
     ``tolerance`` (the score tolerance of the index's bounds, as for
-    :class:`~index.base.SubscriptionIndex`) are handed to the indexes (eia, bia: an
-    :class:`~pruning.indexed.IndexMatcher`); the other matchers (brute) take none.
+    :class:`~roadpubsub.index.base.SubscriptionIndex`) are handed to the indexes (eia, bia: an
+    :class:`~roadpubsub.pruning.indexed.IndexMatcher`); the other matchers (brute) take none.
 
     Raises
     ------

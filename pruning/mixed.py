@@ -4,15 +4,15 @@ One entry point for every caller (``roadpubsub match``, the service, the Spark j
 :class:`MixedMatcher` matches a batch of messages with each kind's own matcher, in one
 order (threshold, then boolean: deliveries; then top-k: the events of the sliding window),
 over one cell structure shared by the kinds' indexes, and applies the expiry rule of
-:mod:`pruning.expiry` to all of them. The result is one :class:`MixedResult`: the
-deliveries (one :class:`~pruning.deliveries.Deliveries`, a boolean delivery's score 1.0)
-and the top-k events (:class:`~pruning.topk_events.TopkEvents`).
+:mod:`roadpubsub.pruning.expiry` to all of them. The result is one :class:`MixedResult`: the
+deliveries (one :class:`~roadpubsub.pruning.deliveries.Deliveries`, a boolean delivery's score 1.0)
+and the top-k events (:class:`~roadpubsub.pruning.topk_events.TopkEvents`).
 
 Each kind's matcher has one interface: ``match(messages) -> Deliveries`` (threshold,
 boolean; work counters in ``stats``) or ``push(messages, *, times=None, keywords=None) ->
 TopkEvents`` (top-k). Batch matchers are built by :meth:`MixedMatcher.build`; the service
-hands its live ones (:class:`~pruning.live_kinds.LiveBoolean`,
-:class:`~pruning.live_topk.LiveTopk`) to the constructor.
+hands its live ones (:class:`~roadpubsub.pruning.live_kinds.LiveBoolean`,
+:class:`~roadpubsub.pruning.live_topk.LiveTopk`) to the constructor.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class TopkMatcher(Protocol):
     def push(self, messages: Messages, *, times: npt.ArrayLike | None = None,
              keywords: Sequence[Sequence[str]] | None = None) -> TopkEvents:
         """The insert and evict events ``messages`` cause; ``times``: the clock (seconds)
-        at each message, which withdraws expired subscriptions (:mod:`pruning.expiry`);
+        at each message, which withdraws expired subscriptions (:mod:`roadpubsub.pruning.expiry`);
         ``keywords``: the messages' keyword strings, for a vocabulary that may grow."""
         ...
 
@@ -156,7 +156,7 @@ class MixedMatcher:
             Threads per batch of the threshold and boolean indexes (None: every core).
         tolerance
             Score tolerance of the threshold index's bounds (see
-            :class:`~index.base.SubscriptionIndex`).
+            :class:`~roadpubsub.index.base.SubscriptionIndex`).
         """
         brute = index == "brute"
         window = check_window(window)
@@ -185,7 +185,7 @@ class MixedMatcher:
         subscription_id); messages in any order.
 
         ``at``: per message (or one for all), max(t(m), c(m)) in seconds, its time and the
-        clock it arrived at (:mod:`pruning.expiry`, rule 2); None: nothing expires.
+        clock it arrived at (:mod:`roadpubsub.pruning.expiry`, rule 2); None: nothing expires.
         """
         parts = [m.match(messages) for m in (self.threshold, self.boolean) if m is not None]
         parts = [p for p in parts if len(p)]
@@ -220,7 +220,7 @@ class MixedMatcher:
         clock
             The clock the batch arrives at (seconds; one for all, e.g. the service's at a
             publish, or one per message); None: a batch's, each message's own time
-            (:mod:`pruning.expiry`).
+            (:mod:`roadpubsub.pruning.expiry`).
         keywords
             The messages' keyword strings (see :meth:`push`).
 

@@ -1,10 +1,10 @@
 """Routing messages to subscription partitions by cell-level pruning (paper Lemma 2).
 
 When subscriptions are split by cell into partitions (e.g. Spark tasks, each with its own
-:class:`~index.eia.EnhancedIndex`), a message needs to visit only the partitions holding a
-cell that survives Lemma 2 for it: dNmin(ci, m) <= DNlimit(ci), with dNmin the cell lower
+:class:`~roadpubsub.index.eia.EnhancedIndex`), a message needs to visit only the partitions holding
+a cell that survives Lemma 2 for it: dNmin(ci, m) <= DNlimit(ci), with dNmin the cell lower
 bound of :func:`pruning.algorithm1.cell_lower_bounds` and DNlimit(ci) the largest
-DNlimit (Eq. 7, :func:`index.limits.distance_limit`) of the cell's subscriptions. The
+DNlimit (Eq. 7, :func:`roadpubsub.index.limits.distance_limit`) of the cell's subscriptions. The
 test, its slack and the treatment of cells whose subscriptions nothing can reach are those
 of :func:`pruning.algorithm1.eia_candidates`, so a partition skipped here is one whose
 index would have pruned every cell for that message: routing never loses a delivery.
@@ -43,7 +43,7 @@ def cell_distance_limits(
 ) -> FloatArray:
     """DNlimit(ci) per cell in metres: the largest DNlimit(s) of its subscriptions.
 
-    As in :class:`~index.eia.EnhancedIndex`: -inf for a cell without subscriptions and -1
+    As in :class:`~roadpubsub.index.eia.EnhancedIndex`: -inf for a cell without subscriptions and -1
     for one whose subscriptions no message can reach (both are never visited).
     """
     limit = distance_limit(subs.alpha, effective_tau(subs.tau, tolerance=tolerance), dmax_m)

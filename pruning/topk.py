@@ -1,9 +1,11 @@
-"""Top-k sliding-window matching over :class:`~index.topk.TopkIndex`: prune, verify, buffer.
+"""Top-k sliding-window matching over :class:`~roadpubsub.index.topk.TopkIndex`: prune, verify,
+buffer.
 
-Per arriving message m (after the expiry of message seq - W, :func:`~pruning.topk_buffers.
-expire`), a subscription s needs m only when SIM(s, m) >= theta(s), its buffer threshold
-(:mod:`pruning.topk_buffers`): a threshold subscription with tau = theta(s). So the pruning
-is PSTPSN's, over the cells ci with dNmin(ci, m) <= Dmax, in two paths that together
+Per arriving message m (after the expiry of message seq - W,
+:func:`~roadpubsub.pruning.topk_buffers.expire`), a subscription s needs m only when SIM(s, m) >=
+theta(s), its buffer threshold
+(:mod:`roadpubsub.pruning.topk_buffers`): a threshold subscription with tau = theta(s). So the
+pruning is PSTPSN's, over the cells ci with dNmin(ci, m) <= Dmax, in two paths that together
 reach every row of those cells at most once:
 
 1. keyword path: the rows sharing a keyword with m, found through the (keyword, cell)
@@ -23,7 +25,7 @@ reach every row of those cells at most once:
    distance lower bound exceeds that DNUB (kappa dE in m's cell, else the larger of
    eta- dE and din_out + D + din_in);
 4. the survivors' exact dN come from Algorithm 2's bounded search, limited by the largest
-   of their DNUBs; SIM from the shared kernels; :func:`~pruning.topk_buffers.offer` does
+   of their DNUBs; SIM from the shared kernels; :func:`~roadpubsub.pruning.topk_buffers.offer` does
    the rest.
 
 Rows are numbered by cell inside the matcher, so a cell's rows and buffers lie together.
@@ -33,12 +35,12 @@ limit (Algorithm 1's rule). UB0 is compared with theta after adding SIM_SLACK = 
 SIM and UB0 are each at most 6 rounded operations on values in [0, 2] (at most 2^-52
 each), so fl(SIM) <= fl(UB0) + 12 * 2^-52 < fl(UB0) + 2^-48 whenever the exact SIM <= the
 exact UB0, which holds because the slackened dNmin is <= dN. DNUB's own widening is argued
-in :mod:`index.limits` (DNUB_NUMERATOR_SLACK), for tau_e = theta(s), the same float the
+in :mod:`roadpubsub.index.limits` (DNUB_NUMERATOR_SLACK), for tau_e = theta(s), the same float the
 offer compares with.
 
 Subscriptions come and go between pushes (:meth:`TopkIndexMatcher.add_subscriptions`,
 :meth:`TopkIndexMatcher.remove_subscriptions`) and expire (``expires_at`` with the
-messages' ``times``); see those methods and :mod:`pruning.topk_events` for the events.
+messages' ``times``); see those methods and :mod:`roadpubsub.pruning.topk_events` for the events.
 """
 
 from __future__ import annotations
@@ -94,18 +96,18 @@ F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 class TopkIndexMatcher:
-    """Exact top-k sliding-window matching through :class:`~index.topk.TopkIndex`.
+    """Exact top-k sliding-window matching through :class:`~roadpubsub.index.topk.TopkIndex`.
 
     Parameters
     ----------
     network, subs, weights, dmax_m, window
-        As for :class:`~pruning.kinds_reference.TopkBruteMatcher`.
+        As for :class:`~roadpubsub.pruning.kinds_reference.TopkBruteMatcher`.
     spatial
         Cells and bounds to reuse; built when omitted.
     resort_every
         Messages between two re-sorts of the cells' subscriptions by threshold (>= 1).
     buffer_extra
-        Result-buffer entries kept beyond k (:func:`~index.topk.buffer_capacity`): the
+        Result-buffer entries kept beyond k (:func:`~roadpubsub.index.topk.buffer_capacity`): the
         results do not depend on it, the work does.
     expires_at
         Per subscription, the instant (seconds, as the ``times`` of :meth:`push`; NaN or
@@ -269,7 +271,7 @@ class TopkIndexMatcher:
 
         Each new subscription gets exactly the top-k it would hold had it been there from
         the start (its result is a function of the window alone), computed by one
-        re-evaluation over the window (:func:`~pruning.topk_buffers.reevaluate`); the
+        re-evaluation over the window (:func:`~roadpubsub.pruning.topk_buffers.reevaluate`); the
         others keep their buffers. The events are the inserts of the new top-k, ranks 1,
         2, ..., with ``seq`` = :attr:`arrivals` - 1 and ``phase`` 2 (after the last
         message's events). Window messages keep the term ids they arrived with, so
@@ -386,13 +388,13 @@ class TopkIndexMatcher:
         """Process ``messages`` in order; the events they cause.
 
         ``times`` (seconds, one per message, optional: the clock of
-        :mod:`pruning.expiry`) applies ``expires_at``: a subscription is withdrawn at the
+        :mod:`roadpubsub.pruning.expiry`) applies ``expires_at``: a subscription is withdrawn at the
         first message (in stream order) whose time is at least its ``expires_at``:
         before that message's expiry phase, its top-k is evicted (phase 0, bottom rank
         first) and it is offered no message again. Without ``times`` no subscription
         expires. ``keywords`` (the messages' strings) is not needed: the vocabulary is
         the one the matcher was built with (the signature of every top-k matcher,
-        :class:`pruning.mixed.TopkMatcher`).
+        :class:`roadpubsub.pruning.mixed.TopkMatcher`).
         """
         n_msg = len(messages)
         kill_ptr, kill_row = self._kills(n_msg, times)

@@ -12,7 +12,7 @@ theta(s) is below every buffered entry. So whenever B(s) holds at least k entrie
 theta(s) = -inf, the top-k is the first min(k, |B(s)|) entries. Only when an expiry leaves
 fewer than k entries with theta(s) > -inf is the window re-scored for s
 (:func:`reevaluate`); the cost-based choice of Skype is replaced by a fixed capacity C
-(:func:`index.topk.buffer_capacity`):
+(:func:`roadpubsub.index.topk.buffer_capacity`):
 
 * :func:`offer` inserts a message scoring >= theta(s), raising the dominance count of every
   entry it outranks and dropping those it makes k-dominated. While the buffer then holds

@@ -1,8 +1,8 @@
-"""The compiled steps of :class:`~pruning.topk.TopkIndexMatcher`: a message's arrival
+"""The compiled steps of :class:`~roadpubsub.pruning.topk.TopkIndexMatcher`: a message's arrival
 (the keyword and text-free paths, verification, offers), a run of messages, and the
 re-sort of each cell's rows by theta / alpha.
 
-The pruning they apply and why its rounding is safe are argued in :mod:`pruning.topk`.
+The pruning they apply and why its rounding is safe are argued in :mod:`roadpubsub.pruning.topk`.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ F = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 #: Added to a text-free score upper bound before comparing it with thresholds (the bound
-#: is argued in :mod:`pruning.topk`).
+#: is argued in :mod:`roadpubsub.pruning.topk`).
 SIM_SLACK = 2.0**-48
 #: Relative and absolute margin of the text-free path's cut, and the smallest alpha keyed
-#: by theta / alpha (see :mod:`pruning.topk`).
+#: by theta / alpha (see :mod:`roadpubsub.pruning.topk`).
 KEY_MARGIN = 2.0**-20
 
 

@@ -1,8 +1,8 @@
 """Road networks: graphs, edge points, cells and exact network distances (metres).
 
 The public API is the union of the modules' ``__all__``: ``from roadpubsub.roadnet import
-load_network, locate_lonlat, RoadNetwork`` and so on. Settings (:mod:`roadnet.settings`)
-and the error base (:mod:`roadnet.errors`) sit here because every layer above uses them.
+load_network, locate_lonlat, RoadNetwork`` and so on. Settings (:mod:`roadpubsub.roadnet.settings`)
+and the error base (:mod:`roadpubsub.roadnet.errors`) sit here because every layer above uses them.
 
 Examples
 --------

@@ -9,15 +9,15 @@ and the distance between two edge points is the same on the chain graph, so Dijk
 ever settles junctions: about four times fewer nodes on Rome.
 
 A :class:`ChainGraph` offers the attribute names the distance functions read from a
-:class:`~roadnet.network.RoadNetwork` (``edge_u``, ``edge_v``, ``edge_length``,
+:class:`~roadpubsub.roadnet.network.RoadNetwork` (``edge_u``, ``edge_v``, ``edge_length``,
 ``edge_twoway``, ``adjacency``, ``n_nodes``), with its chains as the "edges" and its
 junctions, numbered 0..k-1, as the nodes, plus :meth:`ChainGraph.to_local` to express edge
 points on chains and ``to_network_nodes``/``from_network_nodes`` to translate nodes. The
 raw network is its own trivial chain graph (:meth:`RoadNetwork.to_local` is the identity),
 so every distance function takes either.
 Chain lengths are sums of edge lengths; since lengths and offsets lie on the grid of
-:mod:`roadnet.lengths` and a chain ends before it reaches
-:data:`~roadnet.lengths.LONGEST_EXACT_M` (134,000 km), those sums are exact, and every
+:mod:`roadpubsub.roadnet.lengths` and a chain ends before it reaches
+:data:`~roadpubsub.roadnet.lengths.LONGEST_EXACT_M` (134,000 km), those sums are exact, and every
 distance up to that length on the chain graph equals the raw graph's bit for bit.
 """
 

@@ -2,7 +2,8 @@
 
 :func:`dijkstra_kernel` runs a bounded search with a 4-ary heap, :func:`bucket_dijkstra_kernel`
 the same search with a bucket queue (the indexed matchers' verification); both give the same
-floating-point sums (see :mod:`roadnet.distance`, which turns node distances into distances
+floating-point sums (see :mod:`roadpubsub.roadnet.distance`, which turns node distances into
+distances
 between edge points). :func:`distance_to_target_kernel` finishes a search at an edge point,
 :func:`reset_kernel` clears a search's workspace.
 """
@@ -26,8 +27,8 @@ IntArray = npt.NDArray[np.int64]
 class SearchGraph(NamedTuple):
     """The arcs a search follows (CSR by node) and, optionally, their dead ends.
 
-    ``dead_end_to`` (from :func:`~roadnet.distance.dead_ends`, or empty) names, per node y,
-    the only neighbour x of a dead end y (else -1).
+    ``dead_end_to`` (from :func:`~roadpubsub.roadnet.distance.dead_ends`, or empty) names, per node
+    y, the only neighbour x of a dead end y (else -1).
     """
 
     indptr: IntArray

@@ -7,8 +7,9 @@ costs); it is reached from u at cost ``o`` and, on a two-way edge, from v at cos
 between an exit and an entry, or the direct run along a shared edge.
 
 The reference matcher, the cell-bound precompute and the Spark jobs call :class:`NodeSearch`
-(:func:`~roadnet.dijkstra_kernels.dijkstra_kernel`, a 4-ary heap); the verification of the
-indexed matchers runs :func:`~roadnet.dijkstra_kernels.bucket_dijkstra_kernel`, the same
+(:func:`~roadpubsub.roadnet.dijkstra_kernels.dijkstra_kernel`, a 4-ary heap); the verification of
+the
+indexed matchers runs :func:`~roadpubsub.roadnet.dijkstra_kernels.bucket_dijkstra_kernel`, the same
 search with a bucket queue. Both give the same floating-point sums everywhere: a node's
 final distance is the minimum over its final predecessors and depends neither on the order
 they are scanned in nor on where a search stops. The two kernels also check each other,

@@ -58,7 +58,7 @@ def load_network(path: str | os.PathLike[str] | Any, *, directed: bool = False
     path
         The file; its suffix selects the reader. A networkx ``MultiDiGraph`` from osmnx
         (``ox.graph_from_place``, ``ox.load_graphml``, ...) is converted directly
-        (:func:`roadnet.osm.from_osmnx_graph`).
+        (:func:`roadpubsub.roadnet.osm.from_osmnx_graph`).
     directed
         Honour one-way roads (distances run from a subscription to a message).
 

@@ -1,8 +1,8 @@
 """Lengths on a binary grid, so that every path length is an exact sum.
 
 Floating-point addition is not associative: the raw road graph adds edge lengths one by
-one along a path, the chain graph (:mod:`roadnet.chains`) adds whole chains, the reference
-matcher's networkx graph adds split half-edges, and the three totals could differ in the
+one along a path, the chain graph (:mod:`roadpubsub.roadnet.chains`) adds whole chains, the
+reference matcher's networkx graph adds split half-edges, and the three totals could differ in the
 last bit. A pair whose score sits exactly on its threshold could then be delivered by one
 matcher and not by another.
 
@@ -11,8 +11,8 @@ multiple of :data:`LENGTH_GRID_M` = 2**-26 m (about 15 nanometres). A float64 ho
 such multiple below 2**27 m (:data:`LONGEST_EXACT_M`, about 134,000 km) exactly, and the
 sum or difference of two of them is again one *as long as the result stays below that
 bound*. So the project keeps every value that a delivered distance is summed from below
-it: edge lengths (:meth:`~roadnet.network.RoadNetwork.from_arrays`), chain lengths
-(:func:`~roadnet.chains.build_chain_graph` ends a chain before it gets that long) and
+it: edge lengths (:meth:`~roadpubsub.roadnet.network.RoadNetwork.from_arrays`), chain lengths
+(:func:`~roadpubsub.roadnet.chains.build_chain_graph` ends a chain before it gets that long) and
 Dmax (:func:`check_dmax`). A delivered distance is at most Dmax and its partial sums are
 no larger (lengths are >= 0), so every one of them is exact, in any order and grouping:
 all matchers get bit-identical distances. A sum beyond the bound may round, but then it

@@ -38,7 +38,7 @@ IntArray = npt.NDArray[np.int64]
 class EdgePoints:
     """Points on edges: ``edge`` (int32 edge indices) and ``offset`` (metres from edge_u).
 
-    Offsets are stored on the grid of :data:`~roadnet.lengths.LENGTH_GRID_M`, like edge
+    Offsets are stored on the grid of :data:`~roadpubsub.roadnet.lengths.LENGTH_GRID_M`, like edge
     lengths, so that a distance through a point is an exact sum whatever the order.
     """
 

@@ -116,7 +116,7 @@ class RoadNetwork:
         Internal node indices of each edge's first and second node, int32, shape (m,).
     edge_length
         Edge lengths in metres (>= 0), shape (m,), on the grid of
-        :data:`~roadnet.lengths.LENGTH_GRID_M` so that path lengths are exact sums.
+        :data:`~roadpubsub.roadnet.lengths.LENGTH_GRID_M` so that path lengths are exact sums.
     edge_oneway
         True where the road may only be travelled from ``edge_u`` to ``edge_v``.
     geom_ptr, geom_xy
@@ -185,8 +185,8 @@ class RoadNetwork:
             Original ids of each edge's end nodes.
         edge_length
             Lengths in metres, finite, >= 0 and below
-            :data:`~roadnet.lengths.LONGEST_EXACT_M`; stored on the grid of
-            :data:`~roadnet.lengths.LENGTH_GRID_M` (a change of at most 7.5 nm).
+            :data:`~roadpubsub.roadnet.lengths.LONGEST_EXACT_M`; stored on the grid of
+            :data:`~roadpubsub.roadnet.lengths.LENGTH_GRID_M` (a change of at most 7.5 nm).
         edge_oneway
             One-way flags (travel from u to v only); all False when omitted.
         geom_ptr, geom_lonlat

@@ -1,7 +1,7 @@
 """The input arrays of :meth:`RoadNetwork.from_arrays <roadnet.network.RoadNetwork.from_arrays>`
 checked and resolved: node arrays (one length, unique ids, valid lon/lat), edge ends as
 node indices, valid lengths, and edge polylines projected to the network's metric CRS.
-Every problem raises one :class:`~roadnet.errors.NetworkFormatError` naming the rows.
+Every problem raises one :class:`~roadpubsub.roadnet.errors.NetworkFormatError` naming the rows.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """OpenStreetMap road networks: osmnx graphs, OSM XML, GraphML and PBF extracts.
 
-All readers produce a :class:`~roadnet.network.RoadNetwork` with lengths in metres and one
-edge per physical road segment between intersections (osmnx-style simplification): a
+All readers produce a :class:`~roadpubsub.roadnet.network.RoadNetwork` with lengths in metres and
+one edge per physical road segment between intersections (osmnx-style simplification): a
 two-way street is one edge with ``oneway=False``, a one-way street one edge with
 ``oneway=True`` running in its direction of travel.
 
 * :func:`from_osmnx_graph` converts any osmnx ``MultiDiGraph`` (projected or not).
-* :func:`~roadnet.osm_files.read_osm_file` reads ``.osm``/``.osm.bz2``/``.xml`` through
+* :func:`~roadpubsub.roadnet.osm_files.read_osm_file` reads ``.osm``/``.osm.bz2``/``.xml`` through
   ``osmnx.graph_from_xml``, ``.graphml`` through ``osmnx.load_graphml`` and
   ``.osm.pbf``/``.pbf`` through pyosmium, keeping drivable roads only (osmnx's ``drive``
   filter). PBF extracts clipped at a border load: ways are cut where they reference nodes

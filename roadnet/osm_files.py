@@ -1,6 +1,6 @@
-"""OpenStreetMap files read into a :class:`~roadnet.network.RoadNetwork`: OSM XML and
-GraphML through osmnx (:func:`~roadnet.osm.from_osmnx_graph`), PBF through pyosmium with
-the tag rules and osmnx-style simplification of :mod:`roadnet.osm`.
+"""OpenStreetMap files read into a :class:`~roadpubsub.roadnet.network.RoadNetwork`: OSM XML and
+GraphML through osmnx (:func:`~roadpubsub.roadnet.osm.from_osmnx_graph`), PBF through pyosmium with
+the tag rules and osmnx-style simplification of :mod:`roadpubsub.roadnet.osm`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def read_osm_file(path: str | os.PathLike[str]) -> RoadNetwork:
       osmnx's one-way rules, cut at the missing nodes.
     * ``.graphml``: ``osmnx.load_graphml``.
     * ``.osm.pbf``, ``.pbf``: pyosmium; drivable roads only
-      (:func:`~roadnet.osm.is_drivable`), one-way rules of :func:`~roadnet.osm.is_oneway`,
+      (:func:`~roadpubsub.roadnet.osm.is_drivable`), one-way rules of
+      :func:`~roadpubsub.roadnet.osm.is_oneway`,
       osmnx-style simplification, all components kept; ways are cut at nodes missing from
       the extract.
 
@@ -129,9 +130,9 @@ def _read_graphml(p: Path) -> RoadNetwork:
 def _read_with_osmium(p: Path, *, drivable_only: bool) -> RoadNetwork:
     """Roads of an OSM file read with pyosmium, simplified as osmnx does.
 
-    ``drivable_only``: keep the ways passing :func:`~roadnet.osm.is_drivable` with the
-    one-way rules of :func:`~roadnet.osm.is_oneway` (PBF); else every way with osmnx's own
-    one-way rules, as ``graph_from_xml`` does (the fallback for clipped OSM XML).
+    ``drivable_only``: keep the ways passing :func:`~roadpubsub.roadnet.osm.is_drivable` with the
+    one-way rules of :func:`~roadpubsub.roadnet.osm.is_oneway` (PBF); else every way with osmnx's
+    own one-way rules, as ``graph_from_xml`` does (the fallback for clipped OSM XML).
     """
     try:
         counts, refs, lon, lat, way_oneway, way_reversed = _osmium_ways(

@@ -55,7 +55,7 @@ class MethodResult:
     candidates
         Subscriptions verified (indexes) or scored within Dmax (brute), summed.
     counters
-        Summed :class:`~pruning.indexed.MatchStats` counters (indexes only).
+        Summed :class:`~roadpubsub.pruning.indexed.MatchStats` counters (indexes only).
     build_seconds
         Seconds to build the matcher's index (cells and bounds excluded), when measured.
     bytes_per_subscription
@@ -170,7 +170,7 @@ class TimedMethod:
 
 
 def index_method(name: str, matcher: IndexMatcher, messages: Messages) -> TimedMethod:
-    """EIA or BIA (an :class:`~pruning.indexed.IndexMatcher`) on ``messages``."""
+    """EIA or BIA (an :class:`~roadpubsub.pruning.indexed.IndexMatcher`) on ``messages``."""
 
     def run(progress: Progress | None) -> Matched:
         deliveries = matcher.match(messages, progress=progress)

@@ -1,11 +1,11 @@
 """Arrow tables of the Spark tasks' rows <-> the columnar batches of ``index`` and
 ``pruning``: subscriptions of every kind and messages (frame rows of
-:mod:`spark_jobs.cell_frames`), deliveries and top-k events (task outputs).
+:mod:`roadpubsub.spark_jobs.cell_frames`), deliveries and top-k events (task outputs).
 
 A task's result must not depend on the order Spark hands it its rows, so each reader
 sorts them first: subscriptions and messages by id, stream messages by their place in the
 input files, deliveries by (message, subscription), events in the canonical order of
-:class:`pruning.topk_events.TopkEvents`.
+:class:`roadpubsub.pruning.topk_events.TopkEvents`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _rows(table: pa.Table, keys: Sequence[str] = ("id",)
 
 
 def subscriptions_from_arrow(table: pa.Table) -> Subscriptions:
-    """Subscriptions of frame rows (:data:`spark_jobs.cell_frames.SUBSCRIPTION_SCHEMA`
+    """Subscriptions of frame rows (:data:`roadpubsub.spark_jobs.cell_frames.SUBSCRIPTION_SCHEMA`
     columns), sorted by id."""
     t, points, ptr, terms = _rows(table)
     return Subscriptions(_np(t, "id", np.int64), points, _np(t, "alpha", np.float64),
@@ -105,14 +105,14 @@ def messages_from_arrow(table: pa.Table) -> Messages:
 
 
 def ordered_messages_from_arrow(table: pa.Table) -> Messages:
-    """Messages of ordered frame rows (:data:`spark_jobs.cell_frames.
-    ORDERED_MESSAGE_SCHEMA`), in stream (file) order."""
+    """Messages of ordered frame rows
+    (:data:`roadpubsub.spark_jobs.cell_frames.ORDERED_MESSAGE_SCHEMA`), in stream (file) order."""
     t, points, ptr, terms = _rows(table, ("o_file", "o_block", "o_row"))
     return Messages(_np(t, "id", np.int64), points, ptr, terms)
 
 
 def deliveries_table(d: Deliveries) -> pa.Table:
-    """A task's deliveries as rows of :data:`spark_jobs.match_plan.DELIVERY_SCHEMA`."""
+    """A task's deliveries as rows of :data:`roadpubsub.spark_jobs.match_plan.DELIVERY_SCHEMA`."""
     return pa.table({"message_id": pa.array(d.message_id, pa.int64()),
                      "subscription_id": pa.array(d.subscription_id, pa.int64()),
                      "distance": pa.array(d.distance, pa.float64()),

@@ -1,23 +1,24 @@
 """Spark batch matching of every subscription kind (issue 21): threshold, boolean, top-k.
 
 ``roadpubsub spark batch-match`` reads a subscriptions file that may mix the kinds (the
-``kind`` column of :mod:`index.kinds_io`) and writes what ``roadpubsub match`` writes on
+``kind`` column of :mod:`roadpubsub.index.kinds_io`) and writes what ``roadpubsub match`` writes on
 the same inputs: the deliveries of threshold and boolean subscriptions (``--out``; a
 boolean delivery has score 1.0) and the top-k events (``--topk-out``; columns seq, event,
 message_id, subscription_id, rank, score, distance, in the order of
-:mod:`pruning.topk_events`).
+:mod:`roadpubsub.pruning.topk_events`).
 
 Threshold and boolean: stateless per message, routed alike
 ------------------------------------------------------------
-Both kinds share the plan of :mod:`spark_jobs.match_plan`: cells split into partitions
+Both kinds share the plan of :mod:`roadpubsub.spark_jobs.match_plan`: cells split into partitions
 by their load (threshold plus boolean subscriptions), each message routed by Lemma 2
-(:class:`pruning.routing.CellRouter`) to the partitions holding a cell it may reach. The
+(:class:`roadpubsub.pruning.routing.CellRouter`) to the partitions holding a cell it may reach. The
 distance limit of a cell is the larger of its threshold DNlimit (Eq. 7) and its boolean
 subscriptions' largest radius, compared with the cell lower bound by the slackened test
-that :mod:`pruning.boolean` applies to each (keyword, cell) group: a partition skipped
+that :mod:`roadpubsub.pruning.boolean` applies to each (keyword, cell) group: a partition skipped
 here is one whose boolean index would have skipped every group. The task matches its
 threshold subscriptions with the EIA and its boolean ones with
-:class:`pruning.boolean.BooleanIndexMatcher`, through :class:`pruning.mixed.MixedMatcher`
+:class:`roadpubsub.pruning.boolean.BooleanIndexMatcher`, through
+:class:`roadpubsub.pruning.mixed.MixedMatcher`
 (the CLI's entry point), over the same slice of the bound table.
 
 Top-k: partitioned by subscriptions, each task over the whole ordered stream
@@ -25,13 +26,13 @@ Top-k: partitioned by subscriptions, each task over the whole ordered stream
 A top-k result depends on the order of the messages (the window holds the last W), but
 its state is per subscription: the top-k of s depends only on s and the stream. So the
 top-k subscriptions are split by cell into partitions (by their load, as above), and each
-task runs :class:`pruning.mixed.MixedMatcher` (the CLI's matcher) on its
+task runs :class:`roadpubsub.pruning.mixed.MixedMatcher` (the CLI's matcher) on its
 subscriptions over the *whole* message stream in file order (``o_file``, ``o_block``,
-``o_row`` of :data:`spark_jobs.cell_frames.ORDERED_MESSAGE_SCHEMA`). Every task counts
+``o_row`` of :data:`roadpubsub.spark_jobs.cell_frames.ORDERED_MESSAGE_SCHEMA`). Every task counts
 arrivals from the first message, so its sequence numbers, windows, expiries and refills
 are the single process's; each subscription's events come from exactly one task. The
 events are then sorted by (seq, phase, subscription_id, position in the task), the
-canonical order of :class:`pruning.topk_events.TopkEvents`, and written in that order.
+canonical order of :class:`roadpubsub.pruning.topk_events.TopkEvents`, and written in that order.
 Each top-k task thus holds all messages (their locations and term ids): the stream is
 shuffled to every top-k partition, never broadcast; only the keys of the partitions are
 broadcast.
@@ -39,9 +40,9 @@ broadcast.
 Outputs
 -------
 Both outputs are written by Spark into temporary directories beside their names and
-renamed over them only when both jobs succeeded (:func:`spark_jobs.storage.
-atomic_output_dir`); the top-k output is written only when the file holds top-k
-subscriptions, as ``roadpubsub match`` does. Neither may be an input.
+renamed over them only when both jobs succeeded
+(:func:`roadpubsub.spark_jobs.storage.atomic_output_dir`); the top-k output is written only when
+the file holds top-k subscriptions, as ``roadpubsub match`` does. Neither may be an input.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from roadpubsub.pruning.topk_events import TopkEvents
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.arrow_batches import (
     EVENT_ORDER,
     deliveries_from_arrow,
@@ -82,6 +83,7 @@ from roadpubsub.spark_jobs.cell_frames import (
     KIND_CODES,
     SUBSCRIPTION_SCHEMA,
     cell_stats,
+    kind_counts,
     messages_frame,
     subscription_set_frame,
     weights_from_payload,
@@ -90,15 +92,13 @@ from roadpubsub.spark_jobs.cell_frames import (
 from roadpubsub.spark_jobs.match_plan import (
     DELIVERY_SCHEMA,
     MatchPlan,
-    _job_settings,
-    _kind_counts,
-    _part_cells,
-    _session_conf,
     deliveries_frame,
+    job_settings,
+    part_cells,
     plan_match,
 )
 from roadpubsub.spark_jobs.payload import cells_payload, network_and_cells, network_payload
-from roadpubsub.spark_jobs.session import broadcast_payload, cached_payload, stage
+from roadpubsub.spark_jobs.session import broadcast_payload, cached_payload, session_conf, stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
@@ -108,9 +108,7 @@ __all__ = [
     "TOPK_EVENT_SCHEMA",
     "batch_match_kinds",
     "match_set_frames",
-    "ordered_messages_from_arrow",
     "topk_events_frame",
-    "topk_from_arrow",
     "topk_out_name",
 ]
 
@@ -155,7 +153,7 @@ def _topk_task(bc: Broadcast[dict[str, Any]], timer: Any = None
         network, cells = cached_payload(bc, "cells", network_and_cells)
         weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
         spatial = slice_spatial(network, cells, left.filter(pc.equal(part, _PART_BOUND)),
-                                _part_cells(payload, k), by="row",
+                                part_cells(payload, k), by="row",
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
         messages = ordered_messages_from_arrow(msgs_t)
@@ -229,8 +227,9 @@ def match_set_frames(
     phases: dict[str, float] | None = None,
     counts: dict[str, int] | None = None,
 ) -> tuple[Deliveries, TopkEvents] | None:
-    """Match a subscription set frame (:data:`spark_jobs.cell_frames.
-    SUBSCRIPTION_SET_SCHEMA`) against an ordered message frame (see the module docstring).
+    """Match a subscription set frame
+    (:data:`roadpubsub.spark_jobs.cell_frames.SUBSCRIPTION_SET_SCHEMA`) against an ordered message
+    frame (see the module docstring).
 
     With ``out``, write the deliveries there and the top-k events (when there are top-k
     subscriptions) to ``topk_out`` (default :func:`topk_out_name`), both replaced
@@ -242,7 +241,7 @@ def match_set_frames(
     window = check_window(window)
     phases = {} if phases is None else phases
     t0 = time.perf_counter()
-    counts = counts or _kind_counts(subs)
+    counts = counts or kind_counts(subs)
     kind = F.col("kind")
     thr = subs.filter(kind == KIND_CODES["threshold"]).select(
         *(c.split()[0] for c in SUBSCRIPTION_SCHEMA.split(", ")))
@@ -254,7 +253,7 @@ def match_set_frames(
     plan = plan_match(spark, cells, stats, dmax_m=dmax_m, tolerance=tolerance,
                       n_partitions=n_partitions)
     phases["per-cell figures and plans"] = time.perf_counter() - t0
-    with _session_conf(spark, _job_settings(plan)):
+    with session_conf(spark, job_settings(plan)):
         if counts["threshold"] + counts["boolean"]:
             frame = deliveries_frame(spark, plan, network, weights, thr, messages, bounds,
                                      bounds_name=bounds_name, timer=timer,
@@ -285,12 +284,12 @@ def match_set_frames(
                 storage.atomic_output_dir(topk_out or topk_out_name(out), spark=spark))
             with stage(spark, f"{what} -> {out}"):
                 frame.sortWithinPartitions("message_id", "subscription_id") \
-                    .write.mode("errorifexists").parquet(storage.spark_uri(tmp))
+                    .write.mode("errorifexists").parquet(storage_paths.spark_uri(tmp))
             if events is not None and tmp_k is not None:
                 with stage(spark, f"batch-match: top-k events (window {window}) -> "
                                   f"{topk_out or topk_out_name(out)}"):
                     events.orderBy(*_ORDER).drop("phase", "ord") \
-                        .write.mode("errorifexists").parquet(storage.spark_uri(tmp_k))
+                        .write.mode("errorifexists").parquet(storage_paths.spark_uri(tmp_k))
         phases["route, match and write"] = time.perf_counter() - t0
     return None
 
@@ -314,7 +313,7 @@ def batch_match_kinds(
     """Deliveries and top-k events of objects held in memory, computed on Spark.
 
     Equal to the threshold matcher's deliveries with
-    :class:`~pruning.boolean.BooleanIndexMatcher`'s, and to
+    :class:`~roadpubsub.pruning.boolean.BooleanIndexMatcher`'s, and to
     ``TopkIndexMatcher(..., window=window).push(messages)`` (``messages`` in stream
     order). The inputs are shipped from the driver (for notebooks and tests); the job
     reads files on the executors instead.

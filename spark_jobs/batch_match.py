@@ -3,21 +3,22 @@
 Plan (the driver reads nothing big)
 -----------------------------------
 1. The network and the weights table (small files, read whole on the driver through
-   :mod:`spark_jobs.storage`) are loaded and the cells built. Subscriptions and messages
+   :mod:`roadpubsub.spark_jobs.storage`) are loaded and the cells built. Subscriptions and messages
    are read by the executors as distributed DataFrames, each row located on the network
-   and given its cell in the tasks (:mod:`spark_jobs.cell_frames`). Only per-cell figures
+   and given its cell in the tasks (:mod:`roadpubsub.spark_jobs.cell_frames`). Only per-cell figures
    (load, DNlimit) come back to the driver.
 2. Cells are split into partitions: contiguous runs of cells in Z-order with about equal
-   numbers of subscriptions (:func:`pruning.routing.partition_cells`); all subscriptions
+   numbers of subscriptions (:func:`roadpubsub.pruning.routing.partition_cells`); all subscriptions
    of a cell, hence of an edge, are in one partition.
 3. Routing (one Spark task per partition, over the messages of its cells): each message
    goes only to the partitions that hold a cell surviving Lemma 2 for it
-   (:class:`pruning.routing.CellRouter`, the numba ``cell_lower_bounds`` kernel against
+   (:class:`roadpubsub.pruning.routing.CellRouter`, the numba ``cell_lower_bounds`` kernel against
    DNlimit(ci)). The task reads the bound table's columns of its cells.
 4. Matching (one Spark task per partition, a cogroup of its subscriptions, its rows of
    the bound table and its routed messages): the task builds an
-   :class:`~index.eia.EnhancedIndex` of its subscriptions and runs
-   :class:`~pruning.indexed.IndexMatcher`. (Steps 2-4: :mod:`spark_jobs.match_plan`.)
+   :class:`~roadpubsub.index.eia.EnhancedIndex` of its subscriptions and runs
+   :class:`~roadpubsub.pruning.indexed.IndexMatcher`. (Steps 2-4:
+   :mod:`roadpubsub.spark_jobs.match_plan`.)
 5. One output row per delivery (``message_id``, ``subscription_id``, ``distance`` metres,
    ``score``), written as Parquet.
 
@@ -25,29 +26,29 @@ Subscription kinds (issue 21): the subscriptions file may mix threshold, boolean
 top-k rows (the ``kind`` column that ``roadpubsub match`` reads). Boolean subscriptions
 are stateless per message and go through steps 2-5 beside the threshold ones (their
 radius is their cell's routing limit; the task matches them with
-:class:`pruning.boolean.BooleanIndexMatcher`). Top-k subscriptions depend on the message
+:class:`roadpubsub.pruning.boolean.BooleanIndexMatcher`). Top-k subscriptions depend on the message
 order (window ``--window``): they are partitioned by cell too, and each of their tasks
-runs :class:`pruning.topk.TopkIndexMatcher` over the whole message stream in file order,
+runs :class:`roadpubsub.pruning.topk.TopkIndexMatcher` over the whole message stream in file order,
 exact because top-k state is per subscription; their events go to ``--topk-out``. See
-:mod:`spark_jobs.batch_kinds`.
+:mod:`roadpubsub.spark_jobs.batch_kinds`.
 
 The bound table is a DataFrame throughout (a table directory read by the executors, or
 computed on Spark when none is given), shuffled to the partitions that need each row
-(:mod:`spark_jobs.bound_frames`); it is never broadcast.
+(:mod:`roadpubsub.spark_jobs.bound_frames`); it is never broadcast.
 
 Why the result equals the single-process ``IndexMatcher(EnhancedIndex(all subscriptions))``:
 every bound the EIA pruning uses for a subscription depends only on the subscription, its
 edge and its cell, and those are all in one partition, with the bound table's rows of its
 cells; a partition left out by routing is one whose index would have pruned every cell
 (the same test, the same slack); distances are exact and scores come from
-:mod:`pruning.similarity`, with the term ids of the local reader. Each delivery (m, s)
+:mod:`roadpubsub.pruning.similarity`, with the term ids of the local reader. Each delivery (m, s)
 is produced by exactly one task: the one holding s.
 
 Output safety: the deliveries are written by Spark's commit protocol (a retried task's
 files replace the failed attempt's; a task's output is deterministic: subscriptions and
 messages are sorted by id in the task) into a temporary directory beside the output
 that replaces it only when the whole job succeeded
-(:func:`spark_jobs.storage.atomic_output_dir`; local paths and storage URLs alike).
+(:func:`roadpubsub.spark_jobs.storage.atomic_output_dir`; local paths and storage URLs alike).
 ``index.io.read_deliveries`` reads a local output.
 
 Examples
@@ -79,29 +80,22 @@ from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.lengths import check_dmax
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.arrow_batches import (
-    boolean_from_arrow,
     deliveries_from_arrow,
-    messages_from_arrow,
-    subscriptions_from_arrow,
 )
 from roadpubsub.spark_jobs.bound_frames import bounds_frame, read_bounds_frame
 from roadpubsub.spark_jobs.cell_frames import (
     SUBSCRIPTION_SCHEMA,
     cell_stats,
+    kind_counts,
     messages_frame,
     subscriptions_frame,
 )
 from roadpubsub.spark_jobs.dijkstra_engine import dijkstra_rows
 from roadpubsub.spark_jobs.match_plan import (
-    DELIVERY_SCHEMA,
-    FAULTS,
-    MatchPlan,
-    _job_settings,
-    _kind_counts,
-    _session_conf,
     deliveries_frame,
+    job_settings,
     plan_match,
 )
 from roadpubsub.spark_jobs.read_frames import read_messages_frame, read_subscription_set_frame
@@ -109,6 +103,7 @@ from roadpubsub.spark_jobs.session import (
     add_spark_arguments,
     log,
     run_job,
+    session_conf,
     session_from_args,
     stage,
 )
@@ -117,20 +112,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "DELIVERY_SCHEMA",
-    "FAULTS",
-    "MatchPlan",
     "add_arguments",
     "batch_match",
-    "boolean_from_arrow",
     "build_parser",
-    "deliveries_frame",
     "main",
     "match_frames",
-    "messages_from_arrow",
-    "plan_match",
     "run",
-    "subscriptions_from_arrow",
     "write_batch_deliveries",
     "write_deliveries_frame",
 ]
@@ -168,7 +155,7 @@ def match_frames(
     phases["driver: plan (partitions, keys)"] = t2 - t1
     what = (f"batch-match: {stats.n_subscriptions} subscriptions in {plan.n_partitions} "
             f"partitions")
-    with _session_conf(spark, _job_settings(plan)):
+    with session_conf(spark, job_settings(plan)):
         frame = deliveries_frame(spark, plan, network, weights, subs, messages, bounds,
                                  bounds_name=bounds_name, fault=fault, timer=timer)
         if out is None:
@@ -180,7 +167,7 @@ def match_frames(
         t0 = time.perf_counter()
         with storage.atomic_output_dir(out, spark=spark) as tmp, stage(spark, f"{what} -> {out}"):
             frame.sortWithinPartitions("message_id", "subscription_id") \
-                .write.mode("errorifexists").parquet(storage.spark_uri(tmp))
+                .write.mode("errorifexists").parquet(storage_paths.spark_uri(tmp))
         phases["route, match and write"] = time.perf_counter() - t0
     return None
 
@@ -243,7 +230,7 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
     """The job proper on parsed arguments: every input read where it lies (see the plan).
 
     Returns the wall-clock seconds of its phases; the ``driver:`` ones run on the driver
-    alone. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
+    alone. ``timer`` (:func:`roadpubsub.spark_jobs.session.task_timer`) collects per-task timings.
     """
     from roadpubsub.index.io import read_weights
     from roadpubsub.roadnet.io import load_network
@@ -268,7 +255,7 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
     with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
         subs = read_subscription_set_frame(spark, args.subscriptions, network, cells,
                                            weights, dmax_m=args.dmax, timer=timer)
-        counts = _kind_counts(subs)
+        counts = kind_counts(subs)
     phases["read and locate subscriptions"] = time.perf_counter() - t0
     log(f"subscriptions per kind: {counts}")
     t0 = time.perf_counter()
@@ -372,25 +359,25 @@ def run(args: argparse.Namespace) -> int:
     check_window(args.window)
     inputs = (args.network, args.subscriptions, args.messages, args.weights, args.bounds)
     topk_out = args.topk_out or topk_out_name(args.out)
-    lo, lk = storage.local_path(args.out), storage.local_path(topk_out)
+    lo, lk = storage_paths.local_path(args.out), storage_paths.local_path(topk_out)
     if (topk_out.rstrip("/") == os.fspath(args.out).rstrip("/")
             or (lo is not None and lk is not None and lo.resolve() == lk.resolve())):
         msg = f"--topk-out {topk_out} is the --out directory; give another"
         raise InputError(msg)
     outputs = (("--out", args.out), ("--topk-out", topk_out))
     for what, path in outputs:  # local outputs before Spark starts, which takes seconds
-        if storage.local_path(path) is not None:
+        if storage_paths.local_path(path) is not None:
             storage.check_output(None, path, folder=True, what=what, inputs=inputs)
     for name, path in (("network", args.network), ("--weights", args.weights),
                        ("--subscriptions", args.subscriptions), ("--messages", args.messages),
                        ("--bounds", args.bounds)):
-        local = storage.local_path(path) if path else None
+        local = storage_paths.local_path(path) if path else None
         if local is not None and not local.exists():
             msg = f"{name} not found: {path}"
             raise FileNotFoundError(msg)
     spark = session_from_args(args, app_name="roadpubsub batch-match")
     for what, path in outputs:
-        if storage.local_path(path) is None:
+        if storage_paths.local_path(path) is None:
             storage.check_output(spark, path, folder=True, what=what, inputs=inputs)
     t0 = time.perf_counter()
     write_deliveries_frame(spark, args)

@@ -2,12 +2,12 @@
 
 Measures, on one machine:
 
-* cell-bound precompute: :func:`roadnet.cell_bounds.compute_cell_bounds` in this process
-  vs the ``dijkstra`` engine of :mod:`spark_jobs.precompute_bounds` on ``--master``
+* cell-bound precompute: :func:`roadpubsub.roadnet.cell_bounds.compute_cell_bounds` in this process
+  vs the ``dijkstra`` engine of :mod:`roadpubsub.spark_jobs.precompute_bounds` on ``--master``
   (first run, which pays for starting the Python workers, and a second, warm run), plus
-  the pure-local border overlay (:func:`spark_jobs.overlay.overlay_cell_bounds`);
+  the pure-local border overlay (:func:`roadpubsub.spark_jobs.overlay.overlay_cell_bounds`);
 * batch matching as on a cluster (:func:`bench_match`): the workload
-  (:func:`index.workload.generate_workload`, real tweets, uniform locations; 1M
+  (:func:`roadpubsub.index.workload.generate_workload`, real tweets, uniform locations; 1M
   subscriptions x 20,000 messages by default) and the bound table written to files, then
   the ``batch-match`` job on them (executors read and locate the rows) with its phases
   timed on the driver and every task timed inside it, against the local
@@ -160,7 +160,7 @@ def bench_match(
     """The batch-match job on files (as on a cluster), against the local matcher.
 
     Writes the workload (Parquet, as ``roadpubsub generate`` does) and the bound table to
-    ``workdir``, runs :func:`spark_jobs.batch_match.write_deliveries_frame` with per-task
+    ``workdir``, runs :func:`roadpubsub.spark_jobs.batch_match.write_deliveries_frame` with per-task
     timings, checks the deliveries against ``IndexMatcher(EnhancedIndex(...))`` on the same
     files, and estimates the job's time on more cores from the per-task figures.
     """

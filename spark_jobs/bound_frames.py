@@ -1,7 +1,8 @@
 """The cell-pair bound table as a distributed DataFrame, sliced per partition.
 
 The dense ``cells x cells`` arrays are never broadcast: the table stays a DataFrame of
-rows (``cell_i``, ``cell_j``, ``D``, ``D_far``; :data:`spark_jobs.bound_table.ROW_SCHEMA`)
+rows (``cell_i``, ``cell_j``, ``D``, ``D_far``;
+:data:`roadpubsub.spark_jobs.bound_table.ROW_SCHEMA`)
 and each partition of a job receives, by a shuffle keyed like its subscriptions, only
 the rows it needs:
 
@@ -10,13 +11,14 @@ the rows it needs:
 * ``by="row"``: rows whose ``cell_i`` is one of the partition's cells. Matching reads
   ``D[c, cm]`` only for the cells c holding the partition's subscriptions.
 
-A task assembles its slice into a :class:`~roadnet.cell_bounds.CellBounds` with the local
-path's own :meth:`~roadnet.cell_bounds.CellBounds.from_rows` (the eta bounds are
+A task assembles its slice into a :class:`~roadpubsub.roadnet.cell_bounds.CellBounds` with the local
+path's own :meth:`~roadpubsub.roadnet.cell_bounds.CellBounds.from_rows` (the eta bounds are
 elementwise in D, so a slice gives the very values of the whole table on the entries it
 holds). Entries outside the slice are left unknown (D = inf) and are never read: a cell
 of another partition holds none of this partition's subscriptions (its DNlimit is -inf
 in the partition's index), and a routed column is complete. A slice that misses one of
-its entries, or has one twice, is refused (:class:`~spark_jobs.bound_table.BoundsTableError`).
+its entries, or has one twice, is refused
+(:class:`~roadpubsub.spark_jobs.bound_table.BoundsTableError`).
 
 Each of the two shuffles moves the table once in total (``n_cells**2`` rows over all
 partitions), where a broadcast would copy all of it to every executor; a task holds
@@ -36,7 +38,7 @@ from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.roadnet.cell_bounds import CellBounds
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.bound_table import (
     BOUNDS_META_FILE,
     ROW_SCHEMA,
@@ -77,11 +79,11 @@ def read_bounds_frame(spark: SparkSession, path: str, network: RoadNetwork, cell
     BoundsTableError
         Not a bound table, or one made for another network or cells.
     """
-    if not storage.exists(spark, path):
+    if not storage_paths.exists(spark, path):
         msg = f"bound table not found: {path}"
         raise FileNotFoundError(msg)
     meta_path = path.rstrip("/") + "/" + BOUNDS_META_FILE
-    if not storage.exists(spark, meta_path):
+    if not storage_paths.exists(spark, meta_path):
         msg = (f"{path} is not a cell-bound table written by 'roadpubsub spark "
                f"precompute-bounds' (no {BOUNDS_META_FILE})")
         raise BoundsTableError(msg)
@@ -92,7 +94,7 @@ def read_bounds_frame(spark: SparkSession, path: str, network: RoadNetwork, cell
         raise BoundsTableError(msg) from exc
     check_bounds_format(meta, path)
     check_bounds_meta(meta, path, network, cells)
-    return spark.read.schema(ROW_SCHEMA).parquet(storage.spark_uri(path))
+    return spark.read.schema(ROW_SCHEMA).parquet(storage_paths.spark_uri(path))
 
 
 def keyed_bounds(spark: SparkSession, rows: DataFrame, cell_key: npt.NDArray[np.int32], *,

@@ -1,6 +1,7 @@
 """The bound table's storage format: rows, metadata, fingerprints, and its reader.
 
-A table is a directory written by :func:`spark_jobs.precompute_bounds.write_bounds_table`:
+A table is a directory written by
+:func:`roadpubsub.spark_jobs.precompute_bounds.write_bounds_table`:
 
 ``part-*.parquet``
     Rows ``cell_i`` int32, ``cell_j`` int32, ``D`` float64 (inf: unreachable),
@@ -12,10 +13,10 @@ A table is a directory written by :func:`spark_jobs.precompute_bounds.write_boun
 
 The per-node border distances (``din_out``/``din_in``) are not stored: they cost two
 Dijkstras and :func:`load_bounds_table` recomputes them through
-:meth:`roadnet.cell_bounds.CellBounds.from_rows`, the local path's own assembly, which
+:meth:`roadpubsub.roadnet.cell_bounds.CellBounds.from_rows`, the local path's own assembly, which
 also derives the Euclidean tables and eta bounds from the cells.
 
-The local CLI (``roadpubsub index build --bounds``) and :mod:`spark_jobs.batch_match`
+The local CLI (``roadpubsub index build --bounds``) and :mod:`roadpubsub.spark_jobs.batch_match`
 read tables through :func:`load_bounds_table`; :func:`read_bounds_rows` is the one place
 that reads the files.
 
@@ -224,8 +225,8 @@ def read_bounds_rows(path: str | Path) -> tuple[dict[str, Any], FloatArray, Floa
 
 
 def load_bounds_table(path: str | Path, network: RoadNetwork, cells: Cells) -> CellBounds:
-    """Read a table written by :func:`spark_jobs.precompute_bounds.write_bounds_table` as
-    :class:`~roadnet.cell_bounds.CellBounds`.
+    """Read a table written by :func:`roadpubsub.spark_jobs.precompute_bounds.write_bounds_table` as
+    :class:`~roadpubsub.roadnet.cell_bounds.CellBounds`.
 
     The table must have been computed for this network and these cells: a table of another
     network (different counts or edge arrays, or direction) or of other cells (e.g. another

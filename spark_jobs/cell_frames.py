@@ -1,14 +1,14 @@
 """Subscriptions and messages as distributed DataFrames, each row with its cell: the
 frames' Spark schemas, frames of batches already in memory, the weights as a broadcast
 payload, and the per-cell figures the driver plans with. Files are read into these frames
-by the executors (:mod:`spark_jobs.read_frames`).
+by the executors (:mod:`roadpubsub.spark_jobs.read_frames`).
 
 Frames (Spark schemas :data:`SUBSCRIPTION_SCHEMA`, :data:`MESSAGE_SCHEMA`)
 -----------------------------------------------------------------------------
 subscriptions
     ``cell`` int, ``id`` long, ``edge`` int, ``offset`` double (metres along the edge),
     ``alpha``, ``tau`` double, ``dn_limit`` double (DNlimit of the subscription's cell in
-    its task, Eq. 7 via :func:`pruning.routing.cell_distance_limits`: the maximum over a
+    its task, Eq. 7 via :func:`roadpubsub.pruning.routing.cell_distance_limits`: the maximum over a
     cell's rows is the cell's DNlimit), ``keywords`` array<int> (term ids of the weights,
     ascending, distinct).
 messages
@@ -43,10 +43,15 @@ __all__ = [
     "SUBSCRIPTION_SCHEMA",
     "SUBSCRIPTION_SET_SCHEMA",
     "CellStats",
+    "cell_limits",
     "cell_stats",
+    "kind_codes",
+    "kind_counts",
     "messages_frame",
     "subscription_set_frame",
+    "subscription_set_table",
     "subscriptions_frame",
+    "term_id_lists",
     "weights_from_payload",
     "weights_payload",
 ]
@@ -91,8 +96,7 @@ def subscriptions_frame(spark: SparkSession, subs: Subscriptions, cells: Cells, 
     """A subscriptions frame of subscriptions already in memory (shipped from the driver:
     for notebooks and tests; files go through :func:`read_subscriptions_frame`)."""
     cell = cells.edge_cell[subs.points.edge].astype(np.int64)
-    limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), subs,
-                                  dmax_m=dmax_m, tolerance=tolerance)
+    limits = cell_limits(cells, subs, dmax_m=dmax_m, tolerance=tolerance)
     table = pa.table({
         "cell": pa.array(cell.astype(np.int32)),
         "id": pa.array(subs.ids, pa.int64()),
@@ -101,7 +105,7 @@ def subscriptions_frame(spark: SparkSession, subs: Subscriptions, cells: Cells, 
         "alpha": pa.array(subs.alpha, pa.float64()),
         "tau": pa.array(subs.tau, pa.float64()),
         "dn_limit": pa.array(limits[cell], pa.float64()),
-        "keywords": _id_lists(subs.kw_ptr, subs.kw_terms),
+        "keywords": term_id_lists(subs.kw_ptr, subs.kw_terms),
     })
     return spark.createDataFrame(table, schema=SUBSCRIPTION_SCHEMA)
 
@@ -117,7 +121,7 @@ def messages_frame(spark: SparkSession, messages: Messages, cells: Cells, *,
         "id": pa.array(messages.ids, pa.int64()),
         "edge": pa.array(messages.points.edge, pa.int32()),
         "offset": pa.array(messages.points.offset, pa.float64()),
-        "keywords": _id_lists(messages.kw_ptr, messages.kw_terms),
+        "keywords": term_id_lists(messages.kw_ptr, messages.kw_terms),
     }
     if ordered:
         cols.update({"o_file": pa.array(np.zeros(n, np.int32)),
@@ -132,11 +136,11 @@ def subscription_set_frame(spark: SparkSession, subs: SubscriptionSet, cells: Ce
                            tolerance: float = DEFAULTS.score_tolerance) -> DataFrame:
     """A frame of subscriptions of every kind already in memory
     (:data:`SUBSCRIPTION_SET_SCHEMA`; files go through :func:`read_subscription_set_frame`)."""
-    return spark.createDataFrame(_set_table(subs, cells, dmax_m=dmax_m, tolerance=tolerance),
-                                 schema=SUBSCRIPTION_SET_SCHEMA)
+    table = subscription_set_table(subs, cells, dmax_m=dmax_m, tolerance=tolerance)
+    return spark.createDataFrame(table, schema=SUBSCRIPTION_SET_SCHEMA)
 
 
-def _set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance: float,
+def subscription_set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance: float,
                raw: pa.ChunkedArray | None = None) -> pa.Table:
     """The rows of every kind (threshold, boolean, top-k, each in its batch's order), with
     ``keywords`` as term ids, or ``raw`` (the keyword strings in that order) instead."""
@@ -148,8 +152,7 @@ def _set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance:
 
     edge = np.concatenate([thr.points.edge, boo.points.edge, top.points.edge]).astype(np.int32)
     cell = cells.edge_cell[edge].astype(np.int32)
-    limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), thr, dmax_m=dmax_m,
-                                  tolerance=tolerance)
+    limits = cell_limits(cells, thr, dmax_m=dmax_m, tolerance=tolerance)
     cols: dict[str, Any] = {
         "kind": pa.array(np.repeat(np.array([0, 1, 2], np.int32), [nt, nb, nk])),
         "cell": pa.array(cell),
@@ -175,12 +178,12 @@ def _set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance:
     else:
         ptr = np.concatenate([thr.kw_ptr[:-1], boo.kw_ptr[:-1] + thr.kw_ptr[-1],
                               top.kw_ptr + thr.kw_ptr[-1] + boo.kw_ptr[-1]])
-        cols["keywords"] = _id_lists(ptr, np.concatenate([thr.kw_terms, boo.kw_terms,
+        cols["keywords"] = term_id_lists(ptr, np.concatenate([thr.kw_terms, boo.kw_terms,
                                                           top.kw_terms]))
     return pa.table(cols)
 
 
-def _kind_codes(table: pa.Table) -> npt.NDArray[np.int32]:
+def kind_codes(table: pa.Table) -> npt.NDArray[np.int32]:
     """:data:`KIND_CODES` of each row of a file already read by the kinds reader."""
     if "kind" not in table.column_names:
         return np.zeros(table.num_rows, np.int32)
@@ -196,12 +199,23 @@ def _kind_codes(table: pa.Table) -> npt.NDArray[np.int32]:
 
 @dataclass(frozen=True)
 class _CellsOnly:
-    """What :func:`pruning.routing.cell_distance_limits` reads of a SpatialIndex."""
+    """What :func:`roadpubsub.pruning.routing.cell_distance_limits` reads of a
+    SpatialIndex."""
 
     cells: Cells
 
 
-def _id_lists(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32]) -> pa.Array:
+def cell_limits(cells: Cells, subs: Subscriptions, *, dmax_m: float,
+                tolerance: float) -> npt.NDArray[np.float64]:
+    """DNlimit(ci) per cell of threshold subscriptions, in metres
+    (:func:`roadpubsub.pruning.routing.cell_distance_limits` from the cells alone: the
+    driver and the tasks have no spatial index)."""
+    return cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), subs, dmax_m=dmax_m,
+                                tolerance=tolerance)
+
+
+def term_id_lists(ptr: npt.NDArray[np.int64], terms: npt.NDArray[np.int32]) -> pa.Array:
+    """An Arrow list array of term ids from CSR ``ptr`` and ``terms``."""
     return pa.ListArray.from_arrays(pa.array(np.asarray(ptr, dtype=np.int32)),
                                     pa.array(terms, pa.int32()))
 
@@ -214,7 +228,7 @@ class CellStats:
     #: Subscriptions per cell.
     load: npt.NDArray[np.int64]
     #: DNlimit(ci) in metres (-inf: no subscription; -1: none reachable), as
-    #: :func:`pruning.routing.cell_distance_limits`.
+    #: :func:`roadpubsub.pruning.routing.cell_distance_limits`.
     dn_limit: npt.NDArray[np.float64]
 
     @property
@@ -235,3 +249,11 @@ def cell_stats(subs: DataFrame, n_cells: int) -> CellStats:
     load[cell] = np.asarray(table.column("n").to_numpy(), dtype=np.int64)
     lim[cell] = np.asarray(table.column("lim").to_numpy(), dtype=np.float64)
     return CellStats(load=load, dn_limit=lim)
+
+
+def kind_counts(subs: DataFrame) -> dict[str, int]:
+    """Rows per kind of a subscription set frame (one small aggregation)."""
+    rows = subs.groupBy("kind").count().toArrow()
+    got = dict(zip(rows.column("kind").to_pylist(), rows.column("count").to_pylist(),
+                   strict=True))
+    return {name: int(got.get(code, 0)) for name, code in KIND_CODES.items()}

@@ -1,7 +1,7 @@
 """The bound table's ``dijkstra`` engine: one border Dijkstra per cell in the Spark tasks.
 
-The network and its cells are broadcast (:func:`spark_jobs.payload.broadcast_network`);
-each task runs :func:`roadnet.cell_bounds.border_distance_row` (one multi-source
+The network and its cells are broadcast (:func:`roadpubsub.spark_jobs.payload.broadcast_network`);
+each task runs :func:`roadpubsub.roadnet.cell_bounds.border_distance_row` (one multi-source
 Dijkstra, the very function of the local path) for a batch of cell ids, so the rows equal
 the local ones bit for bit.
 """
@@ -33,8 +33,9 @@ def _dijkstra_rows_task(bc: Broadcast[dict[str, Any]], limit: float
                         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow function: cell ids -> their table rows via border_distance_row.
 
-    The rows are computed exactly as :func:`roadnet.cell_bounds.compute_cell_bounds` does,
-    with :func:`~roadnet.cell_bounds.border_distance_row`'s own default search (on the
+    The rows are computed exactly as :func:`roadpubsub.roadnet.cell_bounds.compute_cell_bounds`
+    does,
+    with :func:`~roadpubsub.roadnet.cell_bounds.border_distance_row`'s own default search (on the
     cell graph), so they are bit-identical to the local table.
     """
 

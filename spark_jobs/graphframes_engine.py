@@ -2,9 +2,9 @@
 
 1. Shortcuts, in the tasks (one per run of 16 consecutive cells): each cell's border
    clique, its border vertices joined by their exact distances inside the cell (the
-   project's Dijkstra, :func:`spark_jobs.overlay.cell_shortcuts`), and the cliques of
+   project's Dijkstra, :func:`roadpubsub.spark_jobs.overlay.cell_shortcuts`), and the cliques of
    runs of 4 and 16 cells (:data:`REGION_SIZES`, searched on the cells' cliques,
-   :func:`spark_jobs.overlay.region_shortcuts`). A shortest path then needs one
+   :func:`roadpubsub.spark_jobs.overlay.region_shortcuts`). A shortest path then needs one
    superstep per region or cell crossed: 43 supersteps on Rome at 267 cells with cell
    cliques only, fewer with the regions.
 2. Pregel over the overlay (vertices: border vertices), a batch of source cells at a
@@ -132,7 +132,7 @@ def require_graphframes(spark: SparkSession) -> None:
 
 # ---------------------------------------------------------------------------- overlay
 #: JVM options of a local session for this engine: the C1-only JIT of local sessions
-#: (:data:`spark_jobs.session.FAST_START_JAVA_OPTIONS`) caps the code cache at 48 MB,
+#: (:data:`roadpubsub.spark_jobs.session.FAST_START_JAVA_OPTIONS`) caps the code cache at 48 MB,
 #: and the code Spark generates for many supersteps of wide rows filled it ("CodeCache is
 #: full. Compiler has been disabled", then every query interpreted); 37 MB were in use
 #: on Rome at 267 cells. Reserved address space only: memory is used as code is compiled.
@@ -159,8 +159,8 @@ def _shortcuts_task(bc: Broadcast[dict[str, Any]], sizes: Sequence[int]
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow function: top regions (runs of ``sizes[-1]`` consecutive cells) -> the
     shortcut arcs inside them: each cell's clique
-    (:func:`spark_jobs.overlay.cell_shortcuts`) and, for every smaller size, each
-    nested region's clique (:func:`spark_jobs.overlay.region_shortcuts`, searched on its
+    (:func:`roadpubsub.spark_jobs.overlay.cell_shortcuts`) and, for every smaller size, each
+    nested region's clique (:func:`roadpubsub.spark_jobs.overlay.region_shortcuts`, searched on its
     cells' cliques)."""
     top = sizes[-1]
 
@@ -202,14 +202,14 @@ class PregelColumns:
     send, along each shortcut arc, their distances plus the arc's weight (inf beyond the
     limit), folded by a per-column minimum. When no vertex is active the run stops.
 
-    Rounding: every edge length is a multiple of 2**-26 m (:mod:`roadnet.lengths`), a
+    Rounding: every edge length is a multiple of 2**-26 m (:mod:`roadpubsub.roadnet.lengths`), a
     shortcut weight is the exact Dijkstra distance inside its cell (a sum of such
     lengths) and a vertex distance a sum of shortcut weights: all sums of grid values
     below 2**27 m, hence exact in float64 whatever their grouping. So every overlay
     distance is the exact network distance, bit for bit what the dijkstra engine's search
     computes by adding the same edges one at a time; no bound moves by a rounding. (A sum
     beyond 2**27 m, about 134,000 km, could round, but monotonically, and it exceeds
-    every admissible Dmax, :func:`roadnet.lengths.check_dmax`, either way.)
+    every admissible Dmax, :func:`roadpubsub.roadnet.lengths.check_dmax`, either way.)
 
     Attributes
     ----------
@@ -274,7 +274,7 @@ def overlay_arcs_frame(spark: SparkSession, network: RoadNetwork, cells: Cells, 
                        region_sizes: Sequence[int] = REGION_SIZES) -> DataFrame:
     """Shortcut arcs ``src``, ``dst`` (node indices), ``weight`` (metres) of the border
     overlay, computed in the tasks: each cell's border clique
-    (:func:`spark_jobs.overlay.cell_shortcuts`) and, for each size in ``region_sizes``,
+    (:func:`roadpubsub.spark_jobs.overlay.cell_shortcuts`) and, for each size in ``region_sizes``,
     the clique of each run of that many consecutive cells (its border vertices, a subset
     of the cells', joined by exact distances inside the run); the lightest arc per
     (src, dst).
@@ -311,7 +311,7 @@ def overlay_vertices_frame(spark: SparkSession, cells: Cells) -> DataFrame:
 def rows_from_pregel(cells: Cells, result: pa.Table, base: int, k: int, *,
                      limit: float = math.inf) -> tuple[FloatArray, FloatArray]:
     """Rows ``base .. base + k - 1`` of (D, D_far) from final vertex states (``id``,
-    ``d0 .. d{k-1}``), reduced as :func:`spark_jobs.overlay.border_rows` does."""
+    ``d0 .. d{k-1}``), reduced as :func:`roadpubsub.spark_jobs.overlay.border_rows` does."""
     vertices = np.flatnonzero(cells.node_is_border).astype(np.int64)
     ids = np.asarray(result.column("id").to_numpy(), dtype=np.int64)
     dist_at = np.full((vertices.size, k), np.inf)

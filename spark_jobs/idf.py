@@ -1,8 +1,8 @@
 """Spark job: keyword weights (smoothed idf) over a large text corpus.
 
-The weights are those of :meth:`index.terms.TermWeights.from_idf` over the corpus
-tokenised by :func:`index.text.tokenize`: w(t) = ln((1 + N) / (1 + df(t))) + 1
-(:func:`index.terms.smoothed_idf`), with N the number of documents (empty ones included)
+The weights are those of :meth:`roadpubsub.index.terms.TermWeights.from_idf` over the corpus
+tokenised by :func:`roadpubsub.index.text.tokenize`: w(t) = ln((1 + N) / (1 + df(t))) + 1
+(:func:`roadpubsub.index.terms.smoothed_idf`), with N the number of documents (empty ones included)
 and df(t) the number of documents holding t. Both functions run inside the Spark tasks:
 
 1. each task tokenises its documents and counts, per term, the documents holding it (and
@@ -11,14 +11,14 @@ and df(t) the number of documents holding t. Both functions run inside the Spark
 3. tasks turn the document frequencies into weights with ``smoothed_idf(N, df)``.
 
 The driver collects the (term, weight) rows, sorts them by term as ``from_idf`` does, and
-writes one weights file with :func:`index.io.write_weights` (``term`` string, ``weight``
+writes one weights file with :func:`roadpubsub.index.io.write_weights` (``term`` string, ``weight``
 float64, the weight of unseen terms in the schema metadata), atomically.
 
 Inputs: plain text (one document per line; ``\\n``, ``\\r\\n`` or ``\\r`` ends a line, the rule of
-:func:`index.text.split_lines` that the local readers share), CSV with
+:func:`roadpubsub.index.text.split_lines` that the local readers share), CSV with
 a header and a text column (quoted fields may span lines), or Parquet with a text column.
 A path may be a file, a directory or a glob, as Spark reads them, and a local path or a
-storage URL (``file://``, ``hdfs://``, ``s3a://``; :mod:`spark_jobs.storage`); so may
+storage URL (``file://``, ``hdfs://``, ``s3a://``; :mod:`roadpubsub.spark_jobs.storage`); so may
 the output.
 
 Examples
@@ -44,7 +44,7 @@ import pyarrow as pa
 from roadpubsub.index.terms import TermWeights, smoothed_idf
 from roadpubsub.index.text import tokenize
 from roadpubsub.roadnet.errors import InputError
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.session import (
     add_spark_arguments,
     log,
@@ -71,8 +71,8 @@ def _detect_format(spark: SparkSession, path: str, fmt: str) -> str:
         return "csv"
     if name.endswith((".parquet", ".pq")):
         return "parquet"
-    if not any(ch in path for ch in "*?[") and storage.is_dir(spark, path) and any(
-            n.endswith(".parquet") for n in storage.list_names(spark, path)):
+    if not any(ch in path for ch in "*?[") and storage_paths.is_dir(spark, path) and any(
+            n.endswith(".parquet") for n in storage_paths.list_names(spark, path)):
         return "parquet"
     return "text"
 
@@ -93,7 +93,7 @@ def read_corpus(spark: SparkSession, path: str, *, fmt: str = "auto",
         raise InputError(msg)
     _check_local_corpus(path)
     kind = _detect_format(spark, path, fmt)
-    uri = storage.spark_uri(path)
+    uri = storage_paths.spark_uri(path)
     if kind == "text":
         return spark.read.text(uri).withColumnRenamed("value", "text")
     if kind == "csv":
@@ -170,7 +170,7 @@ def write_idf(spark: SparkSession, path: str, out: str | Path, *, fmt: str = "au
               column: str = "text") -> tuple[str | Path, TermWeights]:
     """Compute the weights of a corpus and write them (atomically) to ``out``.
 
-    ``path`` and ``out`` may be local paths or storage URLs (:mod:`spark_jobs.storage`);
+    ``path`` and ``out`` may be local paths or storage URLs (:mod:`roadpubsub.spark_jobs.storage`);
     the weights file is small and written from the driver. Returns ``out`` (a Path for a
     local one) and the weights.
     """
@@ -179,7 +179,7 @@ def write_idf(spark: SparkSession, path: str, out: str | Path, *, fmt: str = "au
     weights = compute_idf(spark, read_corpus(spark, path, fmt=fmt, column=column))
     written = storage.write_via_local(out, lambda local: write_weights(weights, local),
                                       spark=spark)
-    return (written if storage.local_path(out) is not None else str(out)), weights
+    return (written if storage_paths.local_path(out) is not None else str(out)), weights
 
 
 # ---------------------------------------------------------------------------- command line
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_local_corpus(path: str) -> None:
     """FileNotFoundError for a local corpus path or ``file:`` URL (no glob) that does not
     exist; other URLs are left to Spark's reader."""
-    local = storage.local_path(path)
+    local = storage_paths.local_path(path)
     if local is not None and not any(ch in path for ch in "*?[") and not local.exists():
         msg = f"corpus not found: {path}"
         raise FileNotFoundError(msg)
@@ -225,10 +225,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
     t0 = time.perf_counter()
     _check_local_corpus(args.corpus)  # before Spark starts, which takes seconds
-    if storage.local_path(args.out) is not None:
+    if storage_paths.local_path(args.out) is not None:
         storage.check_output(None, args.out, what="--out", inputs=(args.corpus,))
     spark = session_from_args(args, app_name="roadpubsub idf")
-    if storage.local_path(args.out) is None:  # a URL: checked through Spark's Hadoop
+    if storage_paths.local_path(args.out) is None:  # a URL: checked through Spark's Hadoop
         storage.check_output(spark, args.out, what="--out", inputs=(args.corpus,))
     out, weights = write_idf(spark, args.corpus, args.out, fmt=args.fmt, column=args.column)
     log(f"wrote {len(weights)} term weights to {out} in {time.perf_counter() - t0:.1f} s")

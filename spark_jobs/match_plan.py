@@ -5,14 +5,13 @@ The driver splits the cells into partitions from per-cell figures only
 the partitions holding a cell that survives Lemma 2 for it (one routing task per
 partition, over the bound table's columns of its cells) and matches each partition in
 its own task (its subscriptions, its rows of the bound table and its routed messages).
-Why the result equals the single process is argued in :mod:`spark_jobs.batch_match`.
+Why the result equals the single process is argued in :mod:`roadpubsub.spark_jobs.batch_match`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,7 +42,6 @@ from roadpubsub.spark_jobs.arrow_batches import (
 )
 from roadpubsub.spark_jobs.bound_frames import keyed_bounds, slice_spatial
 from roadpubsub.spark_jobs.cell_frames import (
-    KIND_CODES,
     CellStats,
     weights_from_payload,
     weights_payload,
@@ -58,7 +56,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DELIVERY_SCHEMA", "FAULTS", "MatchPlan", "deliveries_frame", "plan_match"]
+__all__ = [
+    "DELIVERY_SCHEMA",
+    "FAULTS",
+    "MatchPlan",
+    "deliveries_frame",
+    "job_settings",
+    "part_cells",
+    "plan_match",
+]
 
 #: Spark schema of the output rows.
 DELIVERY_SCHEMA = "message_id long, subscription_id long, distance double, score double"
@@ -145,7 +151,8 @@ def plan_match(spark: SparkSession, cells: Cells, stats: CellStats, *,
 
 
 # ---------------------------------------------------------------------------- tasks
-def _part_cells(payload: dict[str, Any], key: int) -> npt.NDArray[np.int64]:
+def part_cells(payload: dict[str, Any], key: int) -> npt.NDArray[np.int64]:
+    """The cells of the partition keyed ``key`` in a plan's broadcast ``payload``."""
     part = int(np.flatnonzero(payload["keys"] == key)[0])
     return np.flatnonzero(payload["cell_part"] == part)
 
@@ -164,7 +171,7 @@ def _route_task(bc: Broadcast[dict[str, Any]], timer: Any = None
                              "keywords": pa.array([], pa.list_(pa.int32()))})
         network, cells = cached_payload(bc, "cells", network_and_cells)
         k = int(key[0].as_py())
-        spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="col",
+        spatial = slice_spatial(network, cells, bounds_t, part_cells(payload, k), by="col",
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
         router = CellRouter(spatial=spatial, cell_part=payload["cell_part"],
@@ -206,7 +213,7 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
         network, cells = cached_payload(bc, "cells", network_and_cells)
         weights = cached_payload(bc, "weights", lambda p: weights_from_payload(p["weights"]))
         bounds_t = left.filter(pc.equal(part, _PART_BOUND))
-        spatial = slice_spatial(network, cells, bounds_t, _part_cells(payload, k), by="row",
+        spatial = slice_spatial(network, cells, bounds_t, part_cells(payload, k), by="row",
                                 where=payload["bounds_name"])
         t1 = time.perf_counter()
         messages = messages_from_arrow(msgs_t)
@@ -231,29 +238,14 @@ def _match_task(bc: Broadcast[dict[str, Any]], fault: str | None, timer: Any = N
     return run
 
 
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set SQL settings for the block, restoring the previous values after it."""
-    old = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, previous in old.items():
-            if previous is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, previous)
-
-
 def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
                      weights: TermWeights, subs: DataFrame, messages: DataFrame,
                      bounds: DataFrame, *, bounds_name: str = "bound table",
                      fault: str | None = None, timer: Any = None,
                      boolean: DataFrame | None = None) -> DataFrame:
     """The deliveries as a lazy DataFrame, from frames of subscriptions, messages
-    (:mod:`spark_jobs.cell_frames`) and bound-table rows (:mod:`spark_jobs.bound_frames`).
+    (:mod:`roadpubsub.spark_jobs.cell_frames`) and bound-table rows
+    (:mod:`roadpubsub.spark_jobs.bound_frames`).
     ``boolean``: boolean subscriptions too (``cell`` and :data:`_BOOLEAN_COLUMNS`), matched
     in the tasks that hold their cells (``plan`` made from the load and routing limits of
     both frames).
@@ -261,7 +253,7 @@ def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
     Run it with one shuffle partition per subscription partition and AQE coalescing off,
     as :func:`match_frames` does, so that each partition's index is built in its own
     task. ``fault`` (tests only, one of :data:`FAULTS`) makes the first partition's task
-    fail. ``timer`` (:func:`spark_jobs.session.task_timer`) collects per-task timings.
+    fail. ``timer`` (:func:`roadpubsub.spark_jobs.session.task_timer`) collects per-task timings.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -294,15 +286,9 @@ def deliveries_frame(spark: SparkSession, plan: MatchPlan, network: RoadNetwork,
             .applyInArrow(_match_task(bc, fault, timer), DELIVERY_SCHEMA))
 
 
-def _kind_counts(subs: DataFrame) -> dict[str, int]:
-    """Rows per kind of a subscription set frame (one small aggregation)."""
-    rows = subs.groupBy("kind").count().toArrow()
-    got = dict(zip(rows.column("kind").to_pylist(), rows.column("count").to_pylist(),
-                   strict=True))
-    return {name: int(got.get(code, 0)) for name, code in KIND_CODES.items()}
-
-
-def _job_settings(plan: MatchPlan) -> dict[str, str]:
+def job_settings(plan: MatchPlan) -> dict[str, str]:
+    """The SQL settings a plan's match runs with (under
+    :func:`roadpubsub.spark_jobs.session.session_conf`)."""
     # One shuffle partition per subscription partition, and no coalescing by AQE: each
     # partition's index is built and queried in its own task.
     return {"spark.sql.shuffle.partitions": str(plan.n_partitions),

@@ -1,6 +1,6 @@
 """The border overlay graph: border-to-border shortest paths without the interior nodes.
 
-Vertices are the border vertices of the PMR cells (:mod:`roadnet.cells`). For each cell c
+Vertices are the border vertices of the PMR cells (:mod:`roadpubsub.roadnet.cells`). For each cell c
 and each ordered pair (b1, b2) of c's border vertices, a *shortcut* arc b1 -> b2 weighs the
 shortest distance from b1 to b2 using only c's edges (a Dijkstra on c's subgraph,
 :func:`cell_shortcuts`). Any path between two border vertices splits into maximal runs of
@@ -9,17 +9,17 @@ enters from or leaves to another cell, or at the path's ends), so it is no short
 that cell's shortcut. Hence overlay distances equal network distances between border
 vertices, and a multi-source search on the overlay from the border vertices of cell i
 gives row i of the cell-pair table (:func:`overlay_cell_bounds`), the same as
-:func:`roadnet.cell_bounds.border_distance_row` on the whole network.
+:func:`roadpubsub.roadnet.cell_bounds.border_distance_row` on the whole network.
 
 Floating point: a shortcut is a partial sum, so an overlay distance adds the same arc
 lengths as the network search but grouped differently. Every length is a multiple of
-2**-26 m (:mod:`roadnet.lengths`) and sums of such values below 2**27 m are exact in any
+2**-26 m (:mod:`roadpubsub.roadnet.lengths`) and sums of such values below 2**27 m are exact in any
 grouping, so the tables are bit-identical (DIMACS and OSM alike).
 
 This module is the pure-local reference of the overlay computation; the ``graphframes``
-engine (:mod:`spark_jobs.graphframes_engine`) computes the shortcuts with
+engine (:mod:`roadpubsub.spark_jobs.graphframes_engine`) computes the shortcuts with
 :func:`cell_shortcuts` inside Spark tasks and the overlay search with GraphFrames Pregel.
-Every search here is :class:`roadnet.distance.NodeSearch`, the project's one Dijkstra.
+Every search here is :class:`roadpubsub.roadnet.distance.NodeSearch`, the project's one Dijkstra.
 """
 
 from __future__ import annotations
@@ -217,7 +217,8 @@ def overlay_network(network: RoadNetwork, cells: Cells, shortcuts: Shortcuts
 
 def border_rows(cells: Cells, d: FloatArray, cell: int, *, limit: float = np.inf
                 ) -> tuple[FloatArray, FloatArray]:
-    """Row ``cell`` of (D, D_far): :func:`roadnet.cell_bounds.reduce_border_distances`."""
+    """Row ``cell`` of (D, D_far):
+    :func:`roadpubsub.roadnet.cell_bounds.reduce_border_distances`."""
     return reduce_border_distances(cells, d, cell, limit=limit)
 
 
@@ -231,13 +232,13 @@ def overlay_cell_bounds(
 ) -> CellBounds:
     """The cell-pair table computed on the border overlay, in this process.
 
-    Same result as :func:`roadnet.cell_bounds.compute_cell_bounds`, bit for bit (see the
+    Same result as :func:`roadpubsub.roadnet.cell_bounds.compute_cell_bounds`, bit for bit (see the
     module docstring).
 
     Parameters
     ----------
     limit
-        Search radius in metres, as in :func:`~roadnet.cell_bounds.border_distance_row`.
+        Search radius in metres, as in :func:`~roadpubsub.roadnet.cell_bounds.border_distance_row`.
     shortcuts
         Precomputed :func:`overlay_shortcuts` (computed here when omitted).
     progress

@@ -1,9 +1,9 @@
 """Networks and cells as Spark broadcasts, and the per-cell task frame.
 
-A broadcast carries plain arrays (:meth:`roadnet.network.RoadNetwork.to_arrays`,
-:meth:`roadnet.cells.Cells.to_arrays`); each Python worker rebuilds the objects once per
-broadcast (:func:`spark_jobs.session.cached_payload`). The per-cell jobs (the bound table's
-engines, :mod:`spark_jobs.batch_match`) start from :func:`cell_ids_frame`.
+A broadcast carries plain arrays (:meth:`roadpubsub.roadnet.network.RoadNetwork.to_arrays`,
+:meth:`roadpubsub.roadnet.cells.Cells.to_arrays`); each Python worker rebuilds the objects once per
+broadcast (:func:`roadpubsub.spark_jobs.session.cached_payload`). The per-cell jobs (the bound
+table's engines, :mod:`roadpubsub.spark_jobs.batch_match`) start from :func:`cell_ids_frame`.
 
 Examples
 --------

@@ -1,28 +1,28 @@
 """Spark job: the cell-pair distance bound table of a road network, written to Parquet.
 
-The table is what :func:`roadnet.cell_bounds.compute_cell_bounds` computes in one
+The table is what :func:`roadpubsub.roadnet.cell_bounds.compute_cell_bounds` computes in one
 process: for every ordered cell pair (i, j) the least (``D``) and largest reached
 (``D_far``) network distance in metres from a border vertex of cell i to one of cell j.
 
 The job is split by subject:
 
-:mod:`spark_jobs.dijkstra_engine`
+:mod:`roadpubsub.spark_jobs.dijkstra_engine`
     ``--engine dijkstra`` (default): one border Dijkstra per cell in the tasks, the very
     function of the local path; bit-identical to the local table.
-:mod:`spark_jobs.graphframes_engine`
+:mod:`roadpubsub.spark_jobs.graphframes_engine`
     ``--engine graphframes``: GraphFrames Pregel over the border overlay of cell and
     region cliques (needs the GraphFrames JVM package); bit-identical to ``dijkstra``.
-:mod:`spark_jobs.bound_table`
+:mod:`roadpubsub.spark_jobs.bound_table`
     The output format (Parquet rows and ``_roadpubsub_bounds.json``), the network and
     cells fingerprints, and the reader :func:`load_bounds_table`.
-:mod:`spark_jobs.payload`
+:mod:`roadpubsub.spark_jobs.payload`
     Network and cells broadcasts.
 
 This module is the job itself: :func:`precompute_cell_bounds` (in memory),
 :func:`write_bounds_table` (the one place that writes a table; a re-run replaces the
-directory atomically, :func:`spark_jobs.storage.atomic_output_dir`) and the command line.
-The names other code imports from here (the loader, payloads, the GraphFrames checks)
-are re-exported.
+directory atomically, :func:`roadpubsub.spark_jobs.storage.atomic_output_dir`) and the
+command line. The loader, the payloads and the GraphFrames checks are imported from the
+modules above, where they are defined.
 
 Examples
 --------
@@ -32,6 +32,7 @@ Precompute on every local core, then build an index on the table::
         --out rome.bounds
     roadpubsub spark precompute-bounds ../shared/data/dimacs/rome.gr.gz --out rome.bounds
 
+    >>> from roadpubsub.spark_jobs.bound_table import load_bounds_table  # doctest: +SKIP
     >>> cells = build_cells(network)                                 # doctest: +SKIP
     >>> spatial = SpatialIndex.build(network, cells=cells,
     ...                              bounds=load_bounds_table("rome.bounds", network, cells))
@@ -57,37 +58,19 @@ from roadpubsub.roadnet.cells import Cells, build_cells
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.bound_table import (
     BOUNDS_META_FILE,
-    BoundsTableError,
     bounds_meta,
-    cells_fingerprint,
-    load_bounds_table,
-    network_fingerprint,
-    read_bounds_rows,
     rows_batch,
     table_from_rows,
 )
 from roadpubsub.spark_jobs.dijkstra_engine import dijkstra_rows
 from roadpubsub.spark_jobs.graphframes_engine import (
     GRAPHFRAMES_JAVA_OPTIONS,
-    GraphFramesNotFoundError,
-    PregelColumns,
     graphframes_package,
-    graphframes_problem,
     graphframes_tables,
-    overlay_arcs_frame,
-    overlay_vertices_frame,
-    pregel_columns,
     require_graphframes,
-    rows_from_pregel,
-)
-from roadpubsub.spark_jobs.payload import (
-    cells_from_payload,
-    cells_payload,
-    network_from_payload,
-    network_payload,
 )
 from roadpubsub.spark_jobs.session import (
     add_spark_arguments,
@@ -100,35 +83,13 @@ from roadpubsub.spark_jobs.session import (
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-#: The job's names and, re-exported, those of the modules split off it that other code
-#: imports from here.
 __all__ = [
     "BATCH_CELLS",
-    "BOUNDS_META_FILE",
     "ENGINES",
-    "BoundsTableError",
-    "GraphFramesNotFoundError",
-    "PregelColumns",
     "add_arguments",
     "build_parser",
-    "cells_fingerprint",
-    "cells_from_payload",
-    "cells_payload",
-    "dijkstra_rows",
-    "graphframes_package",
-    "graphframes_problem",
-    "load_bounds_table",
     "main",
-    "network_fingerprint",
-    "network_from_payload",
-    "network_payload",
-    "overlay_arcs_frame",
-    "overlay_vertices_frame",
     "precompute_cell_bounds",
-    "pregel_columns",
-    "read_bounds_rows",
-    "require_graphframes",
-    "rows_from_pregel",
     "run",
     "write_bounds_table",
 ]
@@ -213,7 +174,7 @@ def write_bounds_table(
 ) -> str | Path:
     """Compute the table on Spark and write it to the directory ``out`` (atomically).
 
-    ``out`` may be a local path or a storage URL (:mod:`spark_jobs.storage`).
+    ``out`` may be a local path or a storage URL (:mod:`roadpubsub.spark_jobs.storage`).
 
     ``capacity`` and ``max_depth`` are only recorded (the cells are given). See
     :func:`precompute_cell_bounds` for the other parameters.
@@ -238,12 +199,12 @@ def write_bounds_table(
                 [rows_batch(list(range(n)), rows, fars, n)]))
         with stage(spark, f"precompute-bounds: {cells.n_cells} rows ({engine} engine) "
                           f"-> {out}"):
-            df.write.mode("errorifexists").parquet(storage.spark_uri(tmp))
+            df.write.mode("errorifexists").parquet(storage_paths.spark_uri(tmp))
         meta = bounds_meta(network, cells, engine=engine, limit=limit, capacity=capacity,
                            max_depth=max_depth, seconds=time.perf_counter() - t0)
         storage.write_text(f"{tmp}/{BOUNDS_META_FILE}", json.dumps(meta, indent=1) + "\n",
                            spark=spark)
-    local = storage.local_path(out)
+    local = storage_paths.local_path(out)
     return local if local is not None else str(out)
 
 
@@ -305,10 +266,10 @@ def run(args: argparse.Namespace) -> int:
             or args.batch_cells < 1 or not args.limit > 0:
         msg = "--cell-capacity, --partitions and --batch-cells must be >= 1 and --limit > 0"
         raise InputError(msg)
-    local_out = storage.local_path(args.out) is not None
+    local_out = storage_paths.local_path(args.out) is not None
     if local_out:  # a local output is checked before Spark starts
         storage.check_output(None, args.out, folder=True, what="--out", inputs=(args.network,))
-    local_net = storage.local_path(args.network)
+    local_net = storage_paths.local_path(args.network)
     if local_net is not None and not local_net.exists():
         msg = f"network file not found: {args.network}"
         raise FileNotFoundError(msg)

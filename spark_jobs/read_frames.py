@@ -1,22 +1,23 @@
-"""Subscription and message files read into the frames of :mod:`spark_jobs.cell_frames`
+"""Subscription and message files read into the frames of :mod:`roadpubsub.spark_jobs.cell_frames`
 by the executors, each row validated, located and given its cell in the tasks.
 
 The Spark jobs never load subscription or message files on the driver: Spark's Parquet
 reader spreads the rows over the executors, and each task validates its rows and locates
-them on the road network with the project's one reader (:func:`index.io.read_subscriptions`,
-:func:`index.io.read_messages`, run on the task's rows), then computes each point's cell
+them on the road network with the project's one reader
+(:func:`roadpubsub.index.io.read_subscriptions`,
+:func:`roadpubsub.index.io.read_messages`, run on the task's rows), then computes each point's cell
 (``cells.edge_cell``). The network and its cells travel as one broadcast
-(:func:`spark_jobs.payload.broadcast_network`). What comes back to the driver is small:
+(:func:`roadpubsub.spark_jobs.payload.broadcast_network`). What comes back to the driver is small:
 the problems found (one error naming the file, as the local reader gives), the keywords
 missing from the weights table, and per-cell counts and distance limits.
 
-The frames' columns are described in :mod:`spark_jobs.cell_frames`.
+The frames' columns are described in :mod:`roadpubsub.spark_jobs.cell_frames`.
 
 Term ids equal the local reader's: keywords missing from the weights table are added to
 it (at the default weight) in the order of their first appearance in the file, as
-:func:`index.io.read_subscriptions` adds them, so the scores are summed in the same order
+:func:`roadpubsub.index.io.read_subscriptions` adds them, so the scores are summed in the same order
 and come out bit for bit the same. Message keywords missing from the weights (after the
-subscriptions' were added) are dropped, as :func:`index.io.read_messages` drops them.
+subscriptions' were added) are dropped, as :func:`roadpubsub.index.io.read_messages` drops them.
 
 Inputs are Parquet files or directories, local paths or storage URLs. JSON Lines files
 (meant for small inputs) are read on the driver by the same reader and then distributed.
@@ -37,14 +38,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from roadpubsub.index.io import keyword_term_csr, read_messages, read_subscriptions, read_table
+from roadpubsub.index.io import read_messages, read_subscriptions
 from roadpubsub.index.kinds_io import read_subscription_set
 from roadpubsub.index.model import (
     InvalidMessageError,
@@ -52,14 +53,14 @@ from roadpubsub.index.model import (
     Messages,
     Subscriptions,
 )
-from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.rows import keyword_term_csr
+from roadpubsub.index.tables import read_table
 from roadpubsub.index.terms import TermWeights
-from roadpubsub.pruning.routing import cell_distance_limits
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.errors import InputError, describe_rows
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 from roadpubsub.spark_jobs.payload import cells_payload, network_and_cells, network_payload
 from roadpubsub.spark_jobs.session import broadcast_payload, cached_payload
 
@@ -72,13 +73,13 @@ from roadpubsub.spark_jobs.cell_frames import (
     ORDERED_MESSAGE_SCHEMA,
     SUBSCRIPTION_SCHEMA,
     SUBSCRIPTION_SET_SCHEMA,
-    _CellsOnly,
-    _id_lists,
-    _kind_codes,
-    _set_table,
+    cell_limits,
+    kind_codes,
     messages_frame,
     subscription_set_frame,
+    subscription_set_table,
     subscriptions_frame,
+    term_id_lists,
     weights_from_payload,
     weights_payload,
 )
@@ -177,10 +178,10 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         return [_rows_batch({"kind": [_PROBLEM] * len(parts), "problem": parts})]
     n = table.num_rows
     if kind == "subscriptions" and kinds:
-        codes = _kind_codes(data)
+        codes = kind_codes(data)
         # The reader's batches hold each kind's rows in file order: the same order here.
         order = np.concatenate([np.flatnonzero(codes == c) for c in range(3)])
-        rows = _set_table(subset, cells, dmax_m=dmax_m, tolerance=tolerance,
+        rows = subscription_set_table(subset, cells, dmax_m=dmax_m, tolerance=tolerance,
                           raw=data.column("keywords").take(pa.array(order)))
         batch = {name: rows.column(name) for name in rows.column_names}
         batch["skind"] = batch.pop("kind")
@@ -193,8 +194,7 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         "raw": data.column("keywords"),
     }
     if isinstance(parsed, Subscriptions):
-        limits = cell_distance_limits(cast(SpatialIndex, _CellsOnly(cells)), parsed,
-                                      dmax_m=dmax_m, tolerance=tolerance)
+        limits = cell_limits(cells, parsed, dmax_m=dmax_m, tolerance=tolerance)
         cols.update({"alpha": parsed.alpha, "tau": parsed.tau, "dn_limit": limits[cell]})
     elif ordered:
         cols.update({"o_file": table.column("_file"), "o_block": table.column("_block"),
@@ -297,7 +297,7 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
                 names = ["skind", *names, "alpha", "tau", "radius", "k", "dn_limit"]
             elif kind == "subscriptions":
                 names += ["alpha", "tau", "dn_limit"]
-            arrays = [batch.column(c) for c in names] + [_id_lists(ptr, terms)]
+            arrays = [batch.column(c) for c in names] + [term_id_lists(ptr, terms)]
             out_names = ["kind" if c == "skind" else c for c in names] + ["keywords"]
             if files is not None:  # file order: the file's rank among the input's files
                 rank = pc.index_in(batch.column("o_file"), value_set=files)
@@ -319,13 +319,13 @@ def _terms_task(bc: Broadcast[dict[str, Any]], *, kind: str, timer: Any = None
 
 # ---------------------------------------------------------------------------- reading
 
-def _check_local_parquet(path: storage.PathLike) -> None:
+def _check_local_parquet(path: storage_paths.PathLike) -> None:
     """Read the footer of every Parquet file a local input holds (a file, or a folder of
     parts), so a truncated or damaged one fails here with one line naming it, rather
     than in Spark's tasks with a Java stack trace. URLs of other storage are read by
-    Spark alone (its failures are one line too: :func:`spark_jobs.session.spark_errors`).
+    Spark alone (its failures are one line too: :func:`roadpubsub.spark_jobs.session.spark_errors`).
     """
-    local = storage.local_path(path)
+    local = storage_paths.local_path(path)
     if local is None:
         return
     files = [local] if not local.is_dir() else sorted(
@@ -348,7 +348,7 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
     error = InvalidSubscriptionError if kind == "subscriptions" else InvalidMessageError
     schema = (SUBSCRIPTION_SET_SCHEMA if kinds else SUBSCRIPTION_SCHEMA) \
         if kind == "subscriptions" else (ORDERED_MESSAGE_SCHEMA if ordered else MESSAGE_SCHEMA)
-    if not storage.exists(spark, path):
+    if not storage_paths.exists(spark, path):
         msg = f"file not found: {path}"
         raise FileNotFoundError(msg)
     if os.fspath(path).lower().endswith(_JSON_SUFFIXES):
@@ -370,7 +370,7 @@ def _read_frame(spark: SparkSession, path: str, network: RoadNetwork, cells: Cel
             return messages_frame(spark, read_messages(local, network, weights), cells,
                                   ordered=ordered)
     _check_local_parquet(path)
-    raw = spark.read.parquet(storage.spark_uri(path))
+    raw = spark.read.parquet(storage_paths.spark_uri(path))
     if kind == "subscriptions" and {"expires_at", "id"} <= set(raw.columns):
         expiring = raw.filter(F.col("expires_at").isNotNull()).select("id").limit(11)
         _refuse_expiry(path, expiring.toArrow().column("id").to_pylist())
@@ -501,7 +501,7 @@ def read_subscription_set_frame(spark: SparkSession, path: str, network: RoadNet
                                 tolerance: float = DEFAULTS.score_tolerance,
                                 timer: Any = None) -> DataFrame:
     """Subscriptions of every kind (a file with or without a ``kind`` column, as
-    :func:`index.kinds_io.read_subscription_set` reads it) as a distributed frame of
+    :func:`roadpubsub.index.kinds_io.read_subscription_set` reads it) as a distributed frame of
     :data:`SUBSCRIPTION_SET_SCHEMA`, read as :func:`read_subscriptions_frame` reads.
 
     Raises

@@ -10,7 +10,7 @@
   broadcast is cached, so the tasks of one job that share a worker rebuild it once.
 * :func:`atomic_output_dir` yields a fresh temporary directory beside a local target and
   swaps it in only when the block succeeds (the local case of
-  :func:`spark_jobs.storage.atomic_output_dir`, which also takes storage URLs).
+  :func:`roadpubsub.spark_jobs.storage.atomic_output_dir`, which also takes storage URLs).
 * :func:`task_timer` collects per-task timings for the benchmarks.
 
 The jobs run the same numpy/numba functions as the local path inside their tasks; the
@@ -55,6 +55,7 @@ __all__ = [
     "log",
     "require_java",
     "run_job",
+    "session_conf",
     "session_from_args",
     "spark_errors",
     "spark_failure_message",
@@ -349,6 +350,22 @@ def stage(spark: SparkSession, description: str) -> Iterator[None]:
     log(f"{description}: done in {time.perf_counter() - t0:.1f} s")
 
 
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL settings for the block, restoring the previous values after it."""
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, previous in old.items():
+            if previous is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, previous)
+
+
 # ---------------------------------------------------------------------------- task timings
 #: What a timed task reports: (label, partition key, seconds, rows in, rows out).
 TaskTimes = list[tuple[str, int, float, int, int]]
@@ -408,7 +425,7 @@ def cached_payload(bc: Broadcast[dict[str, Any]], key: str,
 def atomic_output_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary directory path beside the local ``final``, moved over it on success.
 
-    The local case of :func:`spark_jobs.storage.atomic_output_dir` (which also takes
+    The local case of :func:`roadpubsub.spark_jobs.storage.atomic_output_dir` (which also takes
     storage URLs), for callers that want a :class:`~pathlib.Path`.
 
     Examples

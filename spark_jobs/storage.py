@@ -4,12 +4,12 @@ Every input and output of a Spark job may be a local path (spaces allowed) or a 
 all nodes of a cluster see (``file:///...``, ``hdfs://namenode/...``, ``s3a://bucket/...``).
 This module is the one place that tells them apart and moves bytes:
 
-* :func:`is_url`, :func:`local_path`, :func:`spark_uri`: what a path is, and the string
-  Spark's readers and writers are given (a local path becomes ``file:/abs/path``, so a
-  cluster whose default filesystem is HDFS still reads the driver's local file rather
-  than an HDFS path of the same name).
+* What a path is, and the string Spark's readers and writers are given (a local path
+  becomes ``file:/abs/path``, so a cluster whose default filesystem is HDFS still reads
+  the driver's local file rather than an HDFS path of the same name), is told by
+  :mod:`roadpubsub.spark_jobs.storage_paths` (``is_url``, ``local_path``, ``spark_uri``).
 * :func:`check_output`: the start-of-job check of an output, as
-  :func:`roadnet.files.check_output_path` does it for local paths (it is called for
+  :func:`roadpubsub.roadnet.files.check_output_path` does it for local paths (it is called for
   them, and for ``file://`` URLs): refuse an output that is one of the inputs, a folder
   where a file belongs (or the reverse), a parent that is a file, and a place where
   nothing can be created (probed by creating and deleting an empty file).
@@ -27,15 +27,6 @@ Remote files go through the Hadoop FileSystem of the running Spark session (the 
 gateway: ``org.apache.hadoop.fs.Path(uri).getFileSystem(hadoopConfiguration)``), so every
 scheme the cluster's Hadoop configuration knows works, with its credentials, and nothing
 else has to be installed. Local paths need no Spark session at all.
-
-Examples
---------
->>> is_url("s3a://bucket/rome.bounds"), is_url("out dir/rome.bounds")
-(True, False)
->>> local_path("file:///tmp/a b/x.parquet")
-PosixPath('/tmp/a b/x.parquet')
->>> local_path("hdfs://nn/x") is None
-True
 """
 
 from __future__ import annotations
@@ -55,36 +46,25 @@ from roadpubsub.roadnet.files import OutputIsInputError, check_output_path
 from roadpubsub.spark_jobs.storage_paths import (
     PathLike,
     StorageError,
-    _call,
-    _hadoop,
-    _java_message,
-    _jpath,
-    _qualified,
-    exists,
-    is_dir,
+    hadoop_call,
+    hadoop_filesystem,
+    hadoop_path,
     is_url,
-    list_names,
+    java_message,
     local_path,
-    spark_uri,
+    qualified_uri,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "StorageError",
     "atomic_output_dir",
     "check_output",
-    "exists",
-    "is_dir",
-    "is_url",
-    "list_names",
     "local_copies",
     "local_copy",
-    "local_path",
     "network_files",
     "read_text",
-    "spark_uri",
     "write_text",
     "write_via_local",
 ]
@@ -100,7 +80,7 @@ def check_output(
 ) -> str:
     """Check an output before the work starts; returns it as given.
 
-    Local paths and ``file:`` URLs go to :func:`roadnet.files.check_output_path` (with
+    Local paths and ``file:`` URLs go to :func:`roadpubsub.roadnet.files.check_output_path` (with
     the inputs that are local too), which also locks the output for the process. Other
     URLs need ``spark`` (or an active session) and are checked through Hadoop: not one
     of ``inputs`` (compared fully qualified), not a file where a folder belongs or the
@@ -111,7 +91,7 @@ def check_output(
     roadnet.files.OutputIsInputError
         The output is one of ``inputs``.
     NotADirectoryError, IsADirectoryError, PermissionError
-        As :func:`roadnet.files.check_output_path`.
+        As :func:`roadpubsub.roadnet.files.check_output_path`.
     StorageError
         A URL whose folder cannot be written, or no filesystem for its scheme.
     """
@@ -129,14 +109,14 @@ def check_output(
 def _remote_check(spark: SparkSession | None, text: str, *, folder: bool, what: str,
                   inputs: Iterable[str]) -> str:
     """:func:`check_output` of a URL through Hadoop (any scheme, ``file:`` included)."""
-    target = _qualified(spark, text)
+    target = qualified_uri(spark, text)
     for source in inputs:
-        if is_url(source) and _qualified(spark, source) == target:
+        if is_url(source) and qualified_uri(spark, source) == target:
             msg = (f"{what} {text} is the input {source}: writing it would destroy the "
                    f"input")
             raise OutputIsInputError(msg, hint="choose another output path")
-    fs, jpath = _hadoop(spark, text)
-    if _call(text, "check it", lambda: fs.exists(jpath)):
+    fs, jpath = hadoop_filesystem(spark, text)
+    if hadoop_call(text, "check it", lambda: fs.exists(jpath)):
         isdir = bool(fs.getFileStatus(jpath).isDirectory())
         if isdir != folder:
             kind = "a file" if folder else "a folder"
@@ -156,7 +136,7 @@ def _remote_check(spark: SparkSession | None, text: str, *, folder: bool, what: 
         fs.delete(probe, False)
     except Exception as exc:
         msg = (f"{what} {text}: folder {parent.toString()} is not writable "
-               f"({_java_message(exc)})")
+               f"({java_message(exc)})")
         raise StorageError(msg) from exc
     return text
 
@@ -216,17 +196,17 @@ def _local_atomic_dir(final: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _remote_atomic_dir(spark: SparkSession | None, final: str) -> Iterator[str]:
-    fs, jpath = _hadoop(spark, final)
+    fs, jpath = hadoop_filesystem(spark, final)
     parent = jpath.getParent()
     name = str(jpath.getName())
-    tmp = _jpath(spark, parent, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
+    tmp = hadoop_path(spark, parent, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
     try:
         yield str(tmp.toString())
         if not fs.exists(tmp):
             msg = f"nothing was written for {final}"
             raise StorageError(msg)
         if fs.exists(jpath):
-            old = _jpath(spark, parent, f".{name}.old-{uuid.uuid4().hex[:8]}")
+            old = hadoop_path(spark, parent, f".{name}.old-{uuid.uuid4().hex[:8]}")
             if not fs.rename(jpath, old):
                 msg = f"{final}: cannot move the previous output aside"
                 raise StorageError(msg)
@@ -332,7 +312,7 @@ def _remote_copies(spark: SparkSession | None, given: list[str]) -> Iterator[lis
             if not is_url(p):
                 out.append(Path(p))
                 continue
-            dest = folder / str(_hadoop(spark, p)[1].getName())
+            dest = folder / str(hadoop_filesystem(spark, p)[1].getName())
             if not _copy_to_local(spark, p, dest) and p == given[0]:
                 msg = f"file not found: {p}"
                 raise FileNotFoundError(msg)
@@ -353,12 +333,13 @@ def _remote_copies(spark: SparkSession | None, given: list[str]) -> Iterator[lis
 
 def _copy_to_local(spark: SparkSession | None, path: str, dest: Path) -> bool:
     """Copy a remote file to the local ``dest``; False when it does not exist."""
-    fs, jpath = _hadoop(spark, path)
-    if not _call(path, "check it", lambda: fs.exists(jpath)):
+    fs, jpath = hadoop_filesystem(spark, path)
+    if not hadoop_call(path, "check it", lambda: fs.exists(jpath)):
         return False
-    local = _jpath(spark, "file:" + str(dest))
+    local = hadoop_path(spark, "file:" + str(dest))
     # useRawLocalFileSystem: no .crc checksum file beside the copy.
-    _call(path, "copy it to the driver", lambda: fs.copyToLocalFile(False, jpath, local, True))
+    hadoop_call(path, "copy it to the driver",
+                lambda: fs.copyToLocalFile(False, jpath, local, True))
     return True
 
 
@@ -397,13 +378,13 @@ def write_via_local(path: PathLike, write: Callable[[Path], Any], *,
 
 def _remote_write(spark: SparkSession | None, path: str, write: Callable[[Path], Any]) -> Any:
     """:func:`write_via_local` through Hadoop (any URL, ``file:`` included)."""
-    fs, jpath = _hadoop(spark, path)
+    fs, jpath = hadoop_filesystem(spark, path)
     folder = Path(tempfile.mkdtemp(prefix="roadpubsub-upload-"))
-    tmp = _jpath(spark, jpath.getParent(), f".{jpath.getName()}.tmp-{uuid.uuid4().hex[:12]}")
+    tmp = hadoop_path(spark, jpath.getParent(), f".{jpath.getName()}.tmp-{uuid.uuid4().hex[:12]}")
     try:
         result = write(folder / str(jpath.getName()))
-        src = _jpath(spark, "file:" + str(folder / str(jpath.getName())))
-        _call(path, "upload it", lambda: fs.copyFromLocalFile(False, True, src, tmp))
+        src = hadoop_path(spark, "file:" + str(folder / str(jpath.getName())))
+        hadoop_call(path, "upload it", lambda: fs.copyFromLocalFile(False, True, src, tmp))
         if fs.exists(jpath) and not fs.delete(jpath, False):
             msg = f"{path}: cannot replace the previous file"
             raise StorageError(msg)

@@ -3,7 +3,9 @@ the few questions asked of it (exists, is a directory, its entries), answered on
 local disk or through the Hadoop FileSystem of the running Spark session.
 
 The outputs' checks, atomic output directories and whole-file copies built on these are
-in :mod:`spark_jobs.storage`, which re-exports this module's names.
+in :mod:`roadpubsub.spark_jobs.storage`. The Hadoop helpers (:func:`hadoop_filesystem`,
+:func:`hadoop_path`, :func:`hadoop_call`, :func:`qualified_uri`, :func:`java_message`)
+are for that module: they need the running Spark session for a URL.
 
 Examples
 --------
@@ -30,8 +32,21 @@ from roadpubsub.roadnet.errors import RoadPubSubError
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["StorageError", "exists", "is_dir", "is_url", "list_names", "local_path",
-           "spark_uri"]
+__all__ = [
+    "PathLike",
+    "StorageError",
+    "exists",
+    "hadoop_call",
+    "hadoop_filesystem",
+    "hadoop_path",
+    "is_dir",
+    "is_url",
+    "java_message",
+    "list_names",
+    "local_path",
+    "qualified_uri",
+    "spark_uri",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -101,26 +116,26 @@ def _session(spark: SparkSession | None, path: PathLike) -> SparkSession:
     return spark
 
 
-def _jpath(spark: SparkSession | None, *parts: Any) -> Any:
+def hadoop_path(spark: SparkSession | None, *parts: Any) -> Any:
     """A new ``org.apache.hadoop.fs.Path(*parts)`` in the driver's JVM."""
     jvm: Any = _session(spark, str(parts[-1])).sparkContext._jvm  # the gateway to Hadoop
     return jvm.org.apache.hadoop.fs.Path(*parts)
 
 
-def _hadoop(spark: SparkSession | None, path: PathLike) -> tuple[Any, Any]:
+def hadoop_filesystem(spark: SparkSession | None, path: PathLike) -> tuple[Any, Any]:
     """(FileSystem, Path) of the JVM for a URL; needs the running session."""
     spark = _session(spark, path)
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    jpath = _jpath(spark, os.fspath(path))
+    jpath = hadoop_path(spark, os.fspath(path))
     try:
         fs = jpath.getFileSystem(conf)
     except Exception as exc:  # py4j wraps the Java exception
-        msg = f"{_display(path)}: no filesystem for this URL ({_java_message(exc)})"
+        msg = f"{_display(path)}: no filesystem for this URL ({java_message(exc)})"
         raise StorageError(msg) from exc
     return fs, jpath
 
 
-def _java_message(exc: BaseException) -> str:
+def java_message(exc: BaseException) -> str:
     """The first line of a Java exception's message, without the py4j preamble."""
     java = getattr(exc, "java_exception", None)
     if java is not None:
@@ -129,13 +144,15 @@ def _java_message(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _call(path: PathLike, what: str, func: Callable[[], Any]) -> Any:
+def hadoop_call(path: PathLike, what: str, func: Callable[[], Any]) -> Any:
+    """``func()``, a Java failure raised as :class:`StorageError` naming ``path`` and
+    ``what`` could not be done (``"cannot list it"``)."""
     try:
         return func()
     except StorageError:
         raise
     except Exception as exc:
-        msg = f"{_display(path)}: cannot {what} ({_java_message(exc)})"
+        msg = f"{_display(path)}: cannot {what} ({java_message(exc)})"
         raise StorageError(msg) from exc
 
 
@@ -144,8 +161,8 @@ def exists(spark: SparkSession | None, path: PathLike) -> bool:
     local = local_path(path)
     if local is not None:
         return local.exists()
-    fs, jpath = _hadoop(spark, path)
-    return bool(_call(path, "check it", lambda: fs.exists(jpath)))
+    fs, jpath = hadoop_filesystem(spark, path)
+    return bool(hadoop_call(path, "check it", lambda: fs.exists(jpath)))
 
 
 def is_dir(spark: SparkSession | None, path: PathLike) -> bool:
@@ -153,8 +170,8 @@ def is_dir(spark: SparkSession | None, path: PathLike) -> bool:
     local = local_path(path)
     if local is not None:
         return local.is_dir()
-    fs, jpath = _hadoop(spark, path)
-    return bool(_call(path, "check it", lambda: fs.exists(jpath)
+    fs, jpath = hadoop_filesystem(spark, path)
+    return bool(hadoop_call(path, "check it", lambda: fs.exists(jpath)
                       and fs.getFileStatus(jpath).isDirectory()))
 
 
@@ -163,12 +180,12 @@ def list_names(spark: SparkSession | None, path: PathLike) -> list[str]:
     local = local_path(path)
     if local is not None:
         return sorted(os.listdir(local))
-    fs, jpath = _hadoop(spark, path)
-    status = _call(path, "list it", lambda: fs.listStatus(jpath))
+    fs, jpath = hadoop_filesystem(spark, path)
+    status = hadoop_call(path, "list it", lambda: fs.listStatus(jpath))
     return sorted(str(st.getPath().getName()) for st in status)
 
 
-def _qualified(spark: SparkSession | None, path: PathLike) -> str:
+def qualified_uri(spark: SparkSession | None, path: PathLike) -> str:
     """Fully qualified URI of a URL (scheme, authority, normalised path)."""
-    fs, jpath = _hadoop(spark, path)
+    fs, jpath = hadoop_filesystem(spark, path)
     return str(fs.makeQualified(jpath).toString()).rstrip("/")

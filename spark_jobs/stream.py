@@ -2,8 +2,8 @@
 
 The distributed counterpart of ``roadpubsub serve``: message files landing in a directory
 are matched micro-batch by micro-batch with the EIA matcher
-(:class:`~pruning.indexed.IndexMatcher` over the index file's
-:class:`~index.eia.EnhancedIndex`), while subscription changes landing in a second
+(:class:`~roadpubsub.pruning.indexed.IndexMatcher` over the index file's
+:class:`~roadpubsub.index.eia.EnhancedIndex`), while subscription changes landing in a second
 directory update the subscription set between micro-batches.
 
 Ordering rule
@@ -27,7 +27,7 @@ Exactly once
 * Which message files make micro-batch *b* is fixed by Spark's checkpoint (the file
   source's offset log), so a batch re-run after a crash reads the same files.
 * Which change files *b* consumed, and the records they became, are in this job's change
-  log in the checkpoint (:class:`~spark_jobs.stream_changes.ChangeLog`), written before
+  log in the checkpoint (:class:`~roadpubsub.spark_jobs.stream_changes.ChangeLog`), written before
   they are applied; a restart rebuilds the subscription set from the index file and the
   log, so a re-run batch sees the same subscriptions.
 * The deliveries of *b* are written by the tasks as part files (each fsynced, named by its
@@ -73,7 +73,7 @@ from roadpubsub.spark_jobs.session import (
     run_job,
     session_from_args,
 )
-from roadpubsub.spark_jobs.storage import spark_uri
+from roadpubsub.spark_jobs.storage_paths import spark_uri
 from roadpubsub.spark_jobs.stream_changes import (
     DEFAULT_REBASE_ROWS,
     SNAP_M,
@@ -85,18 +85,15 @@ from roadpubsub.spark_jobs.stream_changes import (
     visible_files,
 )
 from roadpubsub.spark_jobs.stream_files import (
-    FAULT_ENV,
     REJECTED,
-    SINK_SCHEMA,
-    _check_paths,
-    _clean_temporaries,
-    _commit_batch,
-    _fault,
-    _local_path,
-    _move_aside,
-    _write_rejected_records,
-    read_sink,
+    check_stream_paths,
+    clean_temporaries,
+    commit_batch,
+    fault_point,
+    move_aside,
     sink_path,
+    stream_local_path,
+    write_rejected_records,
 )
 from roadpubsub.spark_jobs.stream_tasks import (
     TASK_SCHEMA,
@@ -111,13 +108,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
-    "FAULT_ENV",
-    "SINK_SCHEMA",
     "StreamDriver",
     "add_arguments",
     "build_parser",
     "main",
-    "read_sink",
     "run",
     "run_stream",
     "start_stream",
@@ -167,7 +161,7 @@ class StreamDriver:
             self.last_logged = int(entry["batch_id"])
         shutil.rmtree(self.base_dir, ignore_errors=True)  # earlier bases: caches only
         out.mkdir(parents=True, exist_ok=True)
-        _clean_temporaries(out)
+        clean_temporaries(out)
         self._set_base(Path(index_file), 0)
         self.last_end = time.time()
         self.batches = 0
@@ -263,7 +257,7 @@ class StreamDriver:
     def _process(self, frame: DataFrame, batch_id: int) -> None:
         t0 = time.time()
         kafka = "value" in frame.columns
-        paths = [] if kafka else sorted(str(_local_path(r[0]))
+        paths = [] if kafka else sorted(str(stream_local_path(r[0]))
                                         for r in frame.select("path").collect())
         entry = self.log_.get(batch_id)
         if entry is None:
@@ -272,21 +266,21 @@ class StreamDriver:
                        f"(batch {self.last_logged}): the checkpoint was altered")
                 raise SparkJobError(msg)
             entry = self._consume_changes(batch_id)
-            _fault("after-changelog", batch_id)
+            fault_point("after-changelog", batch_id)
         elif batch_id != self.last_logged:
             msg = (f"micro-batch {batch_id} re-run after later batches were logged "
                    f"(last {self.last_logged}): the checkpoint was altered")
             raise SparkJobError(msg)
         for name, reason in entry["rejected"].items():
             if (self.changes / name).exists():
-                _move_aside(self.changes / name, reason, "change")
+                move_aside(self.changes / name, reason, "change")
         target = sink_path(self.out, batch_id)
         if target.exists():
             log(f"batch {batch_id}: already committed ({target.name}), skipped")
             return
         self._maybe_rebase()
         n_msgs, n_found = self._match(paths, batch_id, target, frame if kafka else None)
-        _fault("after-sink", batch_id)
+        fault_point("after-sink", batch_id)
         t1 = time.time()
         wait = max(t1 - self.last_end, 1e-9)
         self.last_end = t1
@@ -346,15 +340,15 @@ class StreamDriver:
                 elif s == "bad" and records is not None:
                     bad_records.append({"record": f, "reason": reason})
                 elif s == "bad":
-                    _move_aside(Path(f), str(reason), "message")
+                    move_aside(Path(f), str(reason), "message")
                 elif not (Path(f).parent / REJECTED / Path(f).name).exists():
                     log(f"batch {batch_id}: message file {f} vanished before it was read")
             if bad_records:  # Kafka records cannot be moved aside: kept beside the sink
-                _write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
+                write_rejected_records(self.out / REJECTED / f"batch-{batch_id:012d}.jsonl",
                                         bad_records)
                 log(f"batch {batch_id}: rejected {len(bad_records)} Kafka records (kept in "
                     f"{self.out / REJECTED}): {bad_records[0]['reason']}")
-        _commit_batch(tmp, target)
+        commit_batch(tmp, target)
         return n_msgs, n_found
 
 
@@ -364,7 +358,7 @@ def _source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
             .option("maxFilesPerTrigger", str(args.max_files_per_trigger))
             .option("ignoreMissingFiles", "true")
             .schema(_BINARY_FILE_SCHEMA)
-            .load(spark_uri(_local_path(args.messages)))
+            .load(spark_uri(stream_local_path(args.messages)))
             .select("path"))
 
 
@@ -442,19 +436,19 @@ def _stop_after_batch(query: StreamingQuery, driver: StreamDriver) -> None:
 def start_stream(spark: SparkSession, args: argparse.Namespace
                  ) -> tuple[StreamingQuery, StreamDriver]:
     """Start the query (not waiting for it); the query and its driver."""
-    _check_paths(spark, args)
-    checkpoint = _local_path(args.checkpoint).absolute()
-    out = _local_path(args.out).absolute()
+    check_stream_paths(spark, args)
+    checkpoint = stream_local_path(args.checkpoint).absolute()
+    out = stream_local_path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     for folder in (args.messages, args.changes):
-        _local_path(folder).mkdir(parents=True, exist_ok=True)
+        stream_local_path(folder).mkdir(parents=True, exist_ok=True)
     if args.kafka_bootstrap:
         problem = kafka_problem(spark)
         if problem is not None:
             raise SparkJobError(problem)
-    driver = StreamDriver(spark, index_file=_local_path(args.index_file),
-                          messages=_local_path(args.messages).absolute(),
-                          changes=_local_path(args.changes).absolute(), out=out,
+    driver = StreamDriver(spark, index_file=stream_local_path(args.index_file),
+                          messages=stream_local_path(args.messages).absolute(),
+                          changes=stream_local_path(args.changes).absolute(), out=out,
                           checkpoint=checkpoint, rebase_rows=args.rebase_rows)
     driver.warm()
     source = _kafka_source(spark, args) if args.kafka_bootstrap else _source(spark, args)
@@ -545,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job for parsed arguments; returns the exit code."""
-    if not _local_path(args.index_file, "--index-file").is_file():
+    if not stream_local_path(args.index_file, "--index-file").is_file():
         msg = f"--index-file {args.index_file}: no such file"
         raise FileNotFoundError(msg)
     if args.max_files_per_trigger < 1:

@@ -2,10 +2,10 @@
 
 A change file (JSON Lines or Parquet) holds one event per row: ``op`` is ``subscribe``,
 ``unsubscribe`` or ``move``, and the other fields are the live service's
-(:mod:`index.events`): a subscribe has ``id``, ``keywords``, ``alpha``,
+(:mod:`roadpubsub.index.events`): a subscribe has ``id``, ``keywords``, ``alpha``,
 ``tau`` and a location (``u``, ``v``, ``offset`` or ``lon``, ``lat``); an unsubscribe has
 ``id``; a move has ``id`` and a location. Runs of consecutive rows with the same ``op`` are
-checked by the service's own parser, :class:`~index.events.BodyParser`, then against
+checked by the service's own parser, :class:`~roadpubsub.index.events.BodyParser`, then against
 the subscription set the file meets (a subscribe's id must be new, an unsubscribed or moved
 id live), so a file is accepted or refused whole, before anything is applied.
 

@@ -23,7 +23,8 @@ from roadpubsub.spark_jobs.session import (
     SparkJobError,
     log,
 )
-from roadpubsub.spark_jobs.storage import check_output, local_path
+from roadpubsub.spark_jobs.storage import check_output
+from roadpubsub.spark_jobs.storage_paths import local_path
 from roadpubsub.spark_jobs.stream_changes import (
     fsync_dir,
 )
@@ -31,7 +32,20 @@ from roadpubsub.spark_jobs.stream_changes import (
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["FAULT_ENV", "REJECTED", "SINK_SCHEMA", "read_sink", "sink_path"]
+__all__ = [
+    "FAULT_ENV",
+    "REJECTED",
+    "SINK_SCHEMA",
+    "check_stream_paths",
+    "clean_temporaries",
+    "commit_batch",
+    "fault_point",
+    "move_aside",
+    "read_sink",
+    "sink_path",
+    "stream_local_path",
+    "write_rejected_records",
+]
 
 #: Columns of the sink's Parquet files.
 SINK_SCHEMA = pa.schema([("message_id", pa.int64()), ("subscription_id", pa.int64()),
@@ -43,8 +57,11 @@ REJECTED = "_rejected"
 #: right after batch B's change log entry, or its sink file, is durable (the crash test's
 #: precise moments; its random moments need no hook).
 FAULT_ENV = "ROADPUBSUB_STREAM_FAULT"
-def _local_path(uri: str, what: str = "a message file") -> Path:
-    """The local path of a path or ``file:`` URL (:func:`spark_jobs.storage.local_path`)."""
+
+
+def stream_local_path(uri: str, what: str = "a message file") -> Path:
+    """The local path of a path or ``file:`` URL; a :class:`SparkJobError` for another URL
+    (the stream job's folders are local or mounted)."""
     path = local_path(uri)
     if path is None:
         msg = (f"{what} {uri}: the stream job reads and writes local or mounted "
@@ -53,18 +70,19 @@ def _local_path(uri: str, what: str = "a message file") -> Path:
     return path
 
 
-def _check_paths(spark: SparkSession, args: argparse.Namespace) -> None:
+def check_stream_paths(spark: SparkSession, args: argparse.Namespace) -> None:
     """Local paths only; --out and --checkpoint are neither inputs nor each other, and are
     locked for this process (two drivers on one checkpoint would break exactly-once)."""
     for what in ("index_file", "messages", "changes", "out", "checkpoint"):
-        _local_path(getattr(args, what), f"--{what.replace('_', '-')}")
+        stream_local_path(getattr(args, what), f"--{what.replace('_', '-')}")
     inputs = (args.index_file, args.messages, args.changes)
     check_output(spark, args.out, folder=True, what="--out", inputs=inputs)
     check_output(spark, args.checkpoint, folder=True, what="--checkpoint",
                  inputs=(*inputs, args.out))
 
 
-def _fault(point: str, batch_id: int) -> None:
+def fault_point(point: str, batch_id: int) -> None:
+    """Kill this driver (SIGKILL) when :data:`FAULT_ENV` names ``point`` of ``batch_id``."""
     if os.environ.get(FAULT_ENV) == f"{point}:{batch_id}":
         log(f"{FAULT_ENV}: SIGKILL {point} of batch {batch_id}")
         if os.getpgrp() == os.getpid():  # a session of its own: the JVM goes too
@@ -72,7 +90,7 @@ def _fault(point: str, batch_id: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _move_aside(path: Path, reason: str, what: str) -> None:
+def move_aside(path: Path, reason: str, what: str) -> None:
     """Move a bad input file to ``_rejected/`` beside it, with its reason; log it."""
     folder = path.parent / REJECTED
     folder.mkdir(exist_ok=True)
@@ -83,7 +101,7 @@ def _move_aside(path: Path, reason: str, what: str) -> None:
     log(f"rejected {what} file {path.name} (moved to {folder}): {reason}")
 
 
-def _commit_batch(tmp: Path, target: Path) -> None:
+def commit_batch(tmp: Path, target: Path) -> None:
     """Make a batch's sink directory visible: its part files are durable (the tasks
     fsynced them), then one rename, then an fsync of the sink folder."""
     fsync_dir(tmp)
@@ -91,13 +109,14 @@ def _commit_batch(tmp: Path, target: Path) -> None:
     fsync_dir(target.parent)
 
 
-def _clean_temporaries(out: Path) -> None:
+def clean_temporaries(out: Path) -> None:
     """Remove temporary batch directories left by a killed driver."""
     for stale in out.glob(".batch_id=*.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_rejected_records(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write a batch's rejected records as JSON Lines, atomically."""
     with atomic_paths(path) as (tmp,):
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 

@@ -27,8 +27,8 @@ Throughput suite (:func:`run_throughput`, module :mod:`roadpubsub.bench.throughp
     of :data:`~roadpubsub.bench.throughput.SECTIONS`.
 
 Controlling |s.key| and |m.key| (module :mod:`roadpubsub.bench.workloads`)
-    :func:`index.workload.generate_workload` draws 1-5 and 5-25 keywords per row and has no
-    option to fix the count, so the sweeps post-process generated rows: they generate
+    :func:`roadpubsub.index.workload.generate_workload` draws 1-5 and 5-25 keywords per row and has
+    no option to fix the count, so the sweeps post-process generated rows: they generate
     pools, keep the rows holding at least the sweep's largest count (e.g. subscriptions
     with 5 keywords of their tweet, messages with 25), and keep a random subset of k of
     each row's keywords (:func:`subsample_keywords`). The subsets are nested (a row's 2

@@ -164,7 +164,8 @@ class ThroughputConfig:
         One-message calls timed for EIA's latency percentiles (0 skips them).
     dense
         Also time a dense workload (section ``dense``): every message and half of the
-        subscriptions within 3 km of the network's centre (:func:`index.workload.hotspot`),
+        subscriptions within 3 km of the network's centre
+        (:func:`roadpubsub.index.workload.hotspot`),
         with ``dense_messages`` messages (brute force on a tenth of them) and the
         verification floor (one search per message that knows its farthest delivery).
     dense_messages

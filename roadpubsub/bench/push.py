@@ -1,9 +1,9 @@
 """Webhook throughput and stream resume latency of the live service (issue 30).
 
 Serves a fresh copy of a service folder with webhooks allowed on loopback, subscribes
-``--hooked`` subscriptions (real tweet keywords, placed by :func:`index.workload.
-generate_workload` on the folder's network) whose ``webhook`` is a receiver started here,
-publishes ``--messages`` messages in batches, and reports:
+``--hooked`` subscriptions (real tweet keywords, placed by
+:func:`roadpubsub.index.workload.generate_workload` on the folder's network) whose ``webhook`` is a
+receiver started here, publishes ``--messages`` messages in batches, and reports:
 
 * webhook deliveries per second: from the first publish until the receiver has every
   delivery the answers listed (deduplicated on the seq), with the batch size used;

@@ -461,8 +461,8 @@ def run_throughput(
 def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
                    weights: TermWeights, dmax: float, config: ThroughputConfig
                    ) -> dict[str, Any]:
-    """EIA (all threads and one), BIA and brute force on :func:`index.workload.hotspot` of
-    the workload, with the verification floor; medians of ``config.repeats`` rounds."""
+    """EIA (all threads and one), BIA and brute force on :func:`roadpubsub.index.workload.hotspot`
+    of the workload, with the verification floor; medians of ``config.repeats`` rounds."""
     from roadpubsub.index.bia import BasicIndex
     from roadpubsub.index.eia import EnhancedIndex
     from roadpubsub.index.workload import Workload, hotspot

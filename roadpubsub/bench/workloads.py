@@ -40,7 +40,7 @@ __all__ = [
 
 @dataclass
 class WorkloadSource:
-    """What :func:`index.workload.generate_workload` needs for one keyword source, loaded
+    """What :func:`roadpubsub.index.workload.generate_workload` needs for one keyword source, loaded
     once (tweet documents or the network's POIs)."""
 
     keywords_from: KeywordSource

@@ -117,7 +117,7 @@ def run_build(args: argparse.Namespace) -> int:
     cells = build_cells(network, capacity=args.cell_capacity)
     if args.bounds:
         # The table of the Spark job, checked against this network and these cells.
-        from roadpubsub.spark_jobs.precompute_bounds import load_bounds_table
+        from roadpubsub.spark_jobs.bound_table import load_bounds_table
 
         bounds = load_bounds_table(args.bounds, network, cells)
         spatial = SpatialIndex.build(network, cells=cells, bounds=bounds)

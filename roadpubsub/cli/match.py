@@ -113,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
         write_topk_events,
     )
     from roadpubsub.index.geofiles import deliveries_geotable
-    from roadpubsub.index.io import deliveries_table, read_messages, write_deliveries, write_tables
+    from roadpubsub.index.io import deliveries_table, read_messages, write_deliveries
     from roadpubsub.index.kinds import SubscriptionSet
     from roadpubsub.index.store import load_index
+    from roadpubsub.index.tables import write_tables
     from roadpubsub.pruning.deliveries import Deliveries
     from roadpubsub.pruning.indexed import IndexMatcher
     from roadpubsub.pruning.kinds_reference import check_window

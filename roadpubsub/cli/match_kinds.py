@@ -3,12 +3,12 @@
 A subscriptions file with a ``kind`` column may mix threshold, boolean and top-k rows
 (:func:`read_kind_sources`). Threshold and boolean subscriptions produce deliveries (the
 ``--out`` file, as always; a boolean delivery's score is 1.0). Top-k subscriptions
-produce the events of :mod:`pruning.topk_events` in the ``--topk-out`` file (default:
+produce the events of :mod:`roadpubsub.pruning.topk_events` in the ``--topk-out`` file (default:
 ``--out`` with ``-topk`` before its suffix; :func:`write_topk_events`): columns seq,
 event (insert/evict), message_id, subscription_id, rank, score, distance. Messages
 arrive in file order; the window holds the last ``--window``. ``--index brute`` runs
 every kind's reference matcher instead of its index. Matching is the library's
-(:class:`pruning.mixed.MixedMatcher`), expiry its rule (:mod:`pruning.expiry`;
+(:class:`roadpubsub.pruning.mixed.MixedMatcher`), expiry its rule (:mod:`roadpubsub.pruning.expiry`;
 :func:`read_expiry` reads the columns).
 """
 
@@ -39,7 +39,7 @@ def has_kind_column(path: str | Path) -> bool:
     """Whether a subscriptions file has a ``kind`` column (Parquet: from its schema)."""
     import pyarrow.parquet as pq
 
-    from roadpubsub.index.io import read_table
+    from roadpubsub.index.tables import read_table
 
     p = Path(path)
     if p.suffix.lower() in (".parquet", ".pq") and p.exists():
@@ -100,12 +100,12 @@ def read_expiry(subscriptions: str | Path, messages: str | Path,
     column.
 
     A null ``expires_at`` never expires; a message without a ``time`` (no column, or a
-    null) takes the clock now. The rule is :mod:`pruning.expiry`'s (a batch's clock:
+    null) takes the clock now. The rule is :mod:`roadpubsub.pruning.expiry`'s (a batch's clock:
     each message's own time).
     """
     import numpy as np
 
-    from roadpubsub.index.io import read_table
+    from roadpubsub.index.tables import read_table
     from roadpubsub.pruning.expiry import Expiry
 
     subs = read_table(subscriptions)
@@ -129,6 +129,6 @@ def write_topk_events(events: TopkEvents, path: Path) -> None:
     """The top-k events file (written under a temporary name, then renamed)."""
     import pyarrow as pa
 
-    from roadpubsub.index.io import write_tables
+    from roadpubsub.index.tables import write_tables
 
     write_tables({path: pa.table({k: pa.array(v) for k, v in events.to_columns().items()})})

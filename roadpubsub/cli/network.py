@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
 
 
 def network_summary(network: Any, *, load_seconds: float | None = None) -> dict[str, Any]:
-    """Statistics of a :class:`~roadnet.network.RoadNetwork` as a JSON-ready dict.
+    """Statistics of a :class:`~roadpubsub.roadnet.network.RoadNetwork` as a JSON-ready dict.
 
     Lengths are in kilometres, the extent in WGS84 degrees, times in seconds.
     """

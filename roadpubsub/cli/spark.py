@@ -3,9 +3,10 @@
 ``roadpubsub spark precompute-bounds``, ``roadpubsub spark idf`` and
 ``roadpubsub spark batch-match`` take the same options as
 ``spark-submit spark_jobs/<job>.py`` and call the same ``run`` functions
-(:mod:`spark_jobs.precompute_bounds`, :mod:`spark_jobs.idf`, :mod:`spark_jobs.batch_match`).
+(:mod:`roadpubsub.spark_jobs.precompute_bounds`, :mod:`roadpubsub.spark_jobs.idf`,
+:mod:`roadpubsub.spark_jobs.batch_match`).
 Every input and output may be a local path (spaces allowed) or a storage URL
-(``file://``, ``hdfs://``, ``s3a://``; :mod:`spark_jobs.storage`). A missing Java 17+ or
+(``file://``, ``hdfs://``, ``s3a://``; :mod:`roadpubsub.spark_jobs.storage`). A missing Java 17+ or
 GraphFrames package is reported as one line with a hint (exit 2).
 """
 

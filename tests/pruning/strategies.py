@@ -24,8 +24,8 @@ __all__ = ["assert_same", "dmax_at_a_pair_distance", "random_points", "scenarios
 def assert_same(got: Deliveries, want: Deliveries) -> None:
     """Same (message, subscription) pairs, with bit-identical distances and scores.
 
-    Lengths and offsets lie on the grid of :mod:`roadnet.lengths`, so every matcher's sums
-    are exact whatever order it adds in (well inside the issue's 1e-6 m).
+    Lengths and offsets lie on the grid of :mod:`roadpubsub.roadnet.lengths`, so every matcher's
+    sums are exact whatever order it adds in (well inside the issue's 1e-6 m).
     """
     assert got.pairs() == want.pairs()
     np.testing.assert_array_equal(got.message_id, want.message_id)

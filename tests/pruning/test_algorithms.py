@@ -9,7 +9,7 @@
   reached by every path that builds or changes postings: build, subscribe, unsubscribe,
   move, compaction, save and load;
 * the DNUB order of edge groups those stops rely on, checked independently of
-  :func:`index.postings.edge_groups_by_value`.
+  :func:`roadpubsub.index.postings.edge_groups_by_value`.
 """
 
 from __future__ import annotations

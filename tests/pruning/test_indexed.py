@@ -1,7 +1,7 @@
 """The compiled matcher's batching: chunks, output-buffer growth, the delta buffer, and the
 bucket queue of its verification search.
 
-:class:`~pruning.indexed.IndexMatcher` prunes a whole chunk of messages before verifying
+:class:`~roadpubsub.pruning.indexed.IndexMatcher` prunes a whole chunk of messages before verifying
 any of them and resumes where its buffers ran out; none of that may change a delivery or a
 counter.
 """

@@ -1,4 +1,4 @@
-"""How :class:`~pruning.indexed.IndexMatcher` shares a batch among threads: the runs the
+"""How :class:`~roadpubsub.pruning.indexed.IndexMatcher` shares a batch among threads: the runs the
 threads take, where each message's deliveries go, and the compiled assembly that puts
 every thread's blocks in (message id, subscription id) order without a global sort.
 """

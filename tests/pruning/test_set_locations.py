@@ -1,9 +1,9 @@
 """Subscriptions located on routes and areas in the reference matchers (issue 32).
 
 The reference's deliveries are checked against a direct computation pair by pair: dN from
-the set by :func:`roadnet.segment_sets.segment_set_distances` (a forward multi-source
+the set by :func:`roadpubsub.roadnet.segment_sets.segment_set_distances` (a forward multi-source
 search; the matcher runs one reverse search per message instead), dN from a point by
-:func:`roadnet.distance.network_distance`, then SIM and the threshold test (or the radius
+:func:`roadpubsub.roadnet.distance.network_distance`, then SIM and the threshold test (or the radius
 and the keywords). Messages lie on routes (distance 0), Dmax sits exactly at a set's
 distance and some taus exactly at a score; point subscriptions are unchanged.
 """

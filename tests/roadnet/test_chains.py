@@ -1,6 +1,6 @@
 """Chain graphs give the same distances as the raw graph, bit for bit, with far fewer junctions.
 
-Lengths and offsets lie on the grid of :mod:`roadnet.lengths`, so adding whole chains or
+Lengths and offsets lie on the grid of :mod:`roadpubsub.roadnet.lengths`, so adding whole chains or
 edge by edge must give identical floats; these tests compare with ``==``.
 """
 

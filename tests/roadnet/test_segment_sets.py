@@ -1,7 +1,7 @@
 """Routes and areas as sets of road-segment pieces (issue 32's foundation).
 
 The distance from a set is checked against an exhaustive computation: the minimum, over
-every piece's two ends, of the point-to-point distance of :mod:`roadnet.distance` (a
+every piece's two ends, of the point-to-point distance of :mod:`roadpubsub.roadnet.distance` (a
 reverse search from the message), and 0 when the message lies on a piece. That minimum
 is exact: from a point at offset x of a piece [a, b], leaving by edge_v costs length - x
 (smallest at b), leaving by edge_u costs x (smallest at a), and the run along the

@@ -1,8 +1,8 @@
 """Shared by the stream job tests: a world of files and the single-process reference.
 
 The reference keeps the subscription set as a plain dict, applies each round's events in
-file order, builds a fresh :class:`~index.eia.EnhancedIndex` and matches the round's
-messages with :class:`~pruning.indexed.IndexMatcher`: no part of the stream job's own
+file order, builds a fresh :class:`~roadpubsub.index.eia.EnhancedIndex` and matches the round's
+messages with :class:`~roadpubsub.pruning.indexed.IndexMatcher`: no part of the stream job's own
 change handling is used.
 """
 

@@ -17,7 +17,6 @@ from roadpubsub.index.eia import EnhancedIndex
 from roadpubsub.index.io import (
     read_deliveries,
     read_messages,
-    read_table,
     read_weights,
     write_messages,
     write_subscriptions,
@@ -25,6 +24,7 @@ from roadpubsub.index.io import (
 )
 from roadpubsub.index.kinds_io import read_subscription_set
 from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.tables import read_table
 from roadpubsub.index.workload import Workload, generate_workload
 from roadpubsub.pruning.boolean import BooleanIndexMatcher
 from roadpubsub.pruning.deliveries import Deliveries

@@ -25,7 +25,7 @@ from roadpubsub.index.terms import TermWeights
 from roadpubsub.index.workload import Workload, generate_workload
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.spark_jobs.batch_match import messages_from_arrow, subscriptions_from_arrow
+from roadpubsub.spark_jobs.arrow_batches import messages_from_arrow, subscriptions_from_arrow
 from roadpubsub.spark_jobs.cell_frames import cell_stats
 from roadpubsub.spark_jobs.read_frames import read_messages_frame, read_subscriptions_frame
 

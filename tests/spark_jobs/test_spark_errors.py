@@ -19,7 +19,7 @@ from roadpubsub.index.io import write_messages, write_subscriptions, write_weigh
 from roadpubsub.index.workload import generate_workload
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.spark_jobs.session import run_job
-from roadpubsub.spark_jobs.storage import local_path, spark_uri
+from roadpubsub.spark_jobs.storage_paths import local_path, spark_uri
 
 
 def _url(path: Path) -> str:

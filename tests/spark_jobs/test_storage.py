@@ -13,19 +13,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 from roadpubsub.roadnet.files import OutputIsInputError, release_output_locks
-from roadpubsub.spark_jobs import storage
+from roadpubsub.spark_jobs import storage, storage_paths
 
 
 def test_paths_and_urls_are_told_apart() -> None:
-    assert storage.is_url("hdfs://nn:8020/x") and storage.is_url("file:///x")
-    assert not storage.is_url("out dir/x.parquet") and not storage.is_url("C:/x")
-    assert storage.local_path("file:///a b/x") == Path("/a b/x")
-    assert storage.local_path("file:/a%20b/x") == Path("/a b/x")
-    assert storage.local_path("file://localhost/a/x") == Path("/a/x")
-    assert storage.local_path("file://otherhost/a/x") is None
-    assert storage.local_path("s3a://bucket/x") is None
-    assert storage.spark_uri("s3a://bucket/x") == "s3a://bucket/x"
-    assert storage.spark_uri("rel dir/x") == "file:" + str(Path("rel dir/x").absolute())
+    assert storage_paths.is_url("hdfs://nn:8020/x") and storage_paths.is_url("file:///x")
+    assert not storage_paths.is_url("out dir/x.parquet") and not storage_paths.is_url("C:/x")
+    assert storage_paths.local_path("file:///a b/x") == Path("/a b/x")
+    assert storage_paths.local_path("file:/a%20b/x") == Path("/a b/x")
+    assert storage_paths.local_path("file://localhost/a/x") == Path("/a/x")
+    assert storage_paths.local_path("file://otherhost/a/x") is None
+    assert storage_paths.local_path("s3a://bucket/x") is None
+    assert storage_paths.spark_uri("s3a://bucket/x") == "s3a://bucket/x"
+    assert storage_paths.spark_uri("rel dir/x") == "file:" + str(Path("rel dir/x").absolute())
 
 
 def test_file_url_output_is_checked_like_a_local_path(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ def test_hadoop_output_checks(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(OutputIsInputError):
         storage._remote_check(spark, same, folder=True, what="--out",
                               inputs=[f"file:{tmp_path}//in"])
-    with pytest.raises(storage.StorageError, match="no filesystem"):
+    with pytest.raises(storage_paths.StorageError, match="no filesystem"):
         storage.check_output(spark, "nosuchscheme://host/x", what="--out")
     storage._remote_check(spark, f"file://{tmp_path}/new dir/x", folder=True, what="--out",
                           inputs=())

@@ -32,8 +32,9 @@ from roadpubsub.pruning.brute import match_brute
 from roadpubsub.roadnet.cell_bounds import CellBounds
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.spark_jobs.stream import StreamDriver, build_parser, read_sink, start_stream
+from roadpubsub.spark_jobs.stream import StreamDriver, build_parser, start_stream
 from roadpubsub.spark_jobs.stream_changes import ChangeLog
+from roadpubsub.spark_jobs.stream_files import read_sink
 from roadpubsub.spark_jobs.stream_tasks import kafka_problem
 
 DMAX_M = 2000.0

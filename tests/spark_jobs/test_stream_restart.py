@@ -33,7 +33,7 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.cell_bounds import CellBounds
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.spark_jobs.stream import FAULT_ENV, read_sink
+from roadpubsub.spark_jobs.stream_files import FAULT_ENV, read_sink
 
 ROOT = Path(__file__).resolve().parents[2]
 N_FILES = 6
