@@ -17,7 +17,7 @@ subscriptions, with the same distance code, so distances are bit-identical:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numba
 import numpy as np
@@ -334,6 +334,25 @@ class TopkBruteMatcher:
             out.append([(self._ring[seq][0], score, self._dist[r][seq])
                         for score, seq in reversed(self._top[r])])
         return out
+
+    def resume(self, top: Mapping[int, Sequence[tuple[float, int, float]]],
+               messages: Messages) -> None:
+        """Take the state another matcher of these subscriptions reached by pushing
+        ``messages`` from the start: each subscription id's top-k as (score, arrival
+        number, distance) entries (an id left out has an empty top-k). A benchmark times
+        this reference from there without replaying the messages; :meth:`push` goes on
+        with arrival ``len(messages)``."""
+        for r, sid in enumerate(self.subs.ids.tolist()):
+            entries = top.get(sid, [])
+            self._top[r] = sorted((score, seq) for score, seq, _ in entries)
+            self._dist[r] = {seq: d for _, seq, d in entries}
+            for _, seq, _ in entries:
+                self._holders.setdefault(seq, set()).add(r)
+        n = len(messages)
+        for i in range(max(0, n - self.window), n):  # the window: what push would keep
+            self._ring[i] = (int(messages.ids[i]), int(messages.points.edge[i]),
+                             float(messages.points.offset[i]), messages.keywords(i))
+        self.seq = n
 
     def _withdraw(self, r: int, t: int, phase: int,
                   ev: list[tuple[int, int, int, int, int, int, float, float]]) -> None:

@@ -43,7 +43,7 @@ from roadpubsub.pruning.topk import TopkIndexMatcher
 from roadpubsub.pruning.topk_events import TopkEvents
 from roadpubsub.roadnet.io import load_network
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.roadnet.settings import shared_data_dir
+from roadpubsub.roadnet.settings import DEFAULTS, shared_data_dir
 
 __all__ = ["boolean_benchmark", "main", "topk_benchmark"]
 
@@ -53,7 +53,7 @@ def _load() -> list[float]:
 
 
 def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int,
-                      n_messages: int, n_reference: int, dmax_m: float = 5000.0,
+                      n_messages: int, n_reference: int, dmax_m: float = DEFAULTS.dmax_m,
                       seed: int = 0, rounds: int = 10) -> dict[str, Any]:
     """Boolean range: index vs reference rates and the check that they agree.
 
@@ -152,7 +152,7 @@ def boolean_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: in
 
 
 def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, k: int,
-                   window: int, n_steady: int, dmax_m: float = 5000.0, seed: int = 0,
+                   window: int, n_steady: int, dmax_m: float = DEFAULTS.dmax_m, seed: int = 0,
                    reference: bool = True, reference_steady: int | None = None,
                    reference_fill: int | None = None,
                    buffer_extra: int | None = None) -> dict[str, Any]:
@@ -225,7 +225,8 @@ def topk_benchmark(network: RoadNetwork, spatial: SpatialIndex, *, n_subs: int, 
         out["load_after_reference_fill"] = _load()
         if reference_fill is not None:
             ref = TopkBruteMatcher(network, subs, wl.weights, dmax_m=dmax_m, window=window)
-            _hand_over(index_at_fill, ref, fill)
+            assert index_at_fill is not None
+            ref.resume(index_at_fill, fill)
         t5, c5x = time.perf_counter(), time.process_time()
         rs = ref.push(steady.take(np.arange(n_ref)))
         t6, c6 = time.perf_counter(), time.process_time()
@@ -262,22 +263,6 @@ def _top_state(index: TopkIndexMatcher, subs: TopkSubscriptions
     return out
 
 
-def _hand_over(top: dict[int, list[tuple[float, int, float]]] | None,
-               ref: TopkBruteMatcher, fill: Any) -> None:
-    """Put the reference in the state the fill leaves (see :func:`topk_benchmark`)."""
-    assert top is not None
-    for r, sid in enumerate(ref.subs.ids.tolist()):
-        entries = top.get(sid, [])
-        ref._top[r] = sorted((sc, seq) for sc, seq, _ in entries)
-        ref._dist[r] = {seq: d for _, seq, d in entries}
-        for _, seq, _ in entries:
-            ref._holders.setdefault(seq, set()).add(r)
-    for i in range(len(fill)):
-        ref._ring[i] = (int(fill.ids[i]), int(fill.points.edge[i]),
-                        float(fill.points.offset[i]), fill.keywords(i))
-    ref.seq = len(fill)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run both benchmarks and print (or write) a JSON report."""
     p = argparse.ArgumentParser(prog="python -m roadpubsub.bench_kinds",
@@ -289,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boolean-rounds", type=int, default=10)
     p.add_argument("--topk-subs", type=int, default=100_000)
     p.add_argument("--topk-k", type=int, default=5)
-    p.add_argument("--window", type=int, default=10_000)
+    p.add_argument("--window", type=int, default=DEFAULTS.topk_window)
     p.add_argument("--topk-steady", type=int, default=1000)
-    p.add_argument("--dmax", type=float, default=5000.0)
+    p.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m)
     p.add_argument("--only", choices=("boolean", "topk"), default=None)
     p.add_argument("--topk-reference-steady", type=int, default=None, metavar="N",
                    help="the reference gets the whole fill but only the first N steady "

@@ -36,7 +36,13 @@ from roadpubsub.roadnet.errors import InputError, RoadPubSubError
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.spark_jobs.overlay import border_rows, cell_shortcuts, region_shortcuts
 from roadpubsub.spark_jobs.payload import broadcast_network, network_and_cells
-from roadpubsub.spark_jobs.session import cached_payload, log, stage
+from roadpubsub.spark_jobs.session import (
+    cached_payload,
+    jvm_class_problem,
+    log,
+    session_conf,
+    stage,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
@@ -106,21 +112,8 @@ def graphframes_problem(spark: SparkSession) -> str | None:
 
         return (f"graphframes-py {version('graphframes-py')} lacks the Pregel API this engine "
                 f"calls (required_edge_columns): pip install 'graphframes-py>=0.12'")
-    jvm = getattr(spark.sparkContext, "_jvm", None)
-    if jvm is None:  # Spark Connect: the server side decides
-        return None
-    from py4j.protocol import Py4JError
-
-    try:
-        jvm.Thread.currentThread().getContextClassLoader().loadClass(_GRAPHFRAMES_CLASS)
-    except Py4JError as exc:
-        text = str(exc)
-        if "ClassNotFoundException" in text or "NoClassDefFoundError" in text:
-            return (f"the GraphFrames JVM package is not on the Spark classpath "
-                    f"({_GRAPHFRAMES_CLASS} not found): add "
-                    f"--packages {graphframes_package(spark.version)}")
-        raise
-    return None
+    return jvm_class_problem(spark, _GRAPHFRAMES_CLASS, what="GraphFrames JVM",
+                             package=graphframes_package(spark.version))
 
 
 def require_graphframes(spark: SparkSession) -> None:
@@ -370,10 +363,7 @@ def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, 
     settings = {"spark.sql.shuffle.partitions":
                 str(max(2, 2 * spark.sparkContext.defaultParallelism)),
                 "spark.sql.codegen.maxFields": str(max(100, 4 * min(batch_cells, n) + 50))}
-    saved: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, settings):
         with stage(spark, f"precompute-bounds: shortcuts of {n} cells"):
             arcs = overlay_arcs_frame(spark, network, cells, partitions=partitions).persist(
                 StorageLevel.MEMORY_AND_DISK)
@@ -399,10 +389,4 @@ def graphframes_tables(spark: SparkSession, network: RoadNetwork, cells: Cells, 
                                                                       limit=limit)
         arcs.unpersist()
         vdf.unpersist()
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
     return D, D_far

@@ -52,6 +52,7 @@ __all__ = [
     "cached_payload",
     "get_spark",
     "java_version",
+    "jvm_class_problem",
     "log",
     "require_java",
     "run_job",
@@ -322,6 +323,29 @@ def run_job(func: Callable[[Any], int], args: Any, *, name: str) -> int:
         return 2
     finally:
         release_output_locks()
+
+
+def jvm_class_problem(spark: SparkSession, class_name: str, *, what: str,
+                      package: str) -> str | None:
+    """Why the JVM class ``class_name`` of the ``what`` package cannot be loaded on
+    ``spark`` (one line naming the ``--packages`` coordinate to add), or None if it can.
+
+    Under Spark Connect (no driver JVM here) the server decides: None.
+    """
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        return None
+    from py4j.protocol import Py4JError
+
+    try:
+        jvm.Thread.currentThread().getContextClassLoader().loadClass(class_name)
+    except Py4JError as exc:
+        text = str(exc)
+        if "ClassNotFoundException" in text or "NoClassDefFoundError" in text:
+            return (f"the {what} package is not on the Spark classpath "
+                    f"({class_name} not found): add --packages {package}")
+        raise
+    return None
 
 
 # ---------------------------------------------------------------------------- progress

@@ -75,8 +75,6 @@ from roadpubsub.spark_jobs.session import (
 )
 from roadpubsub.spark_jobs.storage_paths import spark_uri
 from roadpubsub.spark_jobs.stream_changes import (
-    DEFAULT_REBASE_ROWS,
-    SNAP_M,
     ChangeFileError,
     ChangeLog,
     apply_record,
@@ -138,7 +136,7 @@ class StreamDriver:
 
     def __init__(self, spark: SparkSession, *, index_file: Path, messages: Path,
                  changes: Path, out: Path, checkpoint: Path,
-                 rebase_rows: int = DEFAULT_REBASE_ROWS) -> None:
+                 rebase_rows: int = DEFAULTS.stream_rebase_rows) -> None:
         self.spark = spark
         self.messages = messages
         self.changes = changes
@@ -149,7 +147,7 @@ class StreamDriver:
         self.log_ = ChangeLog(checkpoint / "roadpubsub" / "changes")
         t0 = time.perf_counter()
         self.index = load_index(index_file)
-        self.parser = BodyParser(self.index.network, max_snap_m=SNAP_M)
+        self.parser = BodyParser(self.index.network, max_snap_m=DEFAULTS.snap_distance_m)
         self.records: list[tuple[int, dict[str, Any]]] = []  # (version, record) since base
         self.version = 0
         self.consumed: set[str] = set()
@@ -512,7 +510,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=DEFAULTS.stream_trigger_seconds, metavar="S",
                         help="micro-batch interval (default 0: as soon as the previous "
                              "one is done and files are there)")
-    parser.add_argument("--rebase-rows", type=int, default=DEFAULT_REBASE_ROWS, metavar="N",
+    parser.add_argument("--rebase-rows", type=int, default=DEFAULTS.stream_rebase_rows, metavar="N",
                         help="change rows after which executors get a new base index "
                              "instead of a longer delta (default: %(default)s)")
     parser.add_argument("--kafka-bootstrap", default=None, metavar="HOST:PORT",

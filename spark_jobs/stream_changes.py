@@ -37,7 +37,6 @@ from roadpubsub.index.model import Subscriptions
 from roadpubsub.roadnet.errors import InputError, describe_rows
 from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.roadnet.locations import EdgePoints
-from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
     "CHANGE_OPS",
@@ -294,8 +293,3 @@ class ChangeLog:
         _fsync_write(self._path(batch_id), json.dumps(entry).encode())
         return entry
 
-
-#: Rows of records since the last base index file after which the driver writes a new one.
-DEFAULT_REBASE_ROWS = DEFAULTS.stream_rebase_rows
-#: Largest distance from a lon/lat to its road, metres (the service's default).
-SNAP_M = DEFAULTS.snap_distance_m

@@ -30,8 +30,9 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.roadnet.errors import RoadPubSubError, format_error
 from roadpubsub.roadnet.locations import EdgePoints
-from roadpubsub.spark_jobs.session import SparkJobError
-from roadpubsub.spark_jobs.stream_changes import SNAP_M, apply_record
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.spark_jobs.session import SparkJobError, jvm_class_problem
+from roadpubsub.spark_jobs.stream_changes import apply_record
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
@@ -78,21 +79,8 @@ def kafka_package(spark_version: str) -> str:
 
 def kafka_problem(spark: SparkSession) -> str | None:
     """Why the Kafka source cannot run on ``spark`` (one line), or None if it can."""
-    jvm = getattr(spark.sparkContext, "_jvm", None)
-    if jvm is None:  # Spark Connect: the server decides
-        return None
-    from py4j.protocol import Py4JError
-
-    try:
-        jvm.Thread.currentThread().getContextClassLoader().loadClass(KAFKA_CLASS)
-    except Py4JError as exc:
-        text = str(exc)
-        if "ClassNotFoundException" in text or "NoClassDefFoundError" in text:
-            return (f"the spark-sql-kafka package is not on the Spark classpath "
-                    f"({KAFKA_CLASS} not found): add --packages "
-                    f"{kafka_package(spark.version)}")
-        raise
-    return None
+    return jvm_class_problem(spark, KAFKA_CLASS, what="spark-sql-kafka",
+                             package=kafka_package(spark.version))
 
 
 # ---------------------------------------------------------------------------- executors
@@ -196,7 +184,7 @@ def match_task(bc: Broadcast[dict[str, Any]]
 def _parser(index: SubscriptionIndex) -> BodyParser:
     parser = _WORKER.get("parser")
     if parser is None:
-        parser = _WORKER["parser"] = BodyParser(index.network, max_snap_m=SNAP_M)
+        parser = _WORKER["parser"] = BodyParser(index.network, max_snap_m=DEFAULTS.snap_distance_m)
     return parser
 
 

@@ -137,14 +137,15 @@ def _run(args: argparse.Namespace, label: str, n_bool: int, n_topk: int) -> dict
 def main(argv: list[str] | None = None) -> int:
     """Run both folders and print their figures."""
     from roadpubsub.bench.machine import machine_info
+    from roadpubsub.roadnet.settings import DEFAULTS
 
     p = argparse.ArgumentParser(prog="python -m roadpubsub.bench._live_kinds")
     p.add_argument("--threshold", type=int, default=100_000)
     p.add_argument("--boolean", type=int, default=100_000)
     p.add_argument("--topk", type=int, default=10_000)
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--dmax", type=float, default=5000.0)
+    p.add_argument("--window", type=int, default=DEFAULTS.live_topk_window)
+    p.add_argument("--dmax", type=float, default=DEFAULTS.dmax_m)
     p.add_argument("--messages", type=int, default=300, help="publishes timed")
     p.add_argument("--changes", type=int, default=5, help="changes timed per kind")
     p.add_argument("--dir", default=None, help="work folder (default: a temporary one)")

@@ -261,3 +261,27 @@ def test_dynamic_subscriptions_on_rome(rome, make_region_workload) -> None:
             assert got.rows() == ref.remove_subscriptions(gone).rows()
             assert len(got) > 100
     _same_now(ref, idx)
+
+
+@pytest.mark.parametrize("n_fill", [40, 130])  # the window exactly (as the benchmark), more
+def test_a_resumed_reference_goes_on_as_the_one_that_pushed(andorra, make_region_workload,
+                                                            n_fill) -> None:
+    """:meth:`TopkBruteMatcher.resume` from another matcher's top-k after the first
+    messages: the rest of the stream gives the same events as pushing all of it."""
+    rng = np.random.default_rng(5)
+    subs, messages, weights, _ = make_region_workload(andorra, rng, n_subs=800,
+                                                      n_messages=260, radius_m=3000)
+    tsubs = as_topk(subs, rng, (1, 3, 5))
+    window, dmax = 40, 1500.0
+    fill = messages.take(np.arange(n_fill))
+    rest = messages.take(np.arange(n_fill, len(messages)))
+    pushed = TopkBruteMatcher(andorra, tsubs, weights, dmax_m=dmax, window=window)
+    pushed.push(fill)
+    seq_of = {int(m): i for i, m in enumerate(fill.ids)}
+    top = {sid: [(score, seq_of[mid], d) for mid, score, d in entries]
+           for sid, entries in zip(tsubs.ids.tolist(), pushed.results(tsubs.ids), strict=True)}
+    resumed = TopkBruteMatcher(andorra, tsubs, weights, dmax_m=dmax, window=window)
+    resumed.resume(top, fill)
+    want = pushed.push(rest)
+    assert len(want) > 100 and (want.phase == 0).any()
+    assert resumed.push(rest).rows() == want.rows()
