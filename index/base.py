@@ -458,8 +458,8 @@ class SubscriptionIndex:
     def _slot_source(self) -> SlotSource:
         """The slots' columns the compiled move reads and writes."""
         subs = self.subs
-        # alpha and tau are strided columns of the slot record (index.slot_record): taken as
-        # they are, since a contiguous copy of every slot's value per move cost 4 ms at 1M.
+        # alpha and tau are strided columns of the slot record (roadpubsub.index.slot_record):
+        # taken as they are, since a contiguous copy of every slot's value per move cost 4 ms at 1M.
         return SlotSource(np.ascontiguousarray(subs.ids, dtype=np.int64),
                           np.asarray(subs.alpha, dtype=np.float64),
                           np.asarray(subs.tau, dtype=np.float64),

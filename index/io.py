@@ -291,7 +291,7 @@ def _default_weight(raw: bytes | None, p: Path) -> float | None:
 def read_deliveries(path: PathLike) -> dict[str, npt.NDArray[Any]]:
     """Columns of a deliveries file, sorted by (message_id, subscription_id).
 
-    ``pruning.deliveries.Deliveries(**read_deliveries(path))`` rebuilds the object.
+    ``roadpubsub.pruning.deliveries.Deliveries(**read_deliveries(path))`` rebuilds the object.
     """
     p = Path(path)
     with arrow_errors(p, InputError):

@@ -255,7 +255,7 @@ def edge_groups_by_value(layout: PostingLayout) -> bool:
     """Whether every group's edge groups come in descending order of their largest value.
 
     That is the order ``build_posting_layout(..., edges_by_value=True)`` gives, and the one
-    :func:`pruning.algorithm1.eia_candidates` relies on to stop scanning a group early.
+    :func:`roadpubsub.pruning.algorithm1.eia_candidates` relies on to stop scanning a group early.
     """
     value = layout.eg_value
     if value.size < 2:

@@ -31,8 +31,8 @@ def smoothed_idf(n_documents: int, document_frequency: npt.ArrayLike) -> npt.NDA
 
 
 #: Smallest and largest accepted keyword weight. Any positive normal float in between works
-#: exactly (text bounds are summed per subscription, see index.limits); the ends keep every
-#: sum of a subscription's weights away from overflow and from subnormal numbers, whose
+#: exactly (text bounds are summed per subscription, see roadpubsub.index.limits); the ends keep
+#: every sum of a subscription's weights away from overflow and from subnormal numbers, whose
 #: rounding is absolute rather than relative.
 MIN_WEIGHT = 1e-290
 MAX_WEIGHT = 1e290

@@ -94,7 +94,7 @@ def tokenize(text: str | None) -> list[str]:
     """
     if not isinstance(text, str) or not text:
         return []
-    # NFC and case folding: the keyword form of index.terms.normalize_keyword.
+    # NFC and case folding: the keyword form of roadpubsub.index.terms.normalize_keyword.
     s = unicodedata.normalize("NFC", html.unescape(text)).translate(_APOSTROPHES).casefold()
     s = _MENTION.sub(" ", _URL.sub(" ", s))
     out: dict[str, None] = {}

@@ -4,14 +4,14 @@ For a message m, for each keyword t of m and each group (cell ci, largest radius
 under t:
 
 1. the group is skipped when dNmin(ci, m) > R (Eq. 5 and the border bound, the cell lower
-   bounds of Algorithm 1, :func:`pruning.algorithm1.cell_lower_bounds`), and left at the
+   bounds of Algorithm 1, :func:`roadpubsub.pruning.algorithm1.cell_lower_bounds`), and left at the
    first subscription (radius descending) whose radius is below dNmin(ci, m);
 2. a subscription s of the group is skipped unless m holds all its keywords (those
    besides t, stored with its posting rarest first, so a missing one is met early);
 3. and unless its own lower bound is within its radius: kappa * dE(s, m) in m's cell,
    else max(eta-(ci, cm) * dE(s, m), din_out(s) + D(ci, cm) + din_in(m));
 4. survivors get their exact dN from one bounded search (Algorithm 2's
-   :func:`~pruning.algorithm2.verify_candidates`, each candidate limited by its radius,
+   :func:`~roadpubsub.pruning.algorithm2.verify_candidates`, each candidate limited by its radius,
    so the search ends once every candidate is settled or past its radius, never beyond
    the largest candidate radius): delivered iff dN <= radius.
 
@@ -402,8 +402,8 @@ class BooleanIndexMatcher:
         matcher knew their ``deliveries`` (from :meth:`match`) in advance: one search per
         message, in the order :meth:`match` takes them, with the delivered subscriptions
         as its only candidates, each limited to its own distance, on one thread
-        (:func:`~pruning.algorithm2.verify_known`, the kernel :meth:`match` verifies with).
-        What no pruning can go below; it checks the distances it finds.
+        (:func:`~roadpubsub.pruning.algorithm2.verify_known`, the kernel :meth:`match` verifies
+        with). What no pruning can go below; it checks the distances it finds.
 
         Raises
         ------

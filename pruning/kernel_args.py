@@ -73,7 +73,7 @@ class BoundArrays(NamedTuple):
 class EdgeArrays(NamedTuple):
     """Per edge: box (m), din_out lower bound (m), the subscriptions' alpha range, min tau_e;
     and (EIA) the same edge's box, din_out and similarity limit in one 64-byte row
-    (:func:`pruning.algorithm1.edge_record`; empty for BIA)."""
+    (:func:`roadpubsub.pruning.algorithm1.edge_record`; empty for BIA)."""
 
     bbox: F
     din_out: F

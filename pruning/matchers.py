@@ -44,7 +44,7 @@ def _indexed(architecture: type[SubscriptionIndex], network: RoadNetwork,
              subs: Subscriptions, weights: TermWeights, *, dmax_m: float,
              spatial: SpatialIndex | None = None, threads: int | None = None,
              tolerance: float = DEFAULTS.score_tolerance) -> IndexMatcher:
-    """Prune-then-verify matching over a freshly built BIA or EIA (see pruning.indexed);
+    """Prune-then-verify matching over a freshly built BIA or EIA (see roadpubsub.pruning.indexed);
     ``spatial``: cells and bounds to reuse (e.g. a table precomputed on Spark), built when
     omitted."""
     index = architecture(spatial or SpatialIndex.build(network), subs, weights,

@@ -3,10 +3,10 @@
 When subscriptions are split by cell into partitions (e.g. Spark tasks, each with its own
 :class:`~roadpubsub.index.eia.EnhancedIndex`), a message needs to visit only the partitions holding
 a cell that survives Lemma 2 for it: dNmin(ci, m) <= DNlimit(ci), with dNmin the cell lower
-bound of :func:`pruning.algorithm1.cell_lower_bounds` and DNlimit(ci) the largest
+bound of :func:`roadpubsub.pruning.algorithm1.cell_lower_bounds` and DNlimit(ci) the largest
 DNlimit (Eq. 7, :func:`roadpubsub.index.limits.distance_limit`) of the cell's subscriptions. The
 test, its slack and the treatment of cells whose subscriptions nothing can reach are those
-of :func:`pruning.algorithm1.eia_candidates`, so a partition skipped here is one whose
+of :func:`roadpubsub.pruning.algorithm1.eia_candidates`, so a partition skipped here is one whose
 index would have pruned every cell for that message: routing never loses a delivery.
 
 Partitions are contiguous runs of cells in the cells' Z-order (:func:`partition_cells`),

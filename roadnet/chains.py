@@ -98,7 +98,7 @@ def _walk_chains(  # pragma: no cover - compiled
                     if nxt < 0:
                         break
                     if pos + edge_length[nxt] >= longest:
-                        # Positions along a chain must stay exact sums (roadnet.lengths):
+                        # Positions along a chain must stay exact sums (roadpubsub.roadnet.lengths):
                         # a chain ends before it grows that long.
                         junction[node] = True
                         break

@@ -378,15 +378,17 @@ class RoadNetwork:
         return self.memo(key, build)  # type: ignore[no-any-return]
 
     def to_local(self, points: Any) -> Any:
-        """Edge points in this graph's own edges: the identity (see roadnet.chains)."""
+        """Edge points in this graph's own edges: the identity (see roadpubsub.roadnet.chains)."""
         return points
 
     def to_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
-        """Network node indices of this graph's nodes: the identity (see roadnet.chains)."""
+        """Network node indices of this graph's nodes: the identity (see
+        roadpubsub.roadnet.chains)."""
         return np.asarray(nodes, dtype=np.int64)
 
     def from_network_nodes(self, nodes: npt.ArrayLike) -> IntArray:
-        """This graph's nodes of network node indices: the identity (see roadnet.chains)."""
+        """This graph's nodes of network node indices: the identity (see
+        roadpubsub.roadnet.chains)."""
         return np.asarray(nodes, dtype=np.int64)
 
     def components(self) -> tuple[int, Int32Array]:

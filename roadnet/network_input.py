@@ -1,4 +1,5 @@
-"""The input arrays of :meth:`RoadNetwork.from_arrays <roadnet.network.RoadNetwork.from_arrays>`
+"""The input arrays of :meth:`RoadNetwork.from_arrays
+<roadpubsub.roadnet.network.RoadNetwork.from_arrays>`
 checked and resolved: node arrays (one length, unique ids, valid lon/lat), edge ends as
 node indices, valid lengths, and edge polylines projected to the network's metric CRS.
 Every problem raises one :class:`~roadpubsub.roadnet.errors.NetworkFormatError` naming the rows.
@@ -13,7 +14,7 @@ from pyproj import Transformer
 from roadpubsub.roadnet.errors import NetworkFormatError, describe_rows
 from roadpubsub.roadnet.lengths import LONGEST_EXACT_M
 
-__all__: list[str] = []  # helpers of roadnet.network only
+__all__: list[str] = []  # helpers of roadpubsub.roadnet.network only
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

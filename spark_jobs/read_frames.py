@@ -86,7 +86,7 @@ from roadpubsub.spark_jobs.cell_frames import (
 
 __all__ = ["read_messages_frame", "read_subscription_set_frame", "read_subscriptions_frame"]
 
-# The columns the readers know (index.io); others are not shipped to the tasks.
+# The columns the readers know (roadpubsub.index.io); others are not shipped to the tasks.
 _FILE_COLUMNS = ("id", "u", "v", "offset", "lon", "lat", "keywords", "alpha", "tau",
                  "kind", "radius", "k")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")

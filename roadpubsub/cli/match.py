@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     t_build = time.perf_counter()
     say(f"ready in {t_build - t0:.1f} s (read {t_read - t0:.1f} s, build "
         f"{t_build - t_read:.1f} s)")
-    # A batch's clock (pruning.expiry) is each message's own time.
+    # A batch's clock (roadpubsub.pruning.expiry) is each message's own time.
     clock = times
     parts: list[Deliveries] = []
     n = len(messages)

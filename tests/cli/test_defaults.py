@@ -1,4 +1,5 @@
-"""One settings source: the commands' defaults come from ``roadnet.settings.DEFAULTS``."""
+"""One settings source: the commands' defaults come from
+``roadpubsub.roadnet.settings.DEFAULTS``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The body parser (index.events) checks everything that reaches the log (issue 29): text
+"""The body parser (roadpubsub.index.events) checks everything that reaches the log (issue 29): text
 that encodes as UTF-8, keyword counts and lengths after normalisation, number and time
 ranges, row counts; errors name the row and the field and quote values shortened."""
 

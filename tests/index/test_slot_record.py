@@ -1,4 +1,4 @@
-"""The slots' record (index.slot_record): one 64-byte row per slot holding what matching
+"""The slots' record (roadpubsub.index.slot_record): one 64-byte row per slot holding what matching
 reads per candidate, of which the facts and the subscriptions' alpha and tau are views.
 It must stay equal to them through builds, updates, compaction, save and load."""
 

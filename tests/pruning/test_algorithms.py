@@ -75,7 +75,7 @@ HEAVY = settings(max_examples=300, deadline=None,
 def split_graph_distances(net: RoadNetwork, target: EdgePoints, sources: EdgePoints
                           ) -> FloatArray:
     """Distance from each source point to the target point, written independently of
-    roadnet.distance: every point becomes a node splitting its edge (networkx)."""
+    roadpubsub.roadnet.distance: every point becomes a node splitting its edge (networkx)."""
     on_edge: dict[int, list[tuple[float, object]]] = {}
     for i in range(len(sources)):
         on_edge.setdefault(int(sources.edge[i]), []).append(

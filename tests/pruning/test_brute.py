@@ -50,7 +50,8 @@ def assert_agree(got: Deliveries, ref: Reference, subs: Subscriptions, dmax: flo
         borderline = abs(sc - tau[key[1]]) < tol or abs(d - dmax) < tol
         assert borderline, (key, "brute" if key in mine else "reference", d, sc, tau[key[1]])
     for key in mine.keys() & ref.keys():
-        assert mine[key][0] == ref[key][0], key  # exact: lengths lie on roadnet.lengths' grid
+        # Exact: lengths lie on roadpubsub.roadnet.lengths' grid.
+        assert mine[key][0] == ref[key][0], key
         assert mine[key][1] == pytest.approx(ref[key][1], rel=1e-9, abs=tol), key
 
 

@@ -1,4 +1,4 @@
-"""The EIA's per-edge rows (:func:`pruning.algorithm1.edge_record`).
+"""The EIA's per-edge rows (:func:`roadpubsub.pruning.algorithm1.edge_record`).
 
 The edge loop of Algorithm 1 replaces the paper's per-edge SIM test (lines 14-17, three
 loads from the edge statistics) by one comparison with the row's similarity limit. That

@@ -214,7 +214,7 @@ def test_a_forked_child_matches_with_threads_of_its_own(andorra) -> None:
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
 def test_stamps_start_again_before_the_marks_overflow(andorra, arch) -> None:
     """A slot's mark holds its message's stamp in its high bits and its candidate position
-    in its low bits (pruning.algorithm1.MARK_SHIFT): a lane whose stamps near the limit
+    in its low bits (roadpubsub.pruning.algorithm1.MARK_SHIFT): a lane whose stamps near the limit
     clears its marks and starts again, with the same deliveries before and after."""
     from roadpubsub.pruning.algorithm1 import MAX_STAMP
 

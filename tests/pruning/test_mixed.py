@@ -1,5 +1,5 @@
-"""The mixed-kinds entry point (pruning.mixed) against every kind's reference matcher and
-the expiry rule (pruning.expiry) written out pair by pair; Deliveries.take and concat."""
+"""The mixed-kinds entry point (roadpubsub.pruning.mixed) against every kind's reference matcher and
+the expiry rule (roadpubsub.pruning.expiry) written out pair by pair; Deliveries.take and concat."""
 
 from __future__ import annotations
 
