@@ -5,14 +5,19 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from py4j.protocol import Py4JError
 
 from roadpubsub.spark_jobs.session import (
     JavaNotFoundError,
     atomic_output_dir,
     java_version,
+    jvm_class_problem,
     require_java,
+    session_conf,
 )
 
 
@@ -95,3 +100,56 @@ def test_every_spark_command_takes_jars_and_checks_them_first(tmp_path, capsys,
         with pytest.raises(SystemExit):
             cli_main(["spark", job, "--help"])
         assert "--jars" in capsys.readouterr().out
+
+
+class _Conf:
+    """What :func:`session_conf` uses of ``spark.conf``."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        del self.values[key]
+
+
+def test_session_conf_sets_for_the_block_and_restores_even_on_failure() -> None:
+    spark: Any = SimpleNamespace(conf=_Conf({"a": "1", "c": "9"}))
+    with session_conf(spark, {"a": "2", "b": "3"}):
+        assert spark.conf.values == {"a": "2", "b": "3", "c": "9"}
+    assert spark.conf.values == {"a": "1", "c": "9"}  # b was unset before: unset again
+    with pytest.raises(RuntimeError, match="boom"), session_conf(spark, {"c": "0"}):
+        raise RuntimeError("boom")
+    assert spark.conf.values == {"a": "1", "c": "9"}
+
+
+def _session_loading(error: str | None) -> Any:
+    """A session whose driver JVM fails to load any class with ``error`` (None: loads)."""
+    def load(name: str) -> None:
+        if error is not None:
+            raise Py4JError(f"An error occurred while calling loadClass: {error}: {name}")
+
+    loader = SimpleNamespace(loadClass=load)
+    thread = SimpleNamespace(getContextClassLoader=lambda: loader)
+    jvm = SimpleNamespace(Thread=SimpleNamespace(currentThread=lambda: thread))
+    return SimpleNamespace(sparkContext=SimpleNamespace(_jvm=jvm))
+
+
+def test_jvm_class_problem_names_the_package_to_add() -> None:
+    missing = _session_loading("java.lang.ClassNotFoundException")
+    assert jvm_class_problem(missing, "org.x.Y", what="x-connector", package="org:x:1") == (
+        "the x-connector package is not on the Spark classpath (org.x.Y not found): add "
+        "--packages org:x:1")
+    assert jvm_class_problem(_session_loading("java.lang.NoClassDefFoundError"), "org.x.Y",
+                             what="x", package="p") is not None
+    assert jvm_class_problem(_session_loading(None), "org.x.Y", what="x", package="p") is None
+    connect: Any = SimpleNamespace(sparkContext=SimpleNamespace())  # no driver JVM here
+    assert jvm_class_problem(connect, "org.x.Y", what="x", package="p") is None
+    with pytest.raises(Py4JError, match="SecurityException"):
+        jvm_class_problem(_session_loading("java.lang.SecurityException"), "org.x.Y",
+                          what="x", package="p")
