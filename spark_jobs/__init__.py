@@ -45,7 +45,8 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`roadpubsub.spark_jobs.overlay`
     The border overlay graph and its pure-local reference computation.
 :mod:`roadpubsub.spark_jobs.session`
-    Session creation (Java 17+ check), progress lines, broadcasts.
+    Session creation (Java 17+ check), progress lines, broadcasts, SQL settings for a
+    block, whether a JVM package is on the classpath.
 :mod:`roadpubsub.spark_jobs.storage`
     Inputs and outputs as local paths or storage URLs (``file://``, ``hdfs://``,
     ``s3a://``): output checks, atomic output directories, whole files on the driver
@@ -54,7 +55,8 @@ functions the single-process path calls, so their outputs are the local ones.
 :mod:`roadpubsub.spark_jobs.bench_spark`
     Spark vs single-process timings on Rome (batch-match: phases, per-task figures).
 
-Nothing in ``roadnet``, ``index`` or ``pruning`` imports this package.
+Nothing in ``roadpubsub.roadnet``, ``roadpubsub.index`` or ``roadpubsub.pruning`` imports
+this package.
 """
 
 __all__ = [

@@ -12,6 +12,9 @@
   swaps it in only when the block succeeds (the local case of
   :func:`roadpubsub.spark_jobs.storage.atomic_output_dir`, which also takes storage URLs).
 * :func:`task_timer` collects per-task timings for the benchmarks.
+* :func:`session_conf` sets SQL settings for a block and restores them after it;
+  :func:`jvm_class_problem` tells, in one line, which ``--packages`` a missing JVM class
+  needs (the GraphFrames engine, the Kafka source).
 
 The jobs run the same numpy/numba functions as the local path inside their tasks; the
 Python workers must be able to import ``roadpubsub`` (an install, or the checkout on
