@@ -49,7 +49,7 @@ __all__ = [
     "kind_counts",
     "messages_frame",
     "subscription_set_frame",
-    "subscription_set_table",
+    "subscription_set_frame_table",
     "subscriptions_frame",
     "term_id_lists",
     "weights_from_payload",
@@ -136,14 +136,16 @@ def subscription_set_frame(spark: SparkSession, subs: SubscriptionSet, cells: Ce
                            tolerance: float = DEFAULTS.score_tolerance) -> DataFrame:
     """A frame of subscriptions of every kind already in memory
     (:data:`SUBSCRIPTION_SET_SCHEMA`; files go through :func:`read_subscription_set_frame`)."""
-    table = subscription_set_table(subs, cells, dmax_m=dmax_m, tolerance=tolerance)
+    table = subscription_set_frame_table(subs, cells, dmax_m=dmax_m, tolerance=tolerance)
     return spark.createDataFrame(table, schema=SUBSCRIPTION_SET_SCHEMA)
 
 
-def subscription_set_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float, tolerance: float,
-               raw: pa.ChunkedArray | None = None) -> pa.Table:
-    """The rows of every kind (threshold, boolean, top-k, each in its batch's order), with
-    ``keywords`` as term ids, or ``raw`` (the keyword strings in that order) instead."""
+def subscription_set_frame_table(subs: SubscriptionSet, cells: Cells, *, dmax_m: float,
+                                 tolerance: float, raw: pa.ChunkedArray | None = None
+                                 ) -> pa.Table:
+    """The rows of a :data:`SUBSCRIPTION_SET_SCHEMA` frame: every kind (threshold,
+    boolean, top-k, each in its batch's order), with ``keywords`` as term ids, or ``raw``
+    (the keyword strings in that order) instead."""
     thr, boo, top = subs.threshold, subs.boolean, subs.topk
     nt, nb, nk = len(thr), len(boo), len(top)
 

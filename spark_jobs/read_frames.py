@@ -77,7 +77,7 @@ from roadpubsub.spark_jobs.cell_frames import (
     kind_codes,
     messages_frame,
     subscription_set_frame,
-    subscription_set_table,
+    subscription_set_frame_table,
     subscriptions_frame,
     term_id_lists,
     weights_from_payload,
@@ -181,8 +181,8 @@ def _parse_batch(table: pa.Table, tmp: Path, network: RoadNetwork, cells: Cells,
         codes = kind_codes(data)
         # The reader's batches hold each kind's rows in file order: the same order here.
         order = np.concatenate([np.flatnonzero(codes == c) for c in range(3)])
-        rows = subscription_set_table(subset, cells, dmax_m=dmax_m, tolerance=tolerance,
-                          raw=data.column("keywords").take(pa.array(order)))
+        rows = subscription_set_frame_table(subset, cells, dmax_m=dmax_m, tolerance=tolerance,
+                                            raw=data.column("keywords").take(pa.array(order)))
         batch = {name: rows.column(name) for name in rows.column_names}
         batch["skind"] = batch.pop("kind")
         batch["kind"] = np.full(n, _ROW, np.int32)
