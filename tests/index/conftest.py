@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.text import read_tweet_tokens
+from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.roadnet.io import load_network
 from roadpubsub.roadnet.network import RoadNetwork
 
 
@@ -20,6 +23,24 @@ from roadpubsub.roadnet.network import RoadNetwork
 def tweet_docs(shared: Callable[[str], Path]) -> list[list[str]]:
     """The shared airline tweets, tokenised."""
     return read_tweet_tokens(shared("text/airline_tweets.csv"))
+
+
+@pytest.fixture(scope="session")
+def andorra_workload(shared: Callable[[str], Path]
+                     ) -> Callable[..., tuple[RoadNetwork, SpatialIndex, Workload]]:
+    """``andorra_workload(n_subscriptions, n_messages, seed=)``: Andorra's roads with their
+    one-way streets, its cells of at most 60 edges (both loaded once) and a workload whose
+    alpha and tau spread wide (the dynamic-update tests)."""
+    network = load_network(shared("osm/andorra-latest.osm.pbf"), directed=True)
+    spatial = SpatialIndex.build(network, capacity=60)
+
+    def make(n_subscriptions: int, n_messages: int, *, seed: int
+             ) -> tuple[RoadNetwork, SpatialIndex, Workload]:
+        return network, spatial, generate_workload(
+            network, n_subscriptions=n_subscriptions, n_messages=n_messages, seed=seed,
+            alpha_spread=0.5, tau_spread=0.3)
+
+    return make
 
 
 #: Node ids and positions of :func:`tiny`: a row of four nodes about 84 m apart.

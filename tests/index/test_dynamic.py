@@ -3,6 +3,7 @@ a fresh build and to the reference matcher."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,26 +17,19 @@ from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions, conc
 from roadpubsub.index.postings import build_posting_layout, edge_groups_by_value
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.store import load_index
-from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.index.workload import Workload
 from roadpubsub.pruning.brute import match_brute
 from roadpubsub.pruning.indexed import IndexMatcher
-from roadpubsub.roadnet.io import load_network
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.roadnet.settings import shared_data_dir
 
 DMAX = 3000.0
 
 
 @pytest.fixture(scope="module")
-def andorra_setup() -> tuple[RoadNetwork, SpatialIndex, Workload]:
-    path = shared_data_dir() / "osm/andorra-latest.osm.pbf"
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    network = load_network(path, directed=True)
-    workload = generate_workload(network, n_subscriptions=1200, n_messages=12, seed=9,
-                                 alpha_spread=0.5, tau_spread=0.3)
-    return network, SpatialIndex.build(network, capacity=60), workload
+def andorra_setup(andorra_workload: Callable[..., tuple[RoadNetwork, SpatialIndex, Workload]]
+                 ) -> tuple[RoadNetwork, SpatialIndex, Workload]:
+    return andorra_workload(1200, 12, seed=9)
 
 
 def _points(network: RoadNetwork, rng: np.random.Generator, k: int) -> EdgePoints:

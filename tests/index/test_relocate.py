@@ -5,6 +5,7 @@ nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -18,26 +19,19 @@ from roadpubsub.index.bia import BasicIndex
 from roadpubsub.index.eia import EnhancedIndex
 from roadpubsub.index.model import InvalidSubscriptionError
 from roadpubsub.index.spatial import PointFacts, SpatialIndex
-from roadpubsub.index.workload import Workload, generate_workload
+from roadpubsub.index.workload import Workload
 from roadpubsub.pruning.brute import match_brute
 from roadpubsub.pruning.indexed import IndexMatcher
-from roadpubsub.roadnet.io import load_network
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.roadnet.settings import shared_data_dir
 
 DMAX = 3000.0
 
 
 @pytest.fixture(scope="module")
-def andorra() -> tuple[RoadNetwork, SpatialIndex, Workload]:
-    path = shared_data_dir() / "osm/andorra-latest.osm.pbf"
-    if not path.exists():
-        pytest.skip(f"needs {path} (../shared/data beside the checkout)")
-    network = load_network(path, directed=True)
-    workload = generate_workload(network, n_subscriptions=900, n_messages=10, seed=5,
-                                 alpha_spread=0.5, tau_spread=0.3)
-    return network, SpatialIndex.build(network, capacity=60), workload
+def andorra(andorra_workload: Callable[..., tuple[RoadNetwork, SpatialIndex, Workload]]
+           ) -> tuple[RoadNetwork, SpatialIndex, Workload]:
+    return andorra_workload(900, 10, seed=5)
 
 
 def _state(index: SubscriptionIndex) -> dict[int, tuple[Any, ...]]:
