@@ -205,8 +205,8 @@ class WebhookFeeder:
                     seq = c.first + r
                     if seq > self.fed:
                         entries.append(OutboxEntry(
-                            seq=seq, subscription_id=str(int(c.subscription_id[r])),
-                            message_id=str(int(c.message_id[r])),
+                            seq=seq, subscription_id=int(c.subscription_id[r]),
+                            message_id=int(c.message_id[r]),
                             distance=float(c.distance[r]), score=float(c.score[r]),
                             url=url))
             if entries:
