@@ -290,9 +290,12 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
     found = done.deliveries if done.deliveries is not None else None
     out = []
     for k, m in enumerate(ids.tolist()):
-        mine = [] if found is None else deliveries_json(Deliveries(
-            *(a[found.message_id == m] for a in (found.message_id, found.subscription_id,
-                                                  found.distance, found.score))))
+        mine: list[dict[str, Any]] = []
+        if found is not None:
+            rows = found.message_id == m
+            seq = None if done.delivery_seq is None else done.delivery_seq[rows]
+            mine = deliveries_json(Deliveries(*(a[rows] for a in (
+                found.message_id, found.subscription_id, found.distance, found.score))), seq)
         out.append({"type": "message", "id": m, "lon": float(lonlat[k, 0]),
                     "lat": float(lonlat[k, 1]), "deliveries": mine})
     return out

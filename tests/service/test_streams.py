@@ -319,6 +319,28 @@ def test_stream_access(serve: Any, service_dir: Path, workload: Workload,
             assert r.status_code == status, r.text
 
 
+def test_map_events_carry_each_delivery_seq(serve: Any, workload: Workload,
+                                            andorra: RoadNetwork) -> None:
+    server = serve()
+    subs = subscription_rows(workload, andorra)
+    with server.client() as c:
+        assert c.post("/subscriptions", json=subs[:1000]).status_code == 201
+        with websockets_sync.connect(server.url.replace("http", "ws") + "/events",
+                                     open_timeout=30) as events:
+            time.sleep(0.5)  # registered before the first publish
+            answered = []
+            for m in message_rows(workload, andorra)[:20]:
+                answered += c.post("/messages", json=m).json()["deliveries"]
+            pushed: list[dict[str, Any]] = []
+            seen = 0
+            while seen < 20:
+                event = json.loads(events.recv(timeout=30))
+                if event.get("type") == "message":
+                    seen += 1
+                    pushed += event["deliveries"]
+    assert answered and sorted(pushed, key=lambda d: d["seq"]) == answered
+
+
 def _chunk(first: int, n: int) -> Chunk:
     ids = np.arange(first, first + n, dtype=np.int64)
     return Chunk(first, first, ids, ids, np.ones(n), np.ones(n))
