@@ -615,7 +615,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 task.cancel()
             if client.dropped:
                 reason = f"fell behind by more than {to.max_deliveries} deliveries or " \
-                         f"{to.max_bytes} bytes: reconnect"
+                         f"{to.max_bytes} bytes: reconnect with after=the last seq"
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError,
                                          OSError):
                     await asyncio.wait_for(websocket.close(code=SLOW_READER_CLOSE,

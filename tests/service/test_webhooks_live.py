@@ -173,6 +173,9 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
         letters = c.get("/webhooks/dead").json()["dead"]
         assert [x["seq"] for x in letters] == sent[dead.url]
         assert all("HTTP 503" in x["reason"] for x in letters)
+        # each dead letter lists the delivery object the publish answered, and its URL
+        assert all([(k, x[k]) for k, _ in answered[x["seq"]]] == answered[x["seq"]]
+                   and x["url"] == dead.url for x in letters)
         metrics = c.get("/metrics").text
         assert f'roadpubsub_webhook_dead_total{{endpoint="{dead.url}"}} {n_dead}' in metrics
         # the endpoint recovers: a replay sends the dead letters again, same seqs
