@@ -4,7 +4,8 @@ and ``GET /deliveries/stream`` (Server-Sent Events with ``Last-Event-ID``).
 Readers are cut at random moments while messages are published and resume from the last
 seq they saw; what each received, end to end, must be the deliveries log's (read from the
 Parquet segments on disk after a clean stop) for what it asked, with no gap and no
-duplicate. Also: the retention's 410 naming the oldest seq held, and access control.
+duplicate. Also: the retention's 410 naming the oldest seq held (by count, and by age
+with the count), the map's events carrying each delivery's seq, and access control.
 """
 
 from __future__ import annotations
