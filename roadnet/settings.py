@@ -211,6 +211,13 @@ class Settings:
         serve --stream-retention``): a stream resumes after any seq among the last this
         many; older ones answer 410 naming the oldest seq still held (they stay readable
         with ``GET /messages/{id}``). About 100 bytes each; default 1,000,000.
+    stream_retention_s
+        Seconds a delivery stays held for resumable streams, at most (>= 0; 0: no age bound;
+        ``roadpubsub serve --stream-retention-seconds``), together with
+        ``stream_retention_deliveries``: a delivery is held while it is among the last that
+        many and younger than this (counted from when the service applied it, or from the
+        start for those read back at a start); older ones answer 410 like the others.
+        Default 0.
     stream_batch
         Deliveries a resumable stream reads from the journal at a time (>= 1): its memory
         per reader, and the slice a reader catching up sends before others get a turn.
@@ -302,6 +309,7 @@ class Settings:
     stream_retention_deliveries: int = 1_000_000
     stream_batch: int = 1_000
     stream_keepalive_s: float = 15.0
+    stream_retention_s: float = 0.0
 
 
 DEFAULTS = Settings()

@@ -492,6 +492,11 @@ def _add_push_arguments(p: argparse.ArgumentParser) -> None:
                    help="deliveries held for resuming streams (WS /deliveries?after=SEQ, "
                    "GET /deliveries/stream); older ones answer 410 (default "
                    f"{DEFAULTS.stream_retention_deliveries:,})")
+    w.add_argument("--stream-retention-seconds", type=float,
+                   default=DEFAULTS.stream_retention_s, metavar="S",
+                   help="also drop held deliveries older than S seconds (with "
+                   "--stream-retention: both bounds apply); 0: no age bound (default "
+                   f"{DEFAULTS.stream_retention_s:g})")
     w.add_argument("--webhook-secret-file", metavar="FILE", default=None,
                    help="the HMAC-SHA256 key signing webhook POSTs (mode 0600; created "
                    "when absent; default DIR/webhook-secret)")
@@ -587,9 +592,14 @@ def run(args: argparse.Namespace) -> int:
                              compact_delta=args.compact_delta,
                              **{name: getattr(args, name) for name in _BODY_LIMITS},
                              max_log_bytes=args.max_log_bytes,
-                             stream_retention=args.stream_retention)
+                             stream_retention=args.stream_retention,
+                             stream_retention_s=args.stream_retention_seconds)
     if args.stream_retention < 1:
         msg = f"--stream-retention must be >= 1, got {args.stream_retention}"
+        raise InputError(msg)
+    if not args.stream_retention_seconds >= 0 or args.stream_retention_seconds == float("inf"):
+        msg = (f"--stream-retention-seconds must be >= 0 and finite (0: no age bound), got "
+               f"{args.stream_retention_seconds}")
         raise InputError(msg)
     state = ServiceState.open(folder, options)  # a busy folder: ServiceBusyError
     preload.join()  # ready with warm kernels when it first answers

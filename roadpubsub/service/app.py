@@ -290,9 +290,12 @@ def _message_events(state: ServiceState, done: Applied) -> list[dict[str, Any]]:
     found = done.deliveries if done.deliveries is not None else None
     out = []
     for k, m in enumerate(ids.tolist()):
-        mine = [] if found is None else deliveries_json(Deliveries(
-            *(a[found.message_id == m] for a in (found.message_id, found.subscription_id,
-                                                  found.distance, found.score))))
+        mine: list[dict[str, Any]] = []
+        if found is not None:
+            rows = found.message_id == m
+            seq = None if done.delivery_seq is None else done.delivery_seq[rows]
+            mine = deliveries_json(Deliveries(*(a[rows] for a in (
+                found.message_id, found.subscription_id, found.distance, found.score))), seq)
         out.append({"type": "message", "id": m, "lon": float(lonlat[k, 0]),
                     "lat": float(lonlat[k, 1]), "deliveries": mine})
     return out
@@ -612,7 +615,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                 task.cancel()
             if client.dropped:
                 reason = f"fell behind by more than {to.max_deliveries} deliveries or " \
-                         f"{to.max_bytes} bytes: reconnect"
+                         f"{to.max_bytes} bytes: reconnect with after=the last seq"
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError,
                                          OSError):
                     await asyncio.wait_for(websocket.close(code=SLOW_READER_CLOSE,

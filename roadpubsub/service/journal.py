@@ -12,9 +12,14 @@ never shown for a delivery a restart would number otherwise. The apply thread ap
 readers on the event loop and the webhook feeder read under a lock that covers only a
 look-up of chunk references (chunks are never changed once appended).
 
-Retention: the chunks of at least the last ``retain`` deliveries are kept
-(:attr:`~roadnet.settings.Settings.stream_retention_deliveries`); older ones are dropped
-whole. Asking for ``after`` below :meth:`DeliveryJournal.oldest` - 1 is refused with
+Retention, by count and by age together: the chunks of at least the last ``retain``
+deliveries are kept (:attr:`~roadnet.settings.Settings.stream_retention_deliveries`), older
+ones are dropped whole; and with ``retain_s`` > 0
+(:attr:`~roadnet.settings.Settings.stream_retention_s`) a chunk is dropped too once it has
+been held that many seconds (counted from when the service applied it, or from the start
+for the deliveries read back from the log at a start), except one the webhook feeder has
+not queued yet (:attr:`DeliveryJournal.hold`: its deliveries would never reach the
+outbox). Asking for ``after`` below :meth:`DeliveryJournal.oldest` - 1 is refused with
 :class:`ResumeTooOldError` (the HTTP answer 410 names the oldest ``seq`` still held).
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,15 +98,52 @@ def _mask(chunk: Chunk, want: Want) -> npt.NDArray[np.bool_] | None:
 
 
 class DeliveryJournal:
-    """The last ``retain`` deliveries (at least) as chunks, by seq."""
+    """The last ``retain`` deliveries (at least), those of the last ``retain_s`` seconds
+    only when ``retain_s`` > 0, as chunks, by seq.
 
-    def __init__(self, *, retain: int, next_seq: int = 1) -> None:
+    Attributes
+    ----------
+    hold
+        The seq through which the webhook feeder has queued deliveries in the outbox (None:
+        no feeder); the age bound never drops a chunk holding a later one.
+    """
+
+    def __init__(self, *, retain: int, next_seq: int = 1, retain_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.retain = max(1, int(retain))
+        self.retain_s = max(0.0, float(retain_s))
+        self.hold: int | None = None
+        self._clock = clock
         self._chunks: list[Chunk] = []
         self._firsts: list[int] = []
+        self._added: list[float] = []  # the clock when each chunk was appended
         self._held = 0
         self._next = int(next_seq)  # the seq the next delivery gets
         self._lock = threading.Lock()
+
+    def renewed(self, *, next_seq: int) -> DeliveryJournal:
+        """An empty journal with the same bounds, clock and hold, starting at ``next_seq``
+        (the state's reload)."""
+        fresh = DeliveryJournal(retain=self.retain, next_seq=next_seq, retain_s=self.retain_s,
+                                clock=self._clock)
+        fresh.hold = self.hold
+        return fresh
+
+    def _drop_first(self) -> None:
+        self._held -= len(self._chunks[0])
+        del self._chunks[0]
+        del self._firsts[0]
+        del self._added[0]
+
+    def _expire(self) -> None:
+        """Drop the chunks older than ``retain_s`` (under the lock)."""
+        if not self.retain_s or not self._chunks:
+            return
+        limit = self._clock() - self.retain_s
+        hold = self.hold
+        while self._chunks and self._added[0] < limit and (
+                hold is None or self._chunks[0].last <= hold):
+            self._drop_first()
 
     # ------------------------------------------------------------ apply thread
     def append(self, chunk: Chunk) -> None:
@@ -113,12 +156,12 @@ class DeliveryJournal:
         with self._lock:
             self._chunks.append(chunk)
             self._firsts.append(chunk.first)
+            self._added.append(self._clock())
             self._held += len(chunk)
             self._next = chunk.last + 1
             while len(self._chunks) > 1 and self._held - len(self._chunks[0]) >= self.retain:
-                self._held -= len(self._chunks[0])
-                del self._chunks[0]
-                del self._firsts[0]
+                self._drop_first()
+            self._expire()
 
     # ------------------------------------------------------------ readers
     @property
@@ -129,15 +172,18 @@ class DeliveryJournal:
     def oldest(self) -> int:
         """The oldest seq held (``next_seq`` when none is)."""
         with self._lock:
+            self._expire()
             return self._chunks[0].first if self._chunks else self._next
 
     def check_after(self, after: int) -> None:
         """Refuse (410) a resume point older than what is held."""
         oldest = self.oldest()
         if after < oldest - 1:
+            bound = f"the last {self.retain:,} deliveries"
+            if self.retain_s:
+                bound += f", held {self.retain_s:g} s at most"
             msg = (f"deliveries after seq {after} are no longer held: the oldest seq still "
-                   f"held is {oldest} (retention: the last {self.retain:,} deliveries); "
-                   f"resume with after={oldest - 1}")
+                   f"held is {oldest} (retention: {bound}); resume with after={oldest - 1}")
             raise ResumeTooOldError(msg, status=410)
 
     def durable_head(self, durable: int) -> int:

@@ -101,7 +101,9 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                                               ">= expires_at"},
                 "webhook": {"type": ["string", "null"], "minLength": 1, "maxLength": 2048,
                             "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[ -~]*$",
-                            "description": "deliveries are also POSTed here, signed "
+                            "description": "deliveries are also POSTed here as "
+                                           "{\"deliveries\": [Delivery, ...]} (integer "
+                                           "ids, seq), signed "
                                            "(RoadPubSub-Signature) with a "
                                            "RoadPubSub-Delivery-Id each; a host that is "
                                            "loopback, private or does not resolve is "
@@ -177,8 +179,9 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
         "DeadLetters": {"type": "object", "required": ["dead"], "properties": {
             "dead": {"type": "array", "items": {"type": "object"},
                      "description": "webhook deliveries given up after their retries: "
-                                    "id (for replay), seq, subscription, message, url, "
-                                    "reason"}}},
+                                    "id (for replay), the Delivery's fields (seq, "
+                                    "message_id, subscription_id, distance, score), url, "
+                                    "queued_at, reason, dead_at (Unix seconds)"}}},
         "Replay": {"type": "object", "required": ["ids"], "properties": {
             "ids": {"type": "array", "items": {"type": "integer", "minimum": 1}}}},
         "Replayed": {"type": "object", "required": ["replayed"],

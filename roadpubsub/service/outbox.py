@@ -13,6 +13,9 @@ Kinds: ``C`` checkpoint (first record of every segment: the acknowledged positio
 endpoint and the next position), ``D`` a batch of deliveries, ``A`` an acknowledgement
 (endpoint, through position); in ``dead.log``: ``X`` deliveries given up, ``R`` dead letters
 re-queued.
+A queued delivery is stored as ``{"pos", "t" (queued at), "seq", "sub", "msg", "d", "s",
+"url"}`` with integer ids; records written before the ids were stored as integers hold them
+as decimal text, and are read the same (anything else in them is damage).
 
 Every queued delivery gets a *position* (``pos``: 1, 2, 3, ... across the outbox), the order
 it is sent in. A delivery's ``seq`` (the service's delivery sequence number, the id receivers
@@ -76,7 +79,7 @@ class OutboxEntry:
     seq
         The service's delivery sequence number (the id receivers deduplicate on).
     subscription_id, message_id
-        The matched pair.
+        The matched pair (64-bit integers, as in every other answer).
     distance, score
         Network distance in metres and the match score.
     url
@@ -84,11 +87,29 @@ class OutboxEntry:
     """
 
     seq: int
-    subscription_id: str
-    message_id: str
+    subscription_id: int
+    message_id: int
     distance: float
     score: float
     url: str
+
+    def delivery(self) -> dict[str, Any]:
+        """The delivery object, as every other answer and push gives it (seq first)."""
+        return {"seq": self.seq, "message_id": self.message_id,
+                "subscription_id": self.subscription_id, "distance": self.distance,
+                "score": self.score}
+
+
+def _stored_id(raw: dict[str, Any], key: str) -> int:
+    """An id of a stored entry: an integer, or (records written before the ids were stored
+    as integers) its decimal text; anything else is damage, never guessed."""
+    value = raw[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    msg = f"outbox entry of seq {raw.get('seq')!r} holds {key}={value!r}, not an integer id"
+    raise OutboxDamagedError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +121,28 @@ class Queued:
     entry: OutboxEntry
 
     def to_json(self) -> dict[str, Any]:
-        """The stored form."""
+        """The stored form (ids as JSON integers)."""
         e = self.entry
         return {"pos": self.pos, "t": self.queued_at, "seq": e.seq, "sub": e.subscription_id,
                 "msg": e.message_id, "d": e.distance, "s": e.score, "url": e.url}
 
     @staticmethod
     def from_json(raw: dict[str, Any]) -> Queued:
-        """Inverse of :meth:`to_json`."""
-        entry = OutboxEntry(seq=int(raw["seq"]), subscription_id=str(raw["sub"]),
-                            message_id=str(raw["msg"]), distance=float(raw["d"]),
-                            score=float(raw["s"]), url=str(raw["url"]))
-        return Queued(pos=int(raw["pos"]), queued_at=float(raw["t"]), entry=entry)
+        """Inverse of :meth:`to_json`; also reads the older form whose ids were text.
+
+        Raises
+        ------
+        OutboxDamagedError
+            A field is missing or of the wrong type (the frame's checksum held: written so).
+        """
+        try:
+            entry = OutboxEntry(seq=int(raw["seq"]), subscription_id=_stored_id(raw, "sub"),
+                                message_id=_stored_id(raw, "msg"), distance=float(raw["d"]),
+                                score=float(raw["s"]), url=str(raw["url"]))
+            return Queued(pos=int(raw["pos"]), queued_at=float(raw["t"]), entry=entry)
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"outbox entry {raw!r:.200} is not a queued delivery: {exc!r}"
+            raise OutboxDamagedError(msg) from exc
 
 
 def _frame(kind: bytes, payload: dict[str, Any]) -> bytes:
@@ -505,15 +536,14 @@ class Outbox:
             return ep.head[0].queued_at if ep.head else None
 
     def dead_letters(self) -> list[dict[str, Any]]:
-        """The dead letters, oldest position first: ``id`` (to replay), the delivery, why, when."""
+        """The dead letters, oldest position first: ``id`` (to replay), the delivery object
+        (:meth:`OutboxEntry.delivery`), ``url``, ``queued_at``, ``reason`` and ``dead_at``."""
         with self._lock:
             rows = []
             for pos in sorted(self._dead):
                 q, reason, when = self._dead[pos]
-                row = q.to_json()
-                row["id"] = row.pop("pos")
-                row.update(reason=reason, dead_at=when)
-                rows.append(row)
+                rows.append({"id": q.pos, **q.entry.delivery(), "url": q.entry.url,
+                             "queued_at": q.queued_at, "reason": reason, "dead_at": when})
             return rows
 
     def replay(self, ids: Sequence[int]) -> int:

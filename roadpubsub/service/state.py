@@ -241,6 +241,9 @@ class ServiceOptions:
     stream_retention
         Deliveries held for resumable streams, at least (>= 1;
         ``DEFAULTS.stream_retention_deliveries``).
+    stream_retention_s
+        Seconds a delivery stays held for resumable streams, at most (0: no age bound;
+        ``DEFAULTS.stream_retention_s``).
     """
 
     snapshot_every: int = DEFAULTS.snapshot_every
@@ -261,6 +264,7 @@ class ServiceOptions:
     snapshot_retry_max_s: float = DEFAULTS.service_snapshot_retry_max_s
     # --- push (issue 30) ---
     stream_retention: int = DEFAULTS.stream_retention_deliveries
+    stream_retention_s: float = DEFAULTS.stream_retention_s
 
 
 @dataclass
@@ -306,7 +310,8 @@ class ServiceState:
         # delivery sequence numbers (issue 30): the first one of each message's deliveries
         # (its others follow), and the recent deliveries by seq for resumable streams
         self.dseq_of: dict[int, int] = {}
-        self.journal = DeliveryJournal(retain=options.stream_retention)
+        self.journal = DeliveryJournal(retain=options.stream_retention,
+                                       retain_s=options.stream_retention_s)
         # webhook URL per subscription that has one; the check of a new one (None:
         # webhooks are off and a subscription carrying one is refused)
         self.webhook_of: dict[int, str] = {}
@@ -497,8 +502,7 @@ class ServiceState:
             heads = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1]])
             self.dseq_of.update(zip(mids[heads].tolist(), dseq[heads].tolist(), strict=True))
         keep = order[max(0, order.size - self.journal.retain):]
-        self.journal = DeliveryJournal(retain=self.journal.retain,
-                                       next_seq=int(dseq[keep[0]]) if keep.size else 1)
+        self.journal = self.journal.renewed(next_seq=int(dseq[keep[0]]) if keep.size else 1)
         if keep.size:
             sid = d.subscription_id[keep]
             self.journal.append(Chunk(int(dseq[keep[0]]), self.flushed_through,

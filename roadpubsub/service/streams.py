@@ -176,6 +176,7 @@ class WebhookFeeder:
         self.state = state
         self._queue = queue
         self.fed = int(high_seq)  # every delivery <= fed is in the outbox or needs none
+        state.journal.hold = self.fed  # the age bound keeps what is not fed yet
         self._lock = threading.Lock()
         self.queued = 0
 
@@ -205,8 +206,8 @@ class WebhookFeeder:
                     seq = c.first + r
                     if seq > self.fed:
                         entries.append(OutboxEntry(
-                            seq=seq, subscription_id=str(int(c.subscription_id[r])),
-                            message_id=str(int(c.message_id[r])),
+                            seq=seq, subscription_id=int(c.subscription_id[r]),
+                            message_id=int(c.message_id[r]),
                             distance=float(c.distance[r]), score=float(c.score[r]),
                             url=url))
             if entries:
@@ -214,6 +215,7 @@ class WebhookFeeder:
                 self.queued += len(entries)
             if chunks:
                 self.fed = max(self.fed, chunks[-1].last)
+            journal.hold = self.fed
             return len(entries)
 
     def feed_through(self, seq: int) -> None:

@@ -2,8 +2,9 @@
 
 Request sent to an endpoint (one POST per batch of at most ``webhook_batch_max`` deliveries):
 
-- body: UTF-8 JSON ``{"deliveries": [{"seq", "subscription_id", "message_id", "distance",
-  "score"}, ...]}`` in ``seq`` order (a replayed dead letter comes again with its old ``seq``);
+- body: UTF-8 JSON ``{"deliveries": [{"seq", "message_id", "subscription_id", "distance",
+  "score"}, ...]}``, the delivery objects of every other answer and push (integer ids), in
+  ``seq`` order (a replayed dead letter comes again with its old ``seq``);
 - ``RoadPubSub-Delivery-Id: 17,18,19``: the ``seq`` of each delivery of the body, in order,
   comma separated. A receiver deduplicates on each ``seq``: it processes a delivery whose
   ``seq`` it has not recorded yet and skips the others (a batch can arrive again after a
@@ -437,10 +438,7 @@ class WebhookSender:
             stats.sent += len(batch)
 
     def _request(self, target: _Target, batch: list[Queued]) -> bytes:
-        deliveries = [{"seq": q.entry.seq, "subscription_id": q.entry.subscription_id,
-                       "message_id": q.entry.message_id, "distance": q.entry.distance,
-                       "score": q.entry.score} for q in batch]
-        body = orjson.dumps({"deliveries": deliveries})
+        body = orjson.dumps({"deliveries": [q.entry.delivery() for q in batch]})
         timestamp = int(time.time())
         default_port = 443 if target.scheme == "https" else 80
         host = f"[{target.host}]" if ":" in target.host else target.host

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hooks import Receiver
 from live import DMAX_M, Server, tweet_weights
 
 from roadpubsub.index.eia import EnhancedIndex
@@ -63,6 +64,15 @@ def servers() -> Iterator[list[Server]]:
     yield started
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def receivers() -> Iterator[list[Receiver]]:
+    """Webhook receivers a test starts (``hooks.Receiver``) are stopped after it."""
+    started: list[Receiver] = []
+    yield started
+    for receiver in started:
+        receiver.stop()
 
 
 @pytest.fixture

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 from roadpubsub.service.outbox import Outbox, OutboxDamagedError, OutboxEntry
@@ -13,7 +16,7 @@ B = "http://b.example/hook"
 
 
 def _entries(first: int, count: int, url: str = A) -> list[OutboxEntry]:
-    return [OutboxEntry(seq=s, subscription_id=f"s{s}", message_id=f"m{s}", distance=1.5 * s,
+    return [OutboxEntry(seq=s, subscription_id=100 + s, message_id=2**40 + s, distance=1.5 * s,
                         score=0.5, url=url) for s in range(first, first + count)]
 
 
@@ -136,3 +139,45 @@ def test_memory_per_endpoint_is_bounded_and_the_rest_read_back(tmp_path: Path) -
     assert seen == list(range(1, 91))
     again = Outbox(tmp_path, memory_per_endpoint=4)
     assert again.pending(A) == 0
+
+
+def _old_frame(kind: bytes, payload: dict[str, object]) -> bytes:
+    """A frame as the module docstring describes it (written by hand: an older writer)."""
+    body = orjson.dumps(payload)
+    pre = struct.pack(">4scII", b"RPOX", kind, len(body), zlib.crc32(body))
+    return pre + struct.pack(">I", zlib.crc32(pre)) + body
+
+
+def _old_entry(pos: int, seq: int, sub: object, msg: object) -> dict[str, object]:
+    return {"pos": pos, "t": 1.0e9, "seq": seq, "sub": sub, "msg": msg, "d": 2.5, "s": 0.5,
+            "url": A}
+
+
+def test_records_with_text_ids_of_older_writers_are_read_as_integers(tmp_path: Path) -> None:
+    # Before the ids were stored as integers the feeder wrote them as decimal text.
+    (tmp_path / "000000000001.log").write_bytes(
+        _old_frame(b"C", {"acked": {}, "next_pos": 1, "high_seq": 0})
+        + _old_frame(b"D", {"entries": [_old_entry(1, 7, "12", "900000000001"),
+                                        _old_entry(2, 8, "-3", "5")]}))
+    (tmp_path / "dead.log").write_bytes(_old_frame(b"X", {
+        "entries": [_old_entry(3, 6, "4", "77")], "reason": "HTTP 404", "t": 2.0e9}))
+    box = Outbox(tmp_path)
+    assert [q.entry.delivery() for q in box.peek(A, 10)] == [
+        {"seq": 7, "message_id": 900000000001, "subscription_id": 12, "distance": 2.5,
+         "score": 0.5},
+        {"seq": 8, "message_id": 5, "subscription_id": -3, "distance": 2.5, "score": 0.5}]
+    (letter,) = box.dead_letters()
+    assert {k: letter[k] for k in ("id", "seq", "message_id", "subscription_id", "url")} == {
+        "id": 3, "seq": 6, "message_id": 77, "subscription_id": 4, "url": A}
+    box.append(_entries(9, 1))  # new records next to old ones: integers
+    box.close()
+    again = Outbox(tmp_path)
+    assert [q.entry.subscription_id for q in again.peek(A, 10)] == [12, -3, 109]
+
+
+def test_a_record_with_an_id_that_is_not_an_integer_is_damage(tmp_path: Path) -> None:
+    (tmp_path / "000000000001.log").write_bytes(
+        _old_frame(b"C", {"acked": {}, "next_pos": 1, "high_seq": 0})
+        + _old_frame(b"D", {"entries": [_old_entry(1, 7, "s1", "m1")]}))
+    with pytest.raises(OutboxDamagedError, match="'s1', not an integer id"):
+        Outbox(tmp_path)

@@ -4,13 +4,16 @@ and ``GET /deliveries/stream`` (Server-Sent Events with ``Last-Event-ID``).
 Readers are cut at random moments while messages are published and resume from the last
 seq they saw; what each received, end to end, must be the deliveries log's (read from the
 Parquet segments on disk after a clean stop) for what it asked, with no gap and no
-duplicate. Also: the retention's 410 naming the oldest seq held, and access control.
+duplicate. Also: the retention's 410 naming the oldest seq held (by count, and by age
+with the count), the map's events carrying each delivery's seq, and access control.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.access import TokenStore
+from roadpubsub.service.journal import Chunk, DeliveryJournal, ResumeTooOldError
 
 Row = tuple[int, int, int, float, float]  # seq, message_id, subscription_id, distance, score
 
@@ -215,6 +219,52 @@ def test_resume_older_than_retention(serve: Any, workload: Workload,
         assert c.get("/deliveries/stream", params={"subscription": "x1"}).status_code == 400
 
 
+def _oldest_held(c: httpx.Client) -> int:
+    r = c.get("/deliveries/stream", headers={"Last-Event-ID": "0"})
+    assert r.status_code == 410, r.status_code
+    return int(r.json()["error"].split("oldest seq still held is ")[1].split()[0])
+
+
+def test_retention_by_age_together_with_count(serve: Any, workload: Workload,
+                                              andorra: RoadNetwork) -> None:
+    server = serve("--stream-retention", "50", "--stream-retention-seconds", "5")
+    subs = subscription_rows(workload, andorra)
+    msgs = iter(message_rows(workload, andorra))
+    ws_base = server.url.replace("http", "ws")
+    with server.client() as c:
+        assert c.post("/subscriptions", json=subs[:1000]).status_code == 201
+
+        def publish(deliveries: int) -> list[int]:
+            seqs: list[int] = []
+            while len(seqs) < deliveries:
+                seqs += [d["seq"] for d in c.post("/messages", json=next(msgs)).json()[
+                    "deliveries"]]
+            return seqs
+
+        first = publish(120)
+        # young deliveries: the count bound decides (the last 50, whole messages)
+        assert 1 < _oldest_held(c) <= first[-1] - 49
+        time.sleep(5.5)
+        second = publish(5)  # a few young ones (far fewer than 50) after old ones
+        assert _oldest_held(c) == second[0]  # the old ones went by age
+        with pytest.raises(InvalidStatus) as refused:
+            websockets_sync.connect(f"{ws_base}/deliveries?after={second[0] - 2}",
+                                    open_timeout=30)
+        assert refused.value.response.status_code == 410
+        with websockets_sync.connect(f"{ws_base}/deliveries?after={second[0] - 1}",
+                                     open_timeout=30) as ws:
+            got = [json.loads(ws.recv(timeout=10))["seq"] for _ in second]
+        assert got == second
+        time.sleep(5.5)  # nothing new: every held one ages out; resuming at the head works
+        assert _oldest_held(c) == second[-1] + 1
+        with c.stream("GET", "/deliveries/stream", params={"after": second[-1]}) as r:
+            assert r.status_code == 200
+    bad = subprocess.run([sys.executable, "-m", "roadpubsub", "serve", "--state",
+                          str(server.state_dir), "--stream-retention-seconds", "-1"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode != 0 and "--stream-retention-seconds must be >= 0" in bad.stderr
+
+
 def _drain(url: str, token: str) -> list[dict[str, Any]]:
     """Everything a stream sends until it is quiet for 2 s."""
     out = []
@@ -268,3 +318,55 @@ def test_stream_access(serve: Any, service_dir: Path, workload: Workload,
             assert c.get("/webhooks/dead", headers=_h(token)).status_code == status
             r = c.post("/webhooks/replay", json={"ids": [1]}, headers=_h(token))
             assert r.status_code == status, r.text
+
+
+def test_map_events_carry_each_delivery_seq(serve: Any, workload: Workload,
+                                            andorra: RoadNetwork) -> None:
+    server = serve()
+    subs = subscription_rows(workload, andorra)
+    with server.client() as c:
+        assert c.post("/subscriptions", json=subs[:1000]).status_code == 201
+        with websockets_sync.connect(server.url.replace("http", "ws") + "/events",
+                                     open_timeout=30) as events:
+            time.sleep(0.5)  # registered before the first publish
+            answered = []
+            for m in message_rows(workload, andorra)[:20]:
+                answered += c.post("/messages", json=m).json()["deliveries"]
+            pushed: list[dict[str, Any]] = []
+            seen = 0
+            while seen < 20:
+                event = json.loads(events.recv(timeout=30))
+                if event.get("type") == "message":
+                    seen += 1
+                    pushed += event["deliveries"]
+    assert answered and sorted(pushed, key=lambda d: d["seq"]) == answered
+
+
+def _chunk(first: int, n: int) -> Chunk:
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return Chunk(first, first, ids, ids, np.ones(n), np.ones(n))
+
+
+def test_journal_age_bound_keeps_what_the_webhook_feeder_has_not_queued() -> None:
+    now = [100.0]
+    journal = DeliveryJournal(retain=1_000, retain_s=10.0, clock=lambda: now[0])
+    journal.append(_chunk(1, 3))
+    now[0] = 105.0
+    journal.append(_chunk(4, 2))
+    journal.hold = 2  # the feeder queued through seq 2: the chunk 1-3 is not all fed
+    now[0] = 112.0
+    assert journal.oldest() == 1  # aged, but held for the feeder
+    journal.hold = 3
+    assert journal.oldest() == 4
+    with pytest.raises(ResumeTooOldError, match="oldest seq still held is 4"):
+        journal.check_after(2)
+    renewed = journal.renewed(next_seq=6)
+    assert (renewed.retain, renewed.retain_s, renewed.hold) == (1_000, 10.0, 3)
+    now[0] = 116.0
+    assert journal.oldest() == 4  # aged, seqs 4-5 not fed yet
+    journal.hold = None  # no feeder (webhooks off)
+    assert journal.oldest() == 6 and journal.chunks_after(5, durable=10) == []
+    unbounded = DeliveryJournal(retain=1_000, clock=lambda: now[0])  # retain_s 0: no age
+    unbounded.append(_chunk(1, 3))
+    now[0] = 1e9
+    assert unbounded.oldest() == 1

@@ -1,5 +1,5 @@
 """Webhooks of the live service (issue 30), end to end: a real ``roadpubsub serve``
-subprocess, real loopback HTTP receivers started here (:class:`test_webhooks.Receiver`),
+subprocess, real loopback HTTP receivers started here (:class:`hooks.Receiver`),
 a kill -9 of the service in the middle.
 
 A subscription carries ``webhook``; its deliveries go to the outbox before the publish is
@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
-import pytest
+from hooks import SECRET, Receiver
 from live import message_rows, subscription_rows
-from test_webhooks import SECRET, Receiver
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
-
-
-@pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    """Receivers a test starts are stopped after it."""
-    started: list[Receiver] = []
-    yield started
-    for receiver in started:
-        receiver.stop()
 
 
 def _secret_file(folder: Path) -> Path:
@@ -154,18 +144,25 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
     with server.client() as c:
         assert c.post("/subscriptions", json=subs[:1000]).status_code == 201
         sent: dict[str, list[int]] = {healthy.url: [], dead.url: []}
+        answered: dict[int, list[tuple[str, Any]]] = {}
         lag = []
         for m in msgs[:120]:
             answer = c.post("/messages", json=m).json()["deliveries"]
             t0 = time.monotonic()
             for d in answer:
                 sent[url_of[d["subscription_id"]]].append(d["seq"])
+                answered[d["seq"]] = list(d.items())
             mine = sent[healthy.url]
             if mine:
                 _wait(lambda mine=mine: len(healthy.deduplicated()) >= len(mine), 30,
                       "the healthy endpoint")
                 lag.append(time.monotonic() - t0)
         assert healthy.deduplicated() == sent[healthy.url]
+        # a webhook body holds the publish answer's delivery objects: same keys in the same
+        # order, integer ids (JSON numbers), the same seq, distance and score
+        pushed = [list(d.items()) for r in healthy.requests
+                  for d in orjson.loads(r["body"])["deliveries"]]
+        assert pushed and all(d == answered[dict(d)["seq"]] for d in pushed)
         # the dead endpoint's batches each take 3 attempts of 0.9 s; the healthy one's
         # deliveries never wait for them
         assert max(lag) < 5.0, max(lag)
@@ -176,6 +173,9 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
         letters = c.get("/webhooks/dead").json()["dead"]
         assert [x["seq"] for x in letters] == sent[dead.url]
         assert all("HTTP 503" in x["reason"] for x in letters)
+        # each dead letter lists the delivery object the publish answered, and its URL
+        assert all([(k, x[k]) for k, _ in answered[x["seq"]]] == answered[x["seq"]]
+                   and x["url"] == dead.url for x in letters)
         metrics = c.get("/metrics").text
         assert f'roadpubsub_webhook_dead_total{{endpoint="{dead.url}"}} {n_dead}' in metrics
         # the endpoint recovers: a replay sends the dead letters again, same seqs
