@@ -28,7 +28,14 @@ from roadpubsub.index.bia import BasicIndex
 from roadpubsub.index.eia import EnhancedIndex
 from roadpubsub.index.limits import distance_upper_bound_kernel
 from roadpubsub.index.model import InvalidMessageError, Messages
-from roadpubsub.index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SUB_COLUMNS
+from roadpubsub.index.slot_record import (
+    CHAIN_INT32_COLUMN,
+    FACT_COLUMNS,
+    RECORD_WIDTH,
+    SUB_COLUMNS,
+    TEXT_INT32_COLUMN,
+    text_span,
+)
 from roadpubsub.pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
@@ -66,7 +73,7 @@ from roadpubsub.pruning.lanes import (
     delivery_starts,
     guided_runs,
 )
-from roadpubsub.pruning.similarity import tsim_kernel
+from roadpubsub.pruning.similarity import tsim_kernel, tsim_span_kernel
 from roadpubsub.roadnet._prefetch import prefetch
 from roadpubsub.roadnet.dijkstra_kernels import BucketQueue
 from roadpubsub.roadnet.distance import NodeSearch, dead_ends
@@ -237,17 +244,20 @@ def _match_batch(  # pragma: no cover - compiled
         # 4,624 candidates per message instead of 3,880 (BENCHMARKS.md).
         for j in range(n_cand):
             if j < n_main:
-                # Each candidate's row of the slot record (alpha, tau, chain point; read
-                # by Algorithm 1 for EIA, so often still cached) and its keyword pointer
-                # are cache misses: start loading those of candidates a few places ahead.
+                # Each candidate's row of the slot record (alpha, tau, chain point and
+                # where its keywords start; read by Algorithm 1 for EIA, so often still
+                # cached) and its keywords are cache misses: start loading those of
+                # candidates a few places ahead. The keywords' span comes from the row
+                # (index.slot_record.text_span), not from kw_ptr (one miss fewer).
                 if j + _AHEAD < n_main:
-                    r_next = int(cand[j + _AHEAD])
-                    prefetch(s_kw_ptr, r_next)
-                    prefetch(s_rec, RECORD_WIDTH * r_next)
+                    prefetch(s_rec, RECORD_WIDTH * int(cand[j + _AHEAD]))
                 if j + _AHEAD // 2 < n_main:
-                    prefetch(s_kw_terms, s_kw_ptr[int(cand[j + _AHEAD // 2])])
+                    r_half = int(cand[j + _AHEAD // 2])
+                    prefetch(s_kw_terms, text_span(s_rec_int[r_half, TEXT_INT32_COLUMN],
+                                                   s_kw_ptr, r_half)[0])
                 r = int(cand[j])
-                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
+                k0, k1 = text_span(s_rec_int[r, TEXT_INT32_COLUMN], s_kw_ptr, r)
+                tsim = tsim_span_kernel(s_kw_terms, weights, k0, k1, term_mark, stamp)
                 alpha, tau = s_rec[r, ALPHA_COLUMN], s_rec[r, TAU_COLUMN]
                 lim = dmax
                 if is_eia:
