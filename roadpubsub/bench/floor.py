@@ -267,11 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=("dense", "hotspots"), default=None)
     p.add_argument("--no-phases", action="store_true")
+    p.add_argument("--network", default=None,
+                   help="network file (default: the project's default network, Rome with "
+                        "the shared data)")
     args = p.parse_args(argv)
     doc = run_floor(n_subscriptions=args.subscriptions, n_messages=args.messages,
                     repeats=args.repeats, threads=args.threads, seed=args.seed,
                     workloads=(args.only,) if args.only else ("dense", "hotspots"),
-                    phases=not args.no_phases)
+                    phases=not args.no_phases, network=args.network)
     print(json.dumps(doc, indent=1))
     return 0
 
