@@ -10,7 +10,8 @@ column field
 ====== ===================================================
 0-4    x, y, din_out, din_in, chain_offset (metres)
 5, 6   alpha, tau
-7      chain (int32, the low half; the high half is zero)
+7      chain (int32, the low half); the high half: the slot's keywords
+       (:func:`text_span`)
 ====== ===================================================
 
 The slots' :class:`~roadpubsub.index.spatial.PointFacts` and the alpha and tau of their
@@ -32,7 +33,8 @@ from roadpubsub.index.model import Subscriptions
 from roadpubsub.index.spatial import PointFacts
 
 __all__ = ["CHAIN_INT32_COLUMN", "FACT_COLUMNS", "RECORD_WIDTH", "SUB_COLUMNS",
-           "aligned_rows", "pack_slot_record"]
+           "TEXT_INT32_COLUMN", "aligned_rows", "pack_slot_record", "pack_text_span",
+           "text_span"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -43,6 +45,36 @@ SUB_COLUMNS = ("alpha", "tau")
 RECORD_WIDTH = 8
 #: The chain's column in the record viewed as (n, 16) int32.
 CHAIN_INT32_COLUMN = 2 * (RECORD_WIDTH - 1)
+#: The column (int32 view) of the slot's keyword span, packed by :func:`pack_text_span`.
+TEXT_INT32_COLUMN = CHAIN_INT32_COLUMN + 1
+# A span packs its start in the low 28 bits and its length in the next 3 (bit 31 stays
+# clear, so a packed span is >= 0 and -1 means "read kw_ptr").
+_SPAN_BITS = 28
+_SPAN_MASK = (1 << _SPAN_BITS) - 1
+_SPAN_MAX_LENGTH = 7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def pack_text_span(start: int, stop: int) -> int:  # pragma: no cover - compiled
+    """The int32 the record holds for keywords ``kw_terms[start:stop]`` of a slot: the
+    span itself when it fits (start < 2**28, at most 7 keywords), else -1 (the reader
+    falls back to the keyword CSR's pointers)."""
+    n = stop - start
+    if start < 0 or n < 0 or n > _SPAN_MAX_LENGTH or stop > _SPAN_MASK:
+        return -1
+    return start | (n << _SPAN_BITS)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def text_span(packed: int, kw_ptr: npt.NDArray[np.int64], row: int
+              ) -> tuple[int, int]:  # pragma: no cover - compiled
+    """(start, stop) of slot ``row``'s keywords in ``kw_terms``, from the record's packed
+    span (no read of ``kw_ptr``, a cache miss per candidate at millions of slots) or, when
+    it did not fit (-1), from ``kw_ptr``."""
+    if packed >= 0:
+        start = packed & _SPAN_MASK
+        return start, start + (packed >> _SPAN_BITS)
+    return kw_ptr[row], kw_ptr[row + 1]
 
 
 def _unchecked(cls: type, values: dict[str, Any]) -> Any:
@@ -55,7 +87,8 @@ def _unchecked(cls: type, values: dict[str, Any]) -> Any:
 
 @numba.njit(cache=True, nogil=True)
 def _fill_rows(record: FloatArray, ints: npt.NDArray[np.int32], facts: tuple,
-               params: tuple, chain: npt.NDArray[np.int32]) -> None:  # pragma: no cover
+               params: tuple, chain: npt.NDArray[np.int32],
+               kw_ptr: npt.NDArray[np.int64]) -> None:  # pragma: no cover
     x, y, din_out, din_in, chain_offset = facts
     alpha, tau = params
     for i in range(record.shape[0]):
@@ -67,7 +100,7 @@ def _fill_rows(record: FloatArray, ints: npt.NDArray[np.int32], facts: tuple,
         record[i, 5] = alpha[i]
         record[i, 6] = tau[i]
         ints[i, CHAIN_INT32_COLUMN] = chain[i]
-        ints[i, CHAIN_INT32_COLUMN + 1] = 0
+        ints[i, TEXT_INT32_COLUMN] = pack_text_span(kw_ptr[i], kw_ptr[i + 1])
 
 
 def aligned_rows(n: int, width: int, *, line: int = 64) -> FloatArray:
@@ -98,7 +131,8 @@ def pack_slot_record(subs: Subscriptions, facts: PointFacts
     _fill_rows(record, ints, tuple(np.asarray(f.pop(k), dtype=np.float64)
                                    for k in FACT_COLUMNS),
                tuple(np.asarray(s.pop(k), dtype=np.float64) for k in SUB_COLUMNS),
-               np.asarray(f.pop("chain"), dtype=np.int32))
+               np.asarray(f.pop("chain"), dtype=np.int32),
+               np.asarray(s["kw_ptr"], dtype=np.int64))
     f.update({name: record[:, k] for k, name in enumerate(FACT_COLUMNS)})
     f["chain"] = ints[:, CHAIN_INT32_COLUMN]
     s.update({name: record[:, k] for k, name in enumerate(SUB_COLUMNS,

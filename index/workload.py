@@ -53,6 +53,7 @@ __all__ = [
     "default_tweets_path",
     "generate_workload",
     "hotspot",
+    "hotspots",
     "keyword_histogram",
     "write_workload",
 ]
@@ -181,6 +182,67 @@ def hotspot(workload: Workload, network: RoadNetwork, *, share: float = 0.5,
         subscriptions=Subscriptions(subs.ids, EdgePoints.of(edge, offset), subs.alpha,
                                     subs.tau, subs.kw_ptr, subs.kw_terms),
         messages=Messages(msgs.ids, mpts, msgs.kw_ptr, msgs.kw_terms),
+        weights=workload.weights, timings=dict(workload.timings))
+
+
+def hotspots(workload: Workload, network: RoadNetwork, *, spots: int = 6,
+             share: float = 0.05, radius_m: float = 600.0, spread_m: float = 6000.0,
+             seed: int = 0) -> Workload:
+    """The workload with crowds of subscribers around a few hot spots, alpha and tau drawn
+    over their whole range.
+
+    ``spots`` centres are nodes drawn uniformly among those within ``spread_m`` metres of
+    the network's centre (as :func:`hotspot` finds it). A ``share`` of the subscriptions
+    (in [0, 1]) and every message move to uniform positions on the roads within
+    ``radius_m`` metres of one centre, drawn uniformly; the moved subscriptions' alpha
+    and tau are drawn uniformly in [0, 1] and (0, 1]; keywords, and the others' alpha and
+    tau, stay. A second dense shape beside :func:`hotspot`'s one wide crowd: several
+    tight ones, with thresholds from "anything nearby" (high alpha, low tau: delivered
+    without a shared keyword) to "an exact text match" (alpha 0). With the defaults on
+    Rome and 1M subscriptions: 6 crowds of about 8,000 subscriptions.
+    """
+    if not (spots >= 1 and 0.0 <= share <= 1.0 and radius_m > 0 and spread_m >= 0):
+        msg = (f"need spots >= 1, 0 <= share <= 1, radius_m > 0 and spread_m >= 0, got "
+               f"{spots!r}, {share!r}, {radius_m!r}, {spread_m!r}")
+        raise InputError(msg)
+    rng = np.random.default_rng(seed)
+    cx, cy = float(np.median(network.node_x)), float(np.median(network.node_y))
+    centre = int(np.argmin(np.hypot(network.node_x - cx, network.node_y - cy)))
+    around = np.flatnonzero(np.hypot(network.node_x - network.node_x[centre],
+                                     network.node_y - network.node_y[centre]) <= spread_m)
+    centres = rng.choice(around, size=min(spots, around.size), replace=False)
+    mx = (network.node_x[network.edge_u] + network.node_x[network.edge_v]) / 2
+    my = (network.node_y[network.edge_u] + network.node_y[network.edge_v]) / 2
+    near = [np.hypot(mx - network.node_x[c], my - network.node_y[c]) <= radius_m
+            for c in centres]
+
+    def place(edge: IntArray, offset: npt.NDArray[np.float64], chosen: npt.NDArray[np.bool_]
+              ) -> None:
+        spot = rng.integers(0, len(near), int(chosen.sum()))
+        rows = np.flatnonzero(chosen)
+        for k, within in enumerate(near):
+            pts = _uniform_points(network, int((spot == k).sum()), rng, within=within)
+            edge[rows[spot == k]], offset[rows[spot == k]] = pts.edge, pts.offset
+
+    subs = workload.subscriptions
+    edge = subs.points.edge.astype(np.int64)
+    offset = subs.points.offset.copy()
+    moved = rng.random(len(subs)) < share
+    place(edge, offset, moved)
+    msgs = workload.messages
+    m_edge = msgs.points.edge.astype(np.int64)
+    m_offset = msgs.points.offset.copy()
+    place(m_edge, m_offset, np.ones(len(msgs), dtype=bool))
+    n_moved = int(moved.sum())
+    alpha = subs.alpha.copy()
+    tau = subs.tau.copy()
+    alpha[moved] = rng.random(n_moved)
+    tau[moved] = 1.0 - rng.random(n_moved)  # (0, 1], as the model requires
+    return Workload(
+        subscriptions=Subscriptions(subs.ids, EdgePoints.of(edge, offset), alpha, tau,
+                                    subs.kw_ptr, subs.kw_terms),
+        messages=Messages(msgs.ids, EdgePoints.of(m_edge, m_offset), msgs.kw_ptr,
+                          msgs.kw_terms),
         weights=workload.weights, timings=dict(workload.timings))
 
 

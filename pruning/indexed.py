@@ -1,9 +1,9 @@
 """Prune-then-verify matchers over the basic (BIAB) and enhanced (EIAB) architectures.
 
-For each message: Algorithm 1 (:mod:`pruning.algorithm1`) over the index's postings, the
+For each message: Algorithm 1 (:mod:`roadpubsub.pruning.algorithm1`) over the index's postings, the
 same distance and prefix tests (Lemmas 1 and 3) over the index's small delta of recent
-subscriptions, then Algorithm 2 (:mod:`pruning.algorithm2`) with the one scoring
-implementation (:mod:`pruning.similarity`). The whole per-message loop runs compiled, in
+subscriptions, then Algorithm 2 (:mod:`roadpubsub.pruning.algorithm2`) with the one scoring
+implementation (:mod:`roadpubsub.pruning.similarity`). The whole per-message loop runs compiled, in
 chunks of messages, so a message costs no Python work. Results equal the reference
 matcher's.
 """
@@ -28,7 +28,14 @@ from roadpubsub.index.bia import BasicIndex
 from roadpubsub.index.eia import EnhancedIndex
 from roadpubsub.index.limits import distance_upper_bound_kernel
 from roadpubsub.index.model import InvalidMessageError, Messages
-from roadpubsub.index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, RECORD_WIDTH, SUB_COLUMNS
+from roadpubsub.index.slot_record import (
+    CHAIN_INT32_COLUMN,
+    FACT_COLUMNS,
+    RECORD_WIDTH,
+    SUB_COLUMNS,
+    TEXT_INT32_COLUMN,
+    text_span,
+)
 from roadpubsub.pruning.algorithm1 import (
     CANDIDATES,
     COUNTER_NAMES,
@@ -66,7 +73,7 @@ from roadpubsub.pruning.lanes import (
     delivery_starts,
     guided_runs,
 )
-from roadpubsub.pruning.similarity import tsim_kernel
+from roadpubsub.pruning.similarity import tsim_kernel, tsim_span_kernel
 from roadpubsub.roadnet._prefetch import prefetch
 from roadpubsub.roadnet.dijkstra_kernels import BucketQueue
 from roadpubsub.roadnet.distance import NodeSearch, dead_ends
@@ -237,17 +244,20 @@ def _match_batch(  # pragma: no cover - compiled
         # 4,624 candidates per message instead of 3,880 (BENCHMARKS.md).
         for j in range(n_cand):
             if j < n_main:
-                # Each candidate's row of the slot record (alpha, tau, chain point; read
-                # by Algorithm 1 for EIA, so often still cached) and its keyword pointer
-                # are cache misses: start loading those of candidates a few places ahead.
+                # Each candidate's row of the slot record (alpha, tau, chain point and
+                # where its keywords start; read by Algorithm 1 for EIA, so often still
+                # cached) and its keywords are cache misses: start loading those of
+                # candidates a few places ahead. The keywords' span comes from the row
+                # (index.slot_record.text_span), not from kw_ptr (one miss fewer).
                 if j + _AHEAD < n_main:
-                    r_next = int(cand[j + _AHEAD])
-                    prefetch(s_kw_ptr, r_next)
-                    prefetch(s_rec, RECORD_WIDTH * r_next)
+                    prefetch(s_rec, RECORD_WIDTH * int(cand[j + _AHEAD]))
                 if j + _AHEAD // 2 < n_main:
-                    prefetch(s_kw_terms, s_kw_ptr[int(cand[j + _AHEAD // 2])])
+                    r_half = int(cand[j + _AHEAD // 2])
+                    prefetch(s_kw_terms, text_span(s_rec_int[r_half, TEXT_INT32_COLUMN],
+                                                   s_kw_ptr, r_half)[0])
                 r = int(cand[j])
-                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
+                k0, k1 = text_span(s_rec_int[r, TEXT_INT32_COLUMN], s_kw_ptr, r)
+                tsim = tsim_span_kernel(s_kw_terms, weights, k0, k1, term_mark, stamp)
                 alpha, tau = s_rec[r, ALPHA_COLUMN], s_rec[r, TAU_COLUMN]
                 lim = dmax
                 if is_eia:
@@ -478,14 +488,17 @@ class IndexMatcher:
         assert lane.scratch is not None
         return lane.scratch
 
-    def verification_floor(self, messages: Messages, deliveries: Deliveries
+    def verification_floor(self, messages: Messages, deliveries: Deliveries, *,
+                           clock: Callable[[], float] = time.perf_counter
                            ) -> tuple[float, int]:
         """Seconds and junctions settled by the verification of ``messages`` if the
         matcher knew their ``deliveries`` in advance (from :meth:`match`): one search per
         message with the delivered subscriptions as its only candidates, each limited to
         its own distance, on one thread and in the compiled kernel the matcher verifies
         with (:func:`~pruning.algorithm2.verify_known`). A lower bound of what any
-        pruning leaves verification to pay; it checks the distances it finds.
+        pruning leaves verification to pay; it checks the distances it finds. The
+        seconds are those of the kernel by ``clock`` (``time.thread_time``: its CPU
+        time).
 
         Raises
         ------
@@ -521,11 +534,11 @@ class IndexMatcher:
                           graph.edge_length, graph.edge_twoway, self._dead_end_to)
         t_nodes, t_limits = np.empty(2 * most + 2, dtype=np.int64), np.empty(2 * most + 2)
         out = np.empty(limit.size)
-        t0 = time.perf_counter()
+        t0 = clock()
         verify = VerifySearch(net, lane.search.workspace(), lane.buckets, t_nodes, t_limits)
         settled = verify_known(verify, mf.chain.astype(np.int64), mf.chain_offset, ptr, edge,
                                offset, limit, out)
-        seconds = time.perf_counter() - t0
+        seconds = clock() - t0
         if not np.array_equal(out, limit):
             msg = "verification_floor: a delivered distance differs from the floor's search"
             raise InputError(msg)

@@ -22,6 +22,7 @@ __all__ = [
     "spatio_textual_similarity",
     "text_similarity",
     "tsim_kernel",
+    "tsim_span_kernel",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -37,9 +38,20 @@ def tsim_kernel(  # pragma: no cover - compiled
     TSIM = sum of w(t) over s.psi & m.psi / sum of w(t) over s.psi (Eq. 2), summed in
     the row's (ascending term id) order.
     """
+    return tsim_span_kernel(kw_terms, weights, kw_ptr[row], kw_ptr[row + 1], term_mark,
+                            stamp)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def tsim_span_kernel(  # pragma: no cover - compiled
+    kw_terms: npt.NDArray[np.int32], weights: FloatArray, start: int, stop: int,
+    term_mark: npt.NDArray[np.int64], stamp: int,
+) -> float:
+    """TSIM of the subscription whose keywords are ``kw_terms[start:stop]`` (as
+    :func:`tsim_kernel`, which calls it: one summation, one order)."""
     total = 0.0
     common = 0.0
-    for k in range(kw_ptr[row], kw_ptr[row + 1]):
+    for k in range(start, stop):
         t = kw_terms[k]
         w = weights[t]
         total += w

@@ -169,7 +169,11 @@ class ThroughputConfig:
         with ``dense_messages`` messages (brute force on a tenth of them) and the
         verification floor (one search per message that knows its farthest delivery).
     dense_messages
-        Messages of the dense workload.
+        Messages of the dense workload (and of the hot-spots one).
+    hotspots
+        Also time the second dense workload (section ``hotspots``): a few tight crowds of
+        subscriptions with alpha and tau over [0, 1] (:func:`index.workload.hotspots`),
+        timed as the dense one, with its own floor.
     ratio_point
         Subscriptions of the EIA/BIA ratio point (section ``ratio_point``; 0 skips it):
         the main messages matched by EIA and BIA built on that many subscriptions of the
@@ -201,6 +205,7 @@ class ThroughputConfig:
     latency_messages: int = 1000
     dense: bool = False
     dense_messages: int = 200
+    hotspots: bool = False
     ratio_point: int = 0
     save_load: bool = False
 

@@ -177,6 +177,12 @@ def _dense_section(suite: Suite) -> dict[str, Any]:
                           suite.weights, suite.prepared.dmax_m, suite.config)
 
 
+def _hotspots_section(suite: Suite) -> dict[str, Any]:
+    return dense_workload(suite.prepared.spatial, suite.subscriptions, suite.messages,
+                          suite.weights, suite.prepared.dmax_m, suite.config,
+                          shape="hotspots")
+
+
 def _ratio_point_section(suite: Suite) -> dict[str, Any]:
     """EIA and BIA on ``ratio_point`` subscriptions of the same workload, in turns."""
     from roadpubsub.index.bia import BasicIndex
@@ -266,6 +272,9 @@ def _save_load_section(suite: Suite) -> dict[str, Any]:
 SECTIONS: list[Section] = [
     Section("dense", "the dense workload (messages among crowds of subscribers)",
             lambda config: config.dense, _dense_section,
+            lambda doc: _throughputs(doc["methods"])),
+    Section("hotspots", "the hot-spots workload (tight crowds, alpha and tau over [0, 1])",
+            lambda config: config.hotspots, _hotspots_section,
             lambda doc: _throughputs(doc["methods"])),
     Section("ratio_point", "EIA and BIA at the ratio point",
             lambda config: config.ratio_point > 0, _ratio_point_section,
@@ -459,19 +468,30 @@ def run_throughput(
 
 
 def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
-                   weights: TermWeights, dmax: float, config: ThroughputConfig
-                   ) -> dict[str, Any]:
-    """EIA (all threads and one), BIA and brute force on :func:`roadpubsub.index.workload.hotspot`
-    of the workload, with the verification floor; medians of ``config.repeats`` rounds."""
+                   weights: TermWeights, dmax: float, config: ThroughputConfig, *,
+                   shape: str = "centre") -> dict[str, Any]:
+    """EIA (all threads and one), BIA and brute force on a dense form of the workload,
+    with the verification floor; medians of ``config.repeats`` rounds. ``shape``:
+    ``"centre"`` (:func:`roadpubsub.index.workload.hotspot`, one wide crowd) or ``"hotspots"``
+    (:func:`roadpubsub.index.workload.hotspots`, tight crowds with alpha and tau over [0, 1])."""
     from roadpubsub.index.bia import BasicIndex
     from roadpubsub.index.eia import EnhancedIndex
-    from roadpubsub.index.workload import Workload, hotspot
+    from roadpubsub.index.workload import Workload, hotspot, hotspots
     from roadpubsub.pruning.brute import BruteMatcher
     from roadpubsub.pruning.indexed import IndexMatcher
 
     k = min(config.dense_messages, len(msgs))
-    wl = hotspot(Workload(subs, msgs.take(np.arange(k)), weights), spatial.network,
-                 share=0.5, radius_m=3000.0, seed=config.seed)
+    base = Workload(subs, msgs.take(np.arange(k)), weights)
+    shaped: dict[str, Any]
+    if shape == "centre":
+        wl = hotspot(base, spatial.network, share=0.5, radius_m=3000.0, seed=config.seed)
+        shaped = {"share_in_hotspot": 0.5, "radius_m": 3000.0}
+    elif shape == "hotspots":
+        wl = hotspots(base, spatial.network, seed=config.seed)
+        shaped = {"shape": "hotspots (index.workload.hotspots defaults)"}
+    else:
+        msg = f"unknown dense shape {shape!r}"
+        raise InputError(msg)
     built: dict[str, float] = {}
     matchers: dict[str, IndexMatcher] = {}
     for cls in (EnhancedIndex, BasicIndex):
@@ -517,8 +537,7 @@ def dense_workload(spatial: SpatialIndex, subs: Subscriptions, msgs: Messages,
                                                    for n in ("bia", "eia_1thread")]))
     docs = {name: r.to_dict() for name, r in results.items()}
     return {
-        "workload": {"share_in_hotspot": 0.5, "radius_m": 3000.0, "messages": k,
-                     "subscriptions": len(wl.subscriptions)},
+        "workload": {**shaped, "messages": k, "subscriptions": len(wl.subscriptions)},
         "build_seconds": built,
         "deliveries_per_message": round(len(eia.deliveries) / k, 2),
         "candidates_per_message": round(totals["candidates"] / k, 2),

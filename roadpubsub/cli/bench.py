@@ -129,6 +129,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--dense", action="store_true",
                    help="throughput: also time a dense workload (every message and half of "
                         "the subscriptions within 3 km of the centre; JSON section 'dense')")
+    p.add_argument("--hotspots", action="store_true",
+                   help="throughput: also time a second dense workload (tight crowds "
+                        "around a few spots, alpha and tau over [0, 1]; JSON section "
+                        "'hotspots')")
     p.add_argument("--ratio-point", type=int, default=0, metavar="N",
                    help="throughput: also time EIA and BIA on N subscriptions of the same "
                         "workload (JSON section 'ratio_point'; the EIA >= 5x BIA target is "
@@ -175,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         config = ThroughputConfig(**{k: v for k, v in overrides.items() if v is not None},
                                   trace_memory=not args.no_trace_memory,
                                   hilbert_order=not args.input_order, threads=args.threads,
-                                  dense=args.dense, ratio_point=args.ratio_point,
+                                  dense=args.dense, hotspots=args.hotspots,
+                                  ratio_point=args.ratio_point,
                                   save_load=args.save_load)
         doc = run_throughput(config, out_dir=args.out_dir, quiet=quiet)
         ok = doc["agree"] is not False
@@ -283,6 +288,9 @@ def _throughput_table(doc: dict[str, Any]) -> str:
     dense = doc.get("dense")
     if dense:
         lines.append("  " + threads_line(dense.get("threads"), "dense EIA"))
+    spots = doc.get("hotspots")
+    if spots:
+        lines.append("  " + threads_line(spots.get("threads"), "hot-spots EIA"))
     lines.append(f"  wrote {doc['files'].get('json', '-')}; total time "
                  f"{doc['seconds']['total']:.1f} s")
     return "\n".join(lines)

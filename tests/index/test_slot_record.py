@@ -11,7 +11,15 @@ import pytest
 
 from roadpubsub.index.bia import BasicIndex
 from roadpubsub.index.eia import EnhancedIndex
-from roadpubsub.index.slot_record import CHAIN_INT32_COLUMN, FACT_COLUMNS, SUB_COLUMNS, aligned_rows
+from roadpubsub.index.slot_record import (
+    CHAIN_INT32_COLUMN,
+    FACT_COLUMNS,
+    SUB_COLUMNS,
+    TEXT_INT32_COLUMN,
+    aligned_rows,
+    pack_text_span,
+    text_span,
+)
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.store import load_index
 from roadpubsub.index.workload import generate_workload
@@ -32,6 +40,12 @@ def _assert_record_matches(index) -> None:  # type: ignore[no-untyped-def]
     ints = record.view(np.int32)
     np.testing.assert_array_equal(ints[:, CHAIN_INT32_COLUMN], index.facts.chain)
     assert index.facts.chain.dtype == np.int32
+    # The keywords' span, packed where it fits (the matcher reads it instead of kw_ptr).
+    kw_ptr = index.subs.kw_ptr
+    for r in range(n):
+        assert text_span(int(ints[r, TEXT_INT32_COLUMN]), kw_ptr, r) == (kw_ptr[r],
+                                                                         kw_ptr[r + 1])
+    assert (ints[:, TEXT_INT32_COLUMN] >= 0).all() or n == 0
     # What it holds equals what the spatial index computes for the slots' points.
     fresh = index.spatial.facts(index.subs.points)
     for name in ("x", "y", "din_out", "din_in", "chain_offset", "chain"):
@@ -76,3 +90,13 @@ def test_aligned_rows_start_on_a_cache_line(n) -> None:
         assert rows.shape == (n, 8) and rows.flags.c_contiguous
         if n:
             assert rows.ctypes.data % 64 == 0
+
+
+def test_a_span_that_does_not_fit_falls_back_to_the_pointers() -> None:
+    kw_ptr = np.array([0, 8, 9, 2**28 + 1], dtype=np.int64)
+    assert pack_text_span(0, 7) == 7 << 28 and text_span(7 << 28, kw_ptr, 0) == (0, 7)
+    assert pack_text_span(5, 5) == 5 and text_span(5, kw_ptr, 0) == (5, 5)
+    for start, stop in ((0, 8), (2**28 - 1, 2**28), (2**28, 2**28 + 1)):
+        assert pack_text_span(start, stop) == -1
+    assert text_span(-1, kw_ptr, 0) == (0, 8)
+    assert text_span(-1, kw_ptr, 2) == (9, 2**28 + 1)

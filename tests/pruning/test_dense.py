@@ -20,7 +20,7 @@ from roadpubsub.index.eia import EnhancedIndex
 from roadpubsub.index.model import Messages, Subscriptions
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.terms import TermWeights
-from roadpubsub.index.workload import generate_workload, hotspot
+from roadpubsub.index.workload import generate_workload, hotspot, hotspots
 from roadpubsub.pruning.brute import match_brute
 from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.roadnet.locations import EdgePoints
@@ -115,3 +115,55 @@ def test_the_drop_engages_on_a_hotspot_and_loses_nothing(andorra) -> None:
     totals = stats.totals()
     assert len(want) > 100
     assert totals["candidates_verified"] < 0.9 * totals["candidates"]
+
+
+def test_hot_spots_with_alpha_and_tau_over_their_range_equal_reference(andorra) -> None:
+    """The second dense shape (index.workload.hotspots: tight crowds whose alpha and tau
+    span [0, 1], so that some are delivered without a shared keyword and some only on an
+    exact text match): EIA, on one thread and two, and BIA deliver what brute force
+    does; the crowds are where the generator says."""
+    wl = generate_workload(andorra, n_subscriptions=6000, n_messages=24, seed=5)
+    wl = hotspots(wl, andorra, spots=3, share=0.5, radius_m=400.0, spread_m=3000.0,
+                  seed=5)
+    subs = wl.subscriptions
+    moved = subs.alpha != generate_workload(andorra, n_subscriptions=6000, n_messages=0,
+                                            seed=5).subscriptions.alpha
+    assert 0.4 < moved.mean() < 0.6
+    assert subs.alpha[moved].min() < 0.05 and subs.alpha[moved].max() > 0.95
+    assert subs.tau[moved].min() < 0.05 and subs.tau[moved].max() > 0.95
+    dmax = 2000.0
+    want = match_brute(andorra, subs, wl.messages, wl.weights, dmax_m=dmax)
+    assert len(want) > 500
+    spatial = SpatialIndex.build(andorra, capacity=80)
+    for arch, threads in ((EnhancedIndex, 1), (EnhancedIndex, 2), (BasicIndex, 1)):
+        got = IndexMatcher(arch(spatial, subs, wl.weights, dmax_m=dmax),
+                           threads=threads).match(wl.messages)
+        assert_same(got, want)
+
+
+def test_subscriptions_with_many_keywords_equal_reference(andorra) -> None:
+    """Subscriptions of up to 12 keywords, whose span the slot record cannot hold (more
+    than 7: the matcher reads the keyword pointers instead), among short ones."""
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=16, seed=6)
+    wl = hotspot(wl, andorra, share=0.7, radius_m=800.0, seed=6)
+    rng = np.random.default_rng(6)
+    subs, msgs = wl.subscriptions, wl.messages
+    pool = np.unique(msgs.kw_terms)
+    rows = []
+    for r in range(len(subs)):
+        own = subs.kw_terms[subs.kw_ptr[r]:subs.kw_ptr[r + 1]]
+        if r % 2:
+            extra = rng.choice(pool, int(rng.integers(3, 10)), replace=False)
+            own = np.union1d(own, extra)
+        rows.append(np.asarray(own, dtype=np.int32))
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(k) for k in rows], out=ptr[1:])
+    long_subs = Subscriptions(subs.ids, subs.points, subs.alpha, np.minimum(subs.tau, 0.5),
+                              ptr, np.concatenate(rows))
+    assert (np.diff(ptr) > 7).sum() > 200
+    dmax = 2000.0
+    want = match_brute(andorra, long_subs, msgs, wl.weights, dmax_m=dmax)
+    assert len(want) > 200
+    spatial = SpatialIndex.build(andorra, capacity=80)
+    got = IndexMatcher(EnhancedIndex(spatial, long_subs, wl.weights, dmax_m=dmax)).match(msgs)
+    assert_same(got, want)
