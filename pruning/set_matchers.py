@@ -1,0 +1,314 @@
+"""Indexed matching of subscriptions located on routes and areas (issue 32).
+
+The set side of the matchers, beside the point indexes (it shares only their public
+names: the cells and bounds of :class:`~index.spatial.SpatialIndex`, the reverse search
+of :class:`~roadnet.distance.NodeSearch`, the scores of :mod:`pruning.similarity`).
+
+Per message m:
+
+1. **Candidates** (:func:`~index.set_cells.set_candidates`): every set whose cell-pair
+   lower bound LB(S, m) (the minimum over the set's cells) is within the limit (Dmax;
+   for boolean subscriptions the largest radius), each once.
+2. **Pruning** without a search: a threshold subscription is dropped when even at distance
+   LB it would not be delivered (SIM falls as the distance grows, also in floating point,
+   so the test with LB is an upper bound: :func:`~pruning.similarity.delivered`); a
+   boolean one when LB exceeds its radius or the message lacks one of its keywords.
+3. **Verification**: one reverse search from m, which stops as soon as every end node of
+   the remaining candidates' pieces is settled (or at the limit); each piece is finished
+   by :func:`~roadnet.segment_sets.piece_distances_to_target` and a set takes its
+   smallest piece distance: dN(S, m) from the set to m, as the reference computes it.
+   Scores and the delivery rule are the reference's own kernels, so the result is the
+   reference's bit for bit (:class:`~pruning.brute.BruteMatcher` and
+   :class:`~pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``).
+
+A message with no candidate costs one pass over the occupied cells and no search.
+:class:`PointsAndSets` joins a point matcher and a set matcher of one kind into one
+``match(messages) -> Deliveries``; :func:`split_set_rows` splits a batch for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from roadpubsub.index.kinds import BooleanSubscriptions
+from roadpubsub.index.model import KeywordRows, Messages, Subscriptions
+from roadpubsub.index.set_cells import CandidateWork, CellQuery, SetCellIndex, set_candidates
+from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.deliveries import Deliveries
+from roadpubsub.pruning.edge_rows import csr_gather
+from roadpubsub.pruning.kinds_reference import holds_all_keywords
+from roadpubsub.pruning.set_locations import SetLocations
+from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
+from roadpubsub.roadnet.distance import NodeSearch, entry_costs
+from roadpubsub.roadnet.errors import InputError
+from roadpubsub.roadnet.lengths import check_dmax
+from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.segment_sets import SegmentSets, piece_distances_to_target
+from roadpubsub.roadnet.settings import DEFAULTS
+
+__all__ = ["PointsAndSets", "SetBooleanMatcher", "SetThresholdMatcher", "SetVerifier",
+           "split_set_rows"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Rows = TypeVar("Rows", bound=KeywordRows)
+
+
+class _Matches(Protocol):
+    def match(self, messages: Messages) -> Deliveries: ...
+
+
+def split_set_rows(subs: Rows, locations: SetLocations) -> tuple[Rows, Rows, SegmentSets]:
+    """(point rows, set rows, their sets in the same order) of a batch.
+
+    Raises
+    ------
+    InputError
+        A set row outside the batch.
+    """
+    locations.check_rows(len(subs))
+    is_set = np.zeros(len(subs), dtype=bool)
+    is_set[locations.rows] = True
+    order = np.argsort(locations.rows, kind="stable")
+    return (subs.take(np.flatnonzero(~is_set)), subs.take(locations.rows[order]),
+            locations.sets.take(order))
+
+
+class SetVerifier:
+    """Candidates and exact distances of segment sets for one message at a time.
+
+    Parameters
+    ----------
+    network
+        The network the sets lie on.
+    sets
+        The sets (set i is the location of subscription row i of the caller's batch).
+    spatial
+        Cells and bounds of ``network`` (built when omitted).
+    """
+
+    def __init__(self, network: RoadNetwork, sets: SegmentSets, *,
+                 spatial: SpatialIndex | None = None) -> None:
+        self.network, self.sets = network, sets
+        self.spatial = spatial or SpatialIndex.build(network)
+        if self.spatial.cells.edge_cell.size != network.n_edges:
+            msg = "the spatial index belongs to another network (edge counts differ)"
+            raise InputError(msg)
+        #: The sets filed by cell.
+        self.index = SetCellIndex.build(self.spatial.cells, sets)
+        self._post = self.index.postings(self.spatial.bounds)
+        self._work = CandidateWork.of(len(sets))
+        self._search = NodeSearch(network, reverse=True)
+        self._piece_ids = np.arange(sets.edge.size, dtype=np.int64)
+        self._sizes = np.diff(sets.ptr)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the set index and the sets' pieces in bytes (not the shared cells)."""
+        s = self.sets
+        return self.index.nbytes + sum(int(a.nbytes) for a in (
+            s.ptr, s.edge, s.start, s.end, self._piece_ids, self._sizes))
+
+    def message_cells(self, messages: Messages) -> tuple[IntArray, FloatArray]:
+        """(cell, din_in) of each message."""
+        facts = self.spatial.facts(messages.points)
+        return facts.cell.astype(np.int64), facts.din_in
+
+    def candidates(self, cell: int, din_in: float, limit: float
+                   ) -> tuple[IntArray, FloatArray]:
+        """(sets, lower bounds) of the sets whose LB is within ``limit`` of a message in
+        ``cell`` with ``din_in`` (each once; bounds already lowered by the slack)."""
+        k = set_candidates(self._post, CellQuery(cell, din_in, float(limit)), self._work)
+        return self._work.sets[:k].copy(), self._work.bound[:k].copy()
+
+    def distances(self, point: EdgePoints, cand: IntArray, limit: float
+                  ) -> tuple[FloatArray, int]:
+        """(dN from each candidate set to the message at ``point``, +inf beyond
+        ``limit``; nodes settled by the one search)."""
+        sets, net = self.sets, self.network
+        pieces = csr_gather(sets.ptr, self._piece_ids, cand)
+        e = sets.edge[pieces]
+        a, ca, b, cb = entry_costs(net, point)
+        seeds, costs = np.r_[a, b], np.r_[ca, cb]
+        ok = np.isfinite(costs)
+        # Stop once every end node of a candidate piece is settled: nothing else is read.
+        targets = np.unique(np.r_[net.edge_u[e], net.edge_v[e]])
+        res = self._search.run(seeds[ok], costs[ok], limit=limit, targets=targets)
+        d = piece_distances_to_target(net, res.dist, point, e, sets.start[pieces],
+                                      sets.end[pieces], limit=limit)
+        sizes = self._sizes[cand]
+        return np.minimum.reduceat(d, np.cumsum(sizes) - sizes), int(res.n_settled)
+
+
+def _stats() -> dict[str, int]:
+    return {"messages": 0, "candidates": 0, "verified": 0, "searches": 0, "settled": 0}
+
+
+class SetThresholdMatcher:
+    """Threshold subscriptions located on segment sets, matched through the set index.
+
+    Parameters
+    ----------
+    network, weights
+        The road network and the vocabulary of ``subs``.
+    subs
+        The subscriptions (each row's point is not used).
+    sets
+        Row i's location is set i (``len(sets) == len(subs)``).
+    dmax_m
+        Dmax in metres.
+    spatial
+        Cells and bounds to share with the point indexes (built when omitted).
+    tolerance
+        The delivery rule's score tolerance (:func:`~pruning.similarity.delivered`).
+
+    Attributes
+    ----------
+    stats
+        Work since the start: messages, candidates (sets within the bound), verified (left
+        after the score bound), searches, settled nodes.
+    """
+
+    name = "sets"
+
+    def __init__(self, network: RoadNetwork, subs: Subscriptions, sets: SegmentSets,
+                 weights: TermWeights, *, dmax_m: float, spatial: SpatialIndex | None = None,
+                 tolerance: float = DEFAULTS.score_tolerance) -> None:
+        if len(sets) != len(subs):
+            msg = f"one set per subscription is needed: {len(sets)} sets, {len(subs)} rows"
+            raise InputError(msg)
+        self.dmax_m = check_dmax(dmax_m)
+        self.subs, self.weights, self.tolerance = subs, weights, float(tolerance)
+        self.verifier = SetVerifier(network, sets, spatial=spatial)
+        self.stats = _stats()
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id)."""
+        subs, dmax, w, st = self.subs, self.dmax_m, self.weights.weights, self.stats
+        if len(subs) == 0 or len(messages) == 0:
+            return Deliveries.empty()
+        cells, din_in = self.verifier.message_cells(messages)
+        parts: list[Deliveries] = []
+        st["messages"] += len(messages)
+        for i in range(len(messages)):
+            cand, lb = self.verifier.candidates(int(cells[i]), float(din_in[i]), dmax)
+            st["candidates"] += cand.size
+            if cand.size == 0:
+                continue
+            tsim = text_similarity(subs, cand, messages.keywords(i), w)
+            alpha, tau = subs.alpha[cand], subs.tau[cand]
+            # The score at distance LB bounds every score the set can reach.
+            keep = delivered(spatio_textual_similarity(alpha, lb, dmax, tsim), tau, lb, dmax,
+                             tolerance=self.tolerance)
+            if not keep.any():
+                continue
+            cand, tsim, alpha, tau = cand[keep], tsim[keep], alpha[keep], tau[keep]
+            st["verified"] += cand.size
+            st["searches"] += 1
+            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, dmax)
+            st["settled"] += settled
+            score = spatio_textual_similarity(alpha, d, dmax, tsim)
+            hit = delivered(score, tau, d, dmax, tolerance=self.tolerance)
+            if hit.any():
+                k = int(hit.sum())
+                parts.append(Deliveries(np.full(k, messages.ids[i], np.int64),
+                                        subs.ids[cand[hit]], d[hit], score[hit]))
+        return Deliveries.concat(parts)
+
+
+class SetBooleanMatcher:
+    """Boolean subscriptions located on segment sets, matched through the set index.
+
+    Parameters as :class:`SetThresholdMatcher` (``subs`` boolean; every radius at most
+    Dmax). Deliveries carry the distance and a score of 1.0.
+    """
+
+    name = "sets"
+
+    def __init__(self, network: RoadNetwork, subs: BooleanSubscriptions, sets: SegmentSets,
+                 weights: TermWeights, *, dmax_m: float,
+                 spatial: SpatialIndex | None = None) -> None:
+        if len(sets) != len(subs):
+            msg = f"one set per subscription is needed: {len(sets)} sets, {len(subs)} rows"
+            raise InputError(msg)
+        self.dmax_m = check_dmax(dmax_m)
+        if np.any(subs.radius > self.dmax_m):
+            msg = f"boolean radii must be at most Dmax = {self.dmax_m:g} m"
+            raise InputError(msg)
+        self.subs, self.weights = subs, weights
+        self.verifier = SetVerifier(network, sets, spatial=spatial)
+        self._limit = float(subs.radius.max(initial=0.0))
+        self._mark = np.zeros(len(weights) + 1, dtype=np.int64)
+        self.stats = _stats()
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id)."""
+        subs, st, mark = self.subs, self.stats, self._mark
+        if len(subs) == 0 or len(messages) == 0:
+            return Deliveries.empty()
+        cells, din_in = self.verifier.message_cells(messages)
+        parts: list[Deliveries] = []
+        st["messages"] += len(messages)
+        for i in range(len(messages)):
+            cand, lb = self.verifier.candidates(int(cells[i]), float(din_in[i]), self._limit)
+            st["candidates"] += cand.size
+            if cand.size == 0:
+                continue
+            cand = cand[lb <= subs.radius[cand]]
+            terms = messages.keywords(i)
+            terms = terms[(terms >= 0) & (terms < mark.size)]
+            mark[terms] = 1
+            cand = cand[np.fromiter((holds_all_keywords(subs.kw_ptr, subs.kw_terms, int(r),
+                                                        mark, 1) for r in cand.tolist()),
+                                    dtype=bool, count=cand.size)]
+            mark[terms] = 0
+            if cand.size == 0:
+                continue
+            st["verified"] += cand.size
+            st["searches"] += 1
+            radius = subs.radius[cand]
+            d, settled = self.verifier.distances(messages.points[i:i + 1], cand,
+                                                 float(radius.max()))
+            st["settled"] += settled
+            hit = d <= radius
+            if hit.any():
+                k = int(hit.sum())
+                parts.append(Deliveries(np.full(k, messages.ids[i], np.int64),
+                                        subs.ids[cand[hit]], d[hit], np.ones(k)))
+        return Deliveries.concat(parts)
+
+
+class PointsAndSets:
+    """One kind's point matcher and set matcher as one: ``match`` joins their deliveries
+    (sorted by message and subscription); ``stats`` is the point matcher's,
+    ``set_stats`` the set matcher's counters.
+
+    Parameters
+    ----------
+    points, sets
+        Matchers with ``match(messages) -> Deliveries`` (None: no such rows).
+    """
+
+    def __init__(self, points: _Matches | None, sets: _Matches | None) -> None:
+        self.points, self.sets = points, sets
+
+    @property
+    def stats(self) -> Any:
+        """The point matcher's ``stats`` (None without one)."""
+        return getattr(self.points, "stats", None)
+
+    @property
+    def set_stats(self) -> dict[str, int]:
+        """The set matcher's counters (empty without one)."""
+        return dict(getattr(self.sets, "stats", None) or {})
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries of both, sorted by (message_id, subscription_id)."""
+        parts = [m.match(messages) for m in (self.points, self.sets) if m is not None]
+        parts = [p for p in parts if len(p)]
+        return parts[0] if len(parts) == 1 else Deliveries.concat(parts)
