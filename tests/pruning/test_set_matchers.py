@@ -305,3 +305,32 @@ def test_no_sets_builds_the_point_matchers_alone(andorra: RoadNetwork) -> None:
     both = MixedMatcher.build(andorra, _only(subs), w, dmax_m=500.0, spatial=spatial,
                               threshold_sets=SetLocations.of([0, 1], [s, s]))
     assert isinstance(both.threshold, PointsAndSets) and both.threshold.points is None
+
+
+def test_one_way_streets_bound_and_search_direction() -> None:
+    """A hand-made one-way network where the set's only exit is its edge's far end B and
+    the search from the message settles the near end A first (10 m) while B's first
+    tentative distance (100 m, the direct arc) is not its final one (60 m, via C): the
+    search must run until both ends are settled (dN = 40 + 60 m). From the message's
+    cell back to the set's there is no way at all: a bound read the wrong way round
+    (message -> set) would drop the set."""
+    # A=1, B=2, C=3, M=4, Z=5; the set lies on A->B at [40, 60] of 100 m.
+    net = RoadNetwork.from_arrays(
+        node_ids=[1, 2, 3, 4, 5], node_lon=[0.010, 0.011, 0.0115, 0.011, 0.012],
+        node_lat=[0.010, 0.010, 0.0105, 0.011, 0.011],
+        edge_u_ids=[1, 1, 2, 3, 2, 4], edge_v_ids=[2, 4, 3, 4, 4, 5],
+        edge_length=[100.0, 10.0, 30.0, 30.0, 100.0, 150.0],
+        edge_oneway=[True] * 6, directed=True, name="one-way")
+    w = TermWeights({"a": 1.0})
+    subs = Subscriptions.from_rows(ids=[7], points=EdgePoints.of([0], [0.0]),
+                                   keywords=[["a"]], alpha=[1.0], tau=[0.01], weights=w)
+    loc = SetLocations.of([0], [SegmentSet.of(net, [0], [40.0], [60.0])])
+    messages = Messages.from_rows(ids=[1], points=EdgePoints.of([5], [0.0]),
+                                  keywords=[["a"]], weights=w)
+    want = BruteMatcher(net, subs, w, dmax_m=500.0, set_locations=loc).match(messages)
+    assert want.distance.tolist() == [100.0]
+    for capacity in (1, 2, 8):
+        spatial = SpatialIndex.build(net, capacity=capacity)
+        got = MixedMatcher.build(net, _only(subs), w, dmax_m=500.0, spatial=spatial,
+                                 threshold_sets=loc).deliver(messages)
+        assert_same(got, want)
