@@ -1,8 +1,8 @@
 """Indexed matching of subscriptions located on routes and areas (issue 32).
 
 The set side of the matchers, beside the point indexes (it shares only their public
-names: the cells and bounds of :class:`~index.spatial.SpatialIndex`, the reverse search
-of :class:`~roadnet.distance.NodeSearch`, the scores of :mod:`pruning.similarity`).
+names: the cells and bounds of :class:`~index.spatial.SpatialIndex`, the network's reverse
+adjacency and exit costs, the scores of :mod:`pruning.similarity`).
 
 Per message m:
 
@@ -13,13 +13,16 @@ Per message m:
    LB it would not be delivered (SIM falls as the distance grows, also in floating point,
    so the test with LB is an upper bound: :func:`~pruning.similarity.delivered`); a
    boolean one when LB exceeds its radius or the message lacks one of its keywords.
-3. **Verification**: one reverse search from m, which stops as soon as every end node of
-   the remaining candidates' pieces is settled (or at the limit); each piece is finished
-   by :func:`~roadnet.segment_sets.piece_distances_to_target` and a set takes its
-   smallest piece distance: dN(S, m) from the set to m, as the reference computes it.
-   Scores and the delivery rule are the reference's own kernels, so the result is the
-   reference's bit for bit (:class:`~pruning.brute.BruteMatcher` and
-   :class:`~pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``).
+3. **Verification**: one reverse search from m (:mod:`pruning.set_search`) that stops as
+   soon as every remaining candidate is decided: its best exit so far is below the next
+   node's distance, or the next node lies beyond the candidate's own limit (its radius,
+   or for a threshold one the distance beyond which SIM provably falls below tau:
+   :func:`reach_limits`). The direct runs along m's own edge come from
+   :func:`~roadnet.segment_sets.piece_distances_to_target`. Each exit value is a node
+   distance plus the exit cost the reference adds, so dN(S, m) is the reference's bit for
+   bit, and so are the scores and the delivery rule (the kernels of
+   :mod:`pruning.similarity`): the result equals :class:`~pruning.brute.BruteMatcher` and
+   :class:`~pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``.
 
 A message with no candidate costs one pass over the occupied cells and no search.
 :class:`PointsAndSets` joins a point matcher and a set matcher of one kind into one
@@ -42,8 +45,14 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.edge_rows import csr_gather
 from roadpubsub.pruning.kinds_reference import holds_all_keywords
 from roadpubsub.pruning.set_locations import SetLocations
+from roadpubsub.pruning.set_search import (
+    SetExits,
+    SetSearchGraph,
+    SetSearchWork,
+    set_search_kernel,
+)
 from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadpubsub.roadnet.distance import NodeSearch, entry_costs
+from roadpubsub.roadnet.distance import entry_costs, exit_costs
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.lengths import check_dmax
 from roadpubsub.roadnet.locations import EdgePoints
@@ -52,7 +61,7 @@ from roadpubsub.roadnet.segment_sets import SegmentSets, piece_distances_to_targ
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["PointsAndSets", "SetBooleanMatcher", "SetThresholdMatcher", "SetVerifier",
-           "split_set_rows"]
+           "reach_limits", "split_set_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -103,7 +112,10 @@ class SetVerifier:
         self.index = SetCellIndex.build(self.spatial.cells, sets)
         self._post = self.index.postings(self.spatial.bounds)
         self._work = CandidateWork.of(len(sets))
-        self._search = NodeSearch(network, reverse=True)
+        rev = network.adjacency(reverse=True)
+        self._graph = SetSearchGraph(rev.indptr, rev.indices, rev.weights)
+        self._work_search = SetSearchWork.of(network.n_nodes, int(rev.indices.size))
+        self._no_nodes = np.full(network.n_nodes, np.inf)  # direct runs only
         self._piece_ids = np.arange(sets.edge.size, dtype=np.int64)
         self._sizes = np.diff(sets.ptr)
 
@@ -113,6 +125,7 @@ class SetVerifier:
         s = self.sets
         return self.index.nbytes + sum(int(a.nbytes) for a in (
             s.ptr, s.edge, s.start, s.end, self._piece_ids, self._sizes))
+        # (the search workspaces, O(nodes + arcs), are per matcher, not per set)
 
     def message_cells(self, messages: Messages) -> tuple[IntArray, FloatArray]:
         """(cell, din_in) of each message."""
@@ -126,23 +139,65 @@ class SetVerifier:
         k = set_candidates(self._post, CellQuery(cell, din_in, float(limit)), self._work)
         return self._work.sets[:k].copy(), self._work.bound[:k].copy()
 
-    def distances(self, point: EdgePoints, cand: IntArray, limit: float
+    def distances(self, point: EdgePoints, cand: IntArray, limits: FloatArray
                   ) -> tuple[FloatArray, int]:
-        """(dN from each candidate set to the message at ``point``, +inf beyond
-        ``limit``; nodes settled by the one search)."""
+        """(dN from each candidate set to the message at ``point``, +inf where it exceeds
+        the candidate's limit; nodes settled by the one search).
+
+        One reverse search (:func:`~pruning.set_search.set_search_kernel`) that stops
+        once every candidate is decided; the direct runs along the message's own edge
+        come from :func:`~roadnet.segment_sets.piece_distances_to_target` with no node
+        reached.
+        """
         sets, net = self.sets, self.network
+        k = cand.size
         pieces = csr_gather(sets.ptr, self._piece_ids, cand)
-        e = sets.edge[pieces]
-        a, ca, b, cb = entry_costs(net, point)
-        seeds, costs = np.r_[a, b], np.r_[ca, cb]
-        ok = np.isfinite(costs)
-        # Stop once every end node of a candidate piece is settled: nothing else is read.
-        targets = np.unique(np.r_[net.edge_u[e], net.edge_v[e]])
-        res = self._search.run(seeds[ok], costs[ok], limit=limit, targets=targets)
-        d = piece_distances_to_target(net, res.dist, point, e, sets.start[pieces],
-                                      sets.end[pieces], limit=limit)
-        sizes = self._sizes[cand]
-        return np.minimum.reduceat(d, np.cumsum(sizes) - sizes), int(res.n_settled)
+        e, a, b = sets.edge[pieces], sets.start[pieces], sets.end[pieces]
+        owner = np.repeat(np.arange(k, dtype=np.int64), self._sizes[cand])
+        # Both ends of every piece with both their exits: the reference's four values.
+        v1, c1, u1, d1 = exit_costs(net, EdgePoints(e, b))
+        v0, c0, u0, d0 = exit_costs(net, EdgePoints(e, a))
+        node = np.r_[v1, u1, v0, u0]
+        cost = np.r_[c1, d1, c0, d0]
+        who = np.tile(owner, 4)
+        ok = np.isfinite(cost)
+        node, cost, who = node[ok], cost[ok], who[ok]
+        order = np.argsort(node, kind="stable")
+        limits = np.asarray(limits, dtype=np.float64)
+        exits = SetExits(node[order].astype(np.int64), who[order], cost[order], limits)
+        ua, ca, ub, cb = entry_costs(net, point)
+        best = np.full(k, np.inf)
+        settled = set_search_kernel(self._graph, np.r_[ua, ub].astype(np.int64),
+                                    np.r_[ca, cb], exits, best, self._work_search)
+        on = e == point.edge[0]
+        if on.any():
+            run = piece_distances_to_target(net, self._no_nodes, point, e[on], a[on], b[on])
+            np.minimum.at(best, owner[on], run)
+        best[best > limits] = np.inf
+        return best, int(settled)
+
+
+def reach_limits(alpha: FloatArray, tau: FloatArray, tsim: FloatArray, dmax: float,
+                 tolerance: float) -> FloatArray:
+    """Per threshold candidate, a distance beyond which it is provably not delivered.
+
+    Solving SIM(d) = tau - tolerance for d gives the candidate; it is kept only where the
+    delivery rule fails at the next float above it (SIM falls as d grows, also in floating
+    point, so it fails at every larger d); elsewhere (alpha = 0, rounding) Dmax.
+    """
+    out = np.full(alpha.size, float(dmax))
+    pos = alpha > 0
+    if not pos.any():
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = dmax * (1.0 - (tau - tolerance - (1.0 - alpha) * tsim) / alpha)
+    d = np.clip(np.where(np.isfinite(d), d, dmax), 0.0, dmax)
+    beyond = np.nextafter(d, np.inf)
+    fails = ~delivered(spatio_textual_similarity(alpha, beyond, dmax, tsim), tau, beyond,
+                       dmax, tolerance=tolerance)
+    keep = pos & fails
+    out[keep] = d[keep]
+    return out
 
 
 def _stats() -> dict[str, int]:
@@ -210,7 +265,8 @@ class SetThresholdMatcher:
             cand, tsim, alpha, tau = cand[keep], tsim[keep], alpha[keep], tau[keep]
             st["verified"] += cand.size
             st["searches"] += 1
-            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, dmax)
+            limits = reach_limits(alpha, tau, tsim, dmax, self.tolerance)
+            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, limits)
             st["settled"] += settled
             score = spatio_textual_similarity(alpha, d, dmax, tsim)
             hit = delivered(score, tau, d, dmax, tolerance=self.tolerance)
@@ -272,8 +328,7 @@ class SetBooleanMatcher:
             st["verified"] += cand.size
             st["searches"] += 1
             radius = subs.radius[cand]
-            d, settled = self.verifier.distances(messages.points[i:i + 1], cand,
-                                                 float(radius.max()))
+            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, radius)
             st["settled"] += settled
             hit = d <= radius
             if hit.any():
