@@ -17,6 +17,10 @@ with ``-sets.jsonl`` in place of its suffix), one JSON line per set subscription
 ids and offsets in metres (:meth:`~roadnet.segment_sets.SegmentSet.to_json`), enough for
 any reference to recompute every distance. Errors name the file, the row (and its id) and
 the field.
+
+``roadpubsub generate --routes N`` turns the last N generated subscriptions into routes
+between random places (:func:`~roadnet.segment_sets.random_routes`, 2-20 km by default):
+their ``geometry`` holds the two waypoints as a GeoJSON LineString (:func:`add_routes`).
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ if TYPE_CHECKING:
     from roadpubsub.roadnet.network import RoadNetwork
     from roadpubsub.roadnet.segment_sets import SegmentSet
 
-__all__ = ["LocatedSets", "has_set_geometry", "read_set_sources", "sets_out_path",
-           "write_sets"]
+__all__ = ["LocatedSets", "add_routes", "has_set_geometry", "read_set_sources",
+           "sets_out_path", "write_sets"]
 
 #: GeoJSON types that make a row a route or an area.
 SET_TYPES = ("LineString", "Polygon", "MultiPolygon")
@@ -237,3 +241,38 @@ def write_sets(sets: LocatedSets, network: RoadNetwork, path: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def add_routes(path: Path, network: RoadNetwork, *, n: int, seed: int, min_m: float,
+               max_m: float) -> dict[str, Any]:
+    """Turn the last ``n`` rows of a written subscriptions file into routes between random
+    places (a GeoJSON LineString ``geometry`` of their two waypoints; null elsewhere),
+    rewriting the file atomically; returns a summary (count, lengths in km)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from roadpubsub.index.io import location_columns
+    from roadpubsub.index.tables import write_tables
+    from roadpubsub.roadnet.locations import EdgePoints
+    from roadpubsub.roadnet.segment_sets import random_routes
+
+    table = pq.read_table(path)
+    if not 0 <= n <= table.num_rows:
+        msg = f"--routes {n}: between 0 and the {table.num_rows} subscriptions"
+        raise InputError(msg)
+    routes = random_routes(network, n, seed=seed, min_m=min_m, max_m=max_m)
+    ends = EdgePoints.concat([p for _, p in routes]) if routes else None
+    texts: list[str | None] = [None] * (table.num_rows - n)
+    if ends is not None:
+        cols = location_columns(network, ends, lonlat=True)
+        lon, lat = cols["lon"].to_numpy(), cols["lat"].to_numpy()
+        texts += [json.dumps({"type": "LineString",
+                              "coordinates": [[float(lon[2 * i]), float(lat[2 * i])],
+                                              [float(lon[2 * i + 1]), float(lat[2 * i + 1])]]})
+                  for i in range(n)]
+    write_tables({path: table.append_column("geometry", pa.array(texts, pa.string()))})
+    km = np.array([r.length_m for r, _ in routes]) / 1000
+    return {"routes": n, "route_km": {"min": round(float(km.min()), 2),
+                                      "median": round(float(np.median(km)), 2),
+                                      "max": round(float(km.max()), 2)} if n else None}

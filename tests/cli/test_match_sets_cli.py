@@ -212,3 +212,40 @@ def test_topk_rows_must_be_points(files: dict[str, Path], tmp_path: Path,
     assert main(argv(files, p, tmp_path / "x.parquet", "eia")) == 2
     err = capsys.readouterr().err
     assert "row 1 (id 1001): field geometry: a top-k subscription must be a point" in err
+
+
+def test_generate_routes_then_match(shared: Callable[[str], Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``generate --routes`` writes routes between random places (a LineString geometry
+    of two waypoints) that ``match`` resolves: the indexed run equals the reference, and
+    every route is written back with its node path."""
+    shared("text/airline_tweets.csv")
+    net = shared("osm/andorra-latest.osm.pbf")
+    wl = tmp_path / "wl"
+    assert main(["generate", "--network", str(net), "--out-dir", str(wl), "--subscriptions",
+                 "400", "--messages", "40", "--seed", "4", "--tau", "0.3", "--routes", "25",
+                 "--route-min-m", "1000", "--route-max-m", "6000", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["routes"]["routes"] == 25
+    assert 1 <= summary["routes"]["route_km"]["min"] <= summary["routes"]["route_km"]["max"] <= 6
+    geom = pq.read_table(wl / "subscriptions.parquet").column("geometry").to_pylist()
+    assert sum(g is not None for g in geom) == 25 and geom[-1] is not None
+    outs = []
+    for index in ("eia", "brute"):
+        out = tmp_path / f"{index}.parquet"
+        assert main(["match", "--network", str(net), "--subscriptions",
+                     str(wl / "subscriptions.parquet"), "--messages",
+                     str(wl / "messages.parquet"), "--weights", str(wl / "weights.parquet"),
+                     "--dmax", "3000", "--index", index, "--out", str(out), "--quiet"]) == 0
+        outs.append(Deliveries(**read_deliveries(out)))
+    a, b = outs
+    assert a.pairs() == b.pairs()
+    np.testing.assert_array_equal(a.distance, b.distance)
+    np.testing.assert_array_equal(a.score, b.score)
+    written = [json.loads(x) for x in (tmp_path / "eia-sets.jsonl").read_text().splitlines()]
+    assert len(written) == 25 and all(w["kind"] == "route" and w["node_paths"]
+                                      for w in written)
+    route_ids = {w["subscription_id"] for w in written}
+    assert route_ids & set(a.subscription_id.tolist())
+    assert main(["generate", "--network", str(net), "--out-dir", str(tmp_path / "x"),
+                 "--subscriptions", "5", "--messages", "1", "--routes", "6", "--quiet"]) == 2
