@@ -165,14 +165,16 @@ class SetVerifier:
         order = np.argsort(node, kind="stable")
         limits = np.asarray(limits, dtype=np.float64)
         exits = SetExits(node[order].astype(np.int64), who[order], cost[order], limits)
-        ua, ca, ub, cb = entry_costs(net, point)
+        # The direct runs first: a message on a set decides it at once (0), before the
+        # search, which then stops sooner.
         best = np.full(k, np.inf)
-        settled = set_search_kernel(self._graph, np.r_[ua, ub].astype(np.int64),
-                                    np.r_[ca, cb], exits, best, self._work_search)
         on = e == point.edge[0]
         if on.any():
             run = piece_distances_to_target(net, self._no_nodes, point, e[on], a[on], b[on])
             np.minimum.at(best, owner[on], run)
+        ua, ca, ub, cb = entry_costs(net, point)
+        settled = set_search_kernel(self._graph, np.r_[ua, ub].astype(np.int64),
+                                    np.r_[ca, cb], exits, best, self._work_search)
         best[best > limits] = np.inf
         return best, int(settled)
 

@@ -113,9 +113,10 @@ def set_search_kernel(  # pragma: no cover - compiled
     graph: SetSearchGraph, seed_nodes: IntArray, seed_dist: FloatArray, exits: SetExits,
     best: FloatArray, work: SetSearchWork,
 ) -> int:
-    """Lower ``best`` (per candidate, +inf on entry) to the smallest exit value found by
-    a reverse search from the seeds, stopping once the next node lies beyond every
-    candidate's cap; returns the nodes settled. Workspaces are restored."""
+    """Lower ``best`` (per candidate: +inf, or a value known already, e.g. a direct run)
+    to the smallest exit value found by a reverse search from the seeds, stopping once
+    the next node lies beyond every candidate's cap; returns the nodes settled.
+    Workspaces are restored."""
     dist, head, heap_d, heap_n, touched = (work.dist, work.head, work.heap_d, work.heap_n,
                                            work.touched)
     node, owner, cost, limit = exits.node, exits.owner, exits.cost, exits.limit

@@ -3,8 +3,9 @@
 A :class:`SegmentSet` is a list of *pieces* ``(edge, start, end)``: the part of ``edge``
 between ``start`` and ``end`` metres from its first node ``edge_u`` (``0 <= start <= end
 <= length``; a piece may be a single point). It is the location of a subscription that is
-not a point: a route or an area. The library foundation of issue 32; the index, the
-service and the command line build on it later.
+not a point: a route or an area (issue 32). The set index (:mod:`index.set_cells`,
+:mod:`pruning.set_matchers`) and ``roadpubsub match`` build on it; the service does not
+take sets yet.
 
 Constructors
 ------------
