@@ -83,11 +83,7 @@ def run_sets_bench(*, network: str | None = None, n_points: int = 100_000,
     from roadpubsub.pruning.set_matchers import PointsAndSets, SetThresholdMatcher
     from roadpubsub.roadnet.errors import InvalidLocationError
     from roadpubsub.roadnet.locations import EdgePoints, point_xy
-    from roadpubsub.roadnet.segment_sets import (
-        SegmentSet,
-        area_from_geojson,
-        route_through_points,
-    )
+    from roadpubsub.roadnet.segment_sets import SegmentSet, area_from_geojson, random_routes
 
     steps = Steps(7, quiet=quiet)
     prep = prepare(network, None, None, None, dmax_m, steps)
@@ -105,18 +101,9 @@ def run_sets_bench(*, network: str | None = None, n_points: int = 100_000,
             return EdgePoints.of(e, rng.random(k) * net.edge_length[e])
 
         t0 = time.perf_counter()
-        lo, hi = route_km[0] * 1000, route_km[1] * 1000
-        routes: list[SegmentSet] = []
-        tries = 0
-        while len(routes) < n_routes:
-            tries += 1
-            a, b = place(1), place(1)
-            try:
-                r = route_through_points(net, EdgePoints.concat([a, b]))
-            except InvalidLocationError:
-                continue
-            if lo <= r.length_m <= hi:
-                routes.append(r)
+        routes = [r for r, _ in random_routes(net, n_routes, seed=seed,
+                                              min_m=route_km[0] * 1000,
+                                              max_m=route_km[1] * 1000)]
         route_s = time.perf_counter() - t0
         to_ll = Transformer.from_crs(net.crs, "EPSG:4326", always_xy=True)
         areas: list[SegmentSet] = []
@@ -145,7 +132,7 @@ def run_sets_bench(*, network: str | None = None, n_points: int = 100_000,
         msgs = Messages(msgs.ids, EdgePoints.of(medge, moff), msgs.kw_ptr, msgs.kw_terms)
         point_subs = subs.take(np.arange(n_points))
         loc = SetLocations.of(np.arange(n_points, n_points + n_sets), sets)
-        info["note"] = f"{len(routes)} routes ({tries} tries), {len(areas)} areas"
+        info["note"] = f"{len(routes)} routes, {len(areas)} areas"
     lengths = np.array([s.length_m for s in routes])
     pieces = np.array([len(s) for s in sets])
     out: dict[str, Any] = {
