@@ -1,12 +1,14 @@
-"""Segment sets (routes, areas) filed by cell, and their cell-pair lower bounds (issue 32).
+"""Segment sets (routes, areas) filed by cell, and their lower bound to a message (issue 32).
 
 A subscription located on a :class:`~roadnet.segment_sets.SegmentSet` is filed in every
 cell its pieces lie in (a piece lies in its edge's cell, ``Cells.edge_cell``, as a point
-subscription does). For a message m in cell cm, every point p of the set lies in one of
-those cells c, and the border-vertex bound of :mod:`roadnet.cell_bounds` gives
-dN(p, m) >= D[c, cm] + din_in(m) for c != cm (0 for c = cm). So
+subscription does). For a message m, the point index's cell bound dNmin(c, m) (Algorithm
+1: kappa * dE(m, region of c) in m's own cell, else max(eta_minus(c, cm) * dE, D[c, cm] +
+din_in(m)); :func:`pruning.algorithm1.cell_lower_bounds`, computed by the caller) bounds
+dN(p, m) from below for every point p of an edge in cell c. Every point of the set lies
+in one of its cells, so
 
-    LB(S, m) = min over the set's cells c of (0 if c == cm else D[c, cm] + din_in(m))
+    LB(S, m) = min over the set's cells c of dNmin(c, m)
 
 is a lower bound of dN(S, m) = min over p of dN(p, m): a set whose bound exceeds a limit
 cannot lie within it, and the pruning stays provably safe. :func:`set_candidates` lists,
@@ -25,11 +27,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from roadpubsub.roadnet.cell_bounds import CellBounds
 from roadpubsub.roadnet.cells import Cells
 from roadpubsub.roadnet.segment_sets import SegmentSets
 
-__all__ = ["CandidateWork", "CellQuery", "SetCellIndex", "SetPostings", "set_candidates"]
+__all__ = ["CandidateWork", "SetCellIndex", "SetPostings", "set_candidates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -87,32 +88,23 @@ class SetCellIndex:
         return sum(int(a.nbytes) for a in (self.set_ptr, self.set_cell, self.cell_ptr,
                                           self.cell_set, self.occupied))
 
-    def postings(self, bounds: CellBounds) -> SetPostings:
-        """The arrays :func:`set_candidates` reads, with the bound table ``bounds``."""
-        return SetPostings(self.cell_ptr, self.cell_set, self.occupied, bounds.D)
+    def postings(self) -> SetPostings:
+        """The arrays :func:`set_candidates` reads."""
+        return SetPostings(self.cell_ptr, self.cell_set, self.occupied)
 
-    def lower_bounds(self, bounds: CellBounds, cell: int, din_in: float) -> FloatArray:
-        """LB(S, m) of every set for a message in ``cell`` with ``din_in`` (the module
+    def lower_bounds(self, cell_bound: FloatArray) -> FloatArray:
+        """LB(S, m) of every set, given every cell's bound to the message (the module
         docstring's bound; a plain reference of what :func:`set_candidates` computes)."""
-        per = np.where(self.set_cell == cell, 0.0, bounds.D[self.set_cell, cell] + din_in)
+        per = cell_bound[self.set_cell]
         return np.minimum.reduceat(per, self.set_ptr[:-1]) if per.size else per
 
 
 class SetPostings(NamedTuple):
-    """The cell -> sets postings and the bound table D (``SetCellIndex.postings``)."""
+    """The cell -> sets postings (``SetCellIndex.postings``)."""
 
     cell_ptr: IntArray
     cell_set: IntArray
     occupied: IntArray
-    D: FloatArray
-
-
-class CellQuery(NamedTuple):
-    """One message's side: its cell, din_in (metres) and the distance limit (metres)."""
-
-    cell: int
-    din_in: float
-    limit: float
 
 
 class CandidateWork(NamedTuple):
@@ -131,19 +123,19 @@ class CandidateWork(NamedTuple):
 
 @numba.njit(cache=True, nogil=True)
 def set_candidates(  # pragma: no cover - compiled
-    post: SetPostings, query: CellQuery, work: CandidateWork,
+    post: SetPostings, cell_bound: FloatArray, limit: float, work: CandidateWork,
 ) -> int:
-    """The sets with LB(S, m) <= limit, each once: returns k, and ``work.sets[:k]`` holds
-    them (in the order first met) with their LB in ``work.bound[:k]``. ``work.best`` is
-    restored to +inf."""
+    """The sets with LB(S, m) <= limit, each once, given every cell's bound to the
+    message (metres): returns k, and ``work.sets[:k]`` holds them (in the order first
+    met) with their LB, lowered by :data:`BOUND_SLACK_M`, in ``work.bound[:k]``.
+    ``work.best`` is restored to +inf."""
     best = work.best
     out = work.sets
     k = 0
-    cm = query.cell
-    lim = query.limit + BOUND_SLACK_M
+    lim = limit + BOUND_SLACK_M
     for i in range(post.occupied.size):
         c = post.occupied[i]
-        lb = 0.0 if c == cm else post.D[c, cm] + query.din_in
+        lb = cell_bound[c]
         if not lb <= lim:  # also drops NaN and +inf (unreachable)
             continue
         for j in range(post.cell_ptr[c], post.cell_ptr[c + 1]):

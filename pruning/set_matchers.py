@@ -6,9 +6,10 @@ adjacency and exit costs, the scores of :mod:`pruning.similarity`).
 
 Per message m:
 
-1. **Candidates** (:func:`~index.set_cells.set_candidates`): every set whose cell-pair
-   lower bound LB(S, m) (the minimum over the set's cells) is within the limit (Dmax;
-   for boolean subscriptions the largest radius), each once.
+1. **Candidates** (:func:`~index.set_cells.set_candidates`): every set whose lower bound
+   LB(S, m), the minimum over the set's cells of the point index's cell bound
+   (:func:`~pruning.algorithm1.cell_lower_bounds`), is within the limit (Dmax; for
+   boolean subscriptions the largest radius), each once.
 2. **Pruning** without a search: a threshold subscription is dropped when even at distance
    LB it would not be delivered (SIM falls as the distance grows, also in floating point,
    so the test with LB is an upper bound: :func:`~pruning.similarity.delivered`); a
@@ -38,9 +39,10 @@ import numpy.typing as npt
 
 from roadpubsub.index.kinds import BooleanSubscriptions
 from roadpubsub.index.model import KeywordRows, Messages, Subscriptions
-from roadpubsub.index.set_cells import CandidateWork, CellQuery, SetCellIndex, set_candidates
-from roadpubsub.index.spatial import SpatialIndex
+from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, set_candidates
+from roadpubsub.index.spatial import PointFacts, SpatialIndex
 from roadpubsub.index.terms import TermWeights
+from roadpubsub.pruning.algorithm1 import cell_lower_bounds
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.edge_rows import csr_gather
 from roadpubsub.pruning.kinds_reference import holds_all_keywords
@@ -110,7 +112,12 @@ class SetVerifier:
             raise InputError(msg)
         #: The sets filed by cell.
         self.index = SetCellIndex.build(self.spatial.cells, sets)
-        self._post = self.index.postings(self.spatial.bounds)
+        self._post = self.index.postings()
+        b = self.spatial.bounds
+        # Column cm of D and eta_minus (from every cell to the message's), contiguous.
+        self._D_t = np.ascontiguousarray(b.D.T)
+        self._eta_t = np.ascontiguousarray(b.eta_minus.T)
+        self._cell_lb = np.empty(self.spatial.cells.n_cells)
         self._work = CandidateWork.of(len(sets))
         rev = network.adjacency(reverse=True)
         self._graph = SetSearchGraph(rev.indptr, rev.indices, rev.weights)
@@ -127,16 +134,24 @@ class SetVerifier:
             s.ptr, s.edge, s.start, s.end, self._piece_ids, self._sizes))
         # (the search workspaces, O(nodes + arcs), are per matcher, not per set)
 
-    def message_cells(self, messages: Messages) -> tuple[IntArray, FloatArray]:
-        """(cell, din_in) of each message."""
-        facts = self.spatial.facts(messages.points)
-        return facts.cell.astype(np.int64), facts.din_in
+    def message_facts(self, messages: Messages) -> PointFacts:
+        """Cell, position and din_in of each message."""
+        return self.spatial.facts(messages.points)
 
-    def candidates(self, cell: int, din_in: float, limit: float
+    def cell_bounds(self, facts: PointFacts, i: int) -> FloatArray:
+        """dNmin(c, m) of every cell c for message i of ``facts`` (the point index's cell
+        bound, :func:`~pruning.algorithm1.cell_lower_bounds`; a view reused per call)."""
+        c = int(facts.cell[i])
+        cell_lower_bounds(c, float(facts.x[i]), float(facts.y[i]), float(facts.din_in[i]),
+                          self.spatial.bounds.kappa, self._D_t[c], self._eta_t[c],
+                          self.spatial.cells.bbox, self._cell_lb)
+        return self._cell_lb
+
+    def candidates(self, facts: PointFacts, i: int, limit: float
                    ) -> tuple[IntArray, FloatArray]:
-        """(sets, lower bounds) of the sets whose LB is within ``limit`` of a message in
-        ``cell`` with ``din_in`` (each once; bounds already lowered by the slack)."""
-        k = set_candidates(self._post, CellQuery(cell, din_in, float(limit)), self._work)
+        """(sets, lower bounds) of the sets whose LB is within ``limit`` of message i of
+        ``facts`` (each once; bounds already lowered by the slack)."""
+        k = set_candidates(self._post, self.cell_bounds(facts, i), float(limit), self._work)
         return self._work.sets[:k].copy(), self._work.bound[:k].copy()
 
     def distances(self, point: EdgePoints, cand: IntArray, limits: FloatArray
@@ -249,11 +264,11 @@ class SetThresholdMatcher:
         subs, dmax, w, st = self.subs, self.dmax_m, self.weights.weights, self.stats
         if len(subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        cells, din_in = self.verifier.message_cells(messages)
+        facts = self.verifier.message_facts(messages)
         parts: list[Deliveries] = []
         st["messages"] += len(messages)
         for i in range(len(messages)):
-            cand, lb = self.verifier.candidates(int(cells[i]), float(din_in[i]), dmax)
+            cand, lb = self.verifier.candidates(facts, i, dmax)
             st["candidates"] += cand.size
             if cand.size == 0:
                 continue
@@ -309,11 +324,11 @@ class SetBooleanMatcher:
         subs, st, mark = self.subs, self.stats, self._mark
         if len(subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        cells, din_in = self.verifier.message_cells(messages)
+        facts = self.verifier.message_facts(messages)
         parts: list[Deliveries] = []
         st["messages"] += len(messages)
         for i in range(len(messages)):
-            cand, lb = self.verifier.candidates(int(cells[i]), float(din_in[i]), self._limit)
+            cand, lb = self.verifier.candidates(facts, i, self._limit)
             st["candidates"] += cand.size
             if cand.size == 0:
                 continue

@@ -25,7 +25,7 @@ from test_set_locations import VOCAB, distances, expected_threshold, random_set,
 
 from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
 from roadpubsub.index.model import Messages, Subscriptions
-from roadpubsub.index.set_cells import CandidateWork, CellQuery, SetCellIndex, set_candidates
+from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, set_candidates
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.brute import BruteMatcher
@@ -33,7 +33,7 @@ from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
 from roadpubsub.pruning.mixed import MixedMatcher
 from roadpubsub.pruning.set_locations import SetLocations
-from roadpubsub.pruning.set_matchers import PointsAndSets, SetThresholdMatcher
+from roadpubsub.pruning.set_matchers import PointsAndSets, SetThresholdMatcher, SetVerifier
 from roadpubsub.roadnet.errors import InputError, InvalidLocationError
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
@@ -194,15 +194,16 @@ def test_lower_bound_never_exceeds_the_distance(scenario: tuple, capacity: int) 
     spatial = SpatialIndex.build(network, capacity=capacity)
     batch = SegmentSets.of_sets([sets[r] for r in sorted(sets)])
     index = SetCellIndex.build(spatial.cells, batch)
-    facts = spatial.facts(messages.points)
-    post, work = index.postings(spatial.bounds), CandidateWork.of(len(batch))
+    verifier = SetVerifier(network, batch, spatial=spatial)
+    facts = verifier.message_facts(messages)
+    post, work = index.postings(), CandidateWork.of(len(batch))
     for j in range(len(messages)):
-        cell, din = int(facts.cell[j]), float(facts.din_in[j])
-        lb = index.lower_bounds(spatial.bounds, cell, din)
+        cell_bound = verifier.cell_bounds(facts, j).copy()
+        lb = index.lower_bounds(cell_bound)
         exact = np.array([segment_set_distances(network, batch.set(i), messages.points[j])[0]
                           for i in range(len(batch))])
         assert np.all(lb <= exact + 1e-9), (lb, exact)
-        k = set_candidates(post, CellQuery(cell, din, dmax), work)
+        k = set_candidates(post, cell_bound, dmax, work)
         got = work.sets[:k]
         assert np.unique(got).size == k
         assert set(got.tolist()) == set(np.flatnonzero(lb <= dmax + 1e-6).tolist())
