@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -194,6 +195,20 @@ class SetVerifier:
         return best, int(settled)
 
 
+@numba.njit(cache=True, nogil=True)
+def _holding_all(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], rows: IntArray,
+                 terms: npt.NDArray[np.int32], mark: IntArray,
+                 out: npt.NDArray[np.bool_]) -> None:  # pragma: no cover - compiled
+    """Whether the message (``terms``) holds every keyword of each row; ``mark`` (all 0)
+    is restored."""
+    for t in terms:
+        mark[t] = 1
+    for i in range(rows.size):
+        out[i] = holds_all_keywords(kw_ptr, kw_terms, rows[i], mark, 1)
+    for t in terms:
+        mark[t] = 0
+
+
 def reach_limits(alpha: FloatArray, tau: FloatArray, tsim: FloatArray, dmax: float,
                  tolerance: float) -> FloatArray:
     """Per threshold candidate, a distance beyond which it is provably not delivered.
@@ -335,11 +350,9 @@ class SetBooleanMatcher:
             cand = cand[lb <= subs.radius[cand]]
             terms = messages.keywords(i)
             terms = terms[(terms >= 0) & (terms < mark.size)]
-            mark[terms] = 1
-            cand = cand[np.fromiter((holds_all_keywords(subs.kw_ptr, subs.kw_terms, int(r),
-                                                        mark, 1) for r in cand.tolist()),
-                                    dtype=bool, count=cand.size)]
-            mark[terms] = 0
+            holds = np.empty(cand.size, dtype=bool)
+            _holding_all(subs.kw_ptr, subs.kw_terms, cand, terms, mark, holds)
+            cand = cand[holds]
             if cand.size == 0:
                 continue
             st["verified"] += cand.size
