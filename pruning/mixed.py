@@ -180,7 +180,7 @@ class MixedMatcher:
         threshold: Matcher | None = None
         boolean: Matcher | None = None
         topk = None
-        if brute and len(subs.threshold):
+        if brute and threshold_sets is not None and len(threshold_sets):
             threshold = BruteMatcher(network, subs.threshold, weights, dmax_m=dmax_m,
                                      set_locations=threshold_sets)
         elif threshold_sets is not None and len(threshold_sets):
@@ -194,7 +194,7 @@ class MixedMatcher:
         elif len(subs.threshold):
             threshold = build_matcher(index, network, subs.threshold, weights, dmax_m=dmax_m,
                                       spatial=spatial, threads=threads, tolerance=tolerance)
-        if brute and len(subs.boolean):
+        if brute and (len(subs.boolean) or (boolean_sets is not None and len(boolean_sets))):
             boolean = BooleanBruteMatcher(network, subs.boolean, weights, dmax_m=dmax_m,
                                           set_locations=boolean_sets)
         elif boolean_sets is not None and len(boolean_sets):
