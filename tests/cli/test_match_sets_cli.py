@@ -249,3 +249,30 @@ def test_generate_routes_then_match(shared: Callable[[str], Path], tmp_path: Pat
     assert route_ids & set(a.subscription_id.tolist())
     assert main(["generate", "--network", str(net), "--out-dir", str(tmp_path / "x"),
                  "--subscriptions", "5", "--messages", "1", "--routes", "6", "--quiet"]) == 2
+
+
+def test_csv_and_parquet_read_like_json_lines(files: dict[str, Path], tmp_path: Path) -> None:
+    """The same rows as CSV (keywords joined by ';', GeoJSON text quoted, empty cells for
+    the point rows' geometry) and as Parquet (a string column): the same deliveries."""
+    import pyarrow.csv as pacsv
+
+    rows = [json.loads(x) for x in files["subscriptions"].read_text().splitlines()]
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, tmp_path / "subs.parquet")
+    flat = table.set_column(table.column_names.index("keywords"), "keywords",
+                            pa.array([";".join(r["keywords"]) for r in rows]))
+    flat = flat.set_column(flat.column_names.index("geometry"), "geometry",
+                           pa.array([r["geometry"] or "" for r in rows]))
+    pacsv.write_csv(flat, tmp_path / "subs.csv")
+    got = []
+    for name in ("subscriptions", "parquet", "csv"):
+        src = files["subscriptions"] if name == "subscriptions" else tmp_path / f"subs.{name}"
+        out = tmp_path / f"{name}.parquet"
+        assert main(argv(files, src, out, "eia")) == 0
+        got.append(Deliveries(**read_deliveries(out)))
+        assert (tmp_path / f"{name}-sets.jsonl").read_text() == \
+            (tmp_path / "subscriptions-sets.jsonl").read_text()
+    assert len(got[0]) > 20
+    for other in got[1:]:
+        assert other.pairs() == got[0].pairs()
+        np.testing.assert_array_equal(other.distance, got[0].distance)
