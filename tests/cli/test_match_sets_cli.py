@@ -276,3 +276,13 @@ def test_csv_and_parquet_read_like_json_lines(files: dict[str, Path], tmp_path: 
     for other in got[1:]:
         assert other.pairs() == got[0].pairs()
         np.testing.assert_array_equal(other.distance, got[0].distance)
+
+
+def test_geometry_output_is_refused_with_sets(files: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """--geometry draws a subscription's point; with routes and areas it would draw the
+    placeholder, so it is refused with one line."""
+    assert main(argv(files, files["subscriptions"], tmp_path / "g.parquet", "eia",
+                     "--geometry", "line")) == 2
+    assert "--sets-out instead" in capsys.readouterr().err
+    assert not (tmp_path / "g.parquet").exists()
