@@ -24,6 +24,7 @@ from roadpubsub.index import (
     pois,
     postings,
     rows,
+    set_cells,
     slot_record,
     spatial,
     store,
@@ -51,6 +52,7 @@ from roadpubsub.index.model import *  # noqa: F403
 from roadpubsub.index.pois import *  # noqa: F403
 from roadpubsub.index.postings import *  # noqa: F403
 from roadpubsub.index.rows import *  # noqa: F403
+from roadpubsub.index.set_cells import *  # noqa: F403
 from roadpubsub.index.slot_record import *  # noqa: F403
 from roadpubsub.index.spatial import *  # noqa: F403
 from roadpubsub.index.store import *  # noqa: F403
@@ -64,6 +66,6 @@ from roadpubsub.index.workload import *  # noqa: F403
 #: The modules whose ``__all__`` make the package's API.
 API_MODULES = (terms, text, csr, model, geofiles, tables, rows, io, kinds, kinds_io, limits,
                postings, spatial, slot_record, validate, delta, index_file, base, bia, eia,
-               events, store, pois, workload, boolean, topk)
+               events, store, pois, workload, boolean, topk, set_cells)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

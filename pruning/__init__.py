@@ -24,6 +24,8 @@ from roadpubsub.pruning import (
     mixed,
     routing,
     set_locations,
+    set_matchers,
+    set_search,
     similarity,
     topk,
     topk_buffers,
@@ -47,6 +49,8 @@ from roadpubsub.pruning.matchers import *  # noqa: F403
 from roadpubsub.pruning.mixed import *  # noqa: F403
 from roadpubsub.pruning.routing import *  # noqa: F403
 from roadpubsub.pruning.set_locations import *  # noqa: F403
+from roadpubsub.pruning.set_matchers import *  # noqa: F403
+from roadpubsub.pruning.set_search import *  # noqa: F403
 from roadpubsub.pruning.similarity import *  # noqa: F403
 from roadpubsub.pruning.topk import *  # noqa: F403
 from roadpubsub.pruning.topk_buffers import *  # noqa: F403
@@ -57,6 +61,6 @@ from roadpubsub.pruning.topk_kernels import *  # noqa: F403
 API_MODULES = (similarity, deliveries, edge_rows, brute, routing, algorithm1, algorithm2,
                kernel_args, lanes, indexed, matchers, topk_events, kinds_reference, boolean,
                topk_buffers, topk_kernels, topk, live_kinds, live_topk, set_locations, expiry,
-               mixed)
+               set_search, set_matchers, mixed)
 
 __all__ = sorted({name for module in API_MODULES for name in module.__all__})

@@ -29,10 +29,18 @@ from roadpubsub.index.model import Messages
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.boolean import BooleanIndexMatcher
+from roadpubsub.pruning.brute import BruteMatcher
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.expiry import Expiry, withhold_expired
 from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher, TopkBruteMatcher, check_window
 from roadpubsub.pruning.matchers import Matcher, build_matcher
+from roadpubsub.pruning.set_locations import SetLocations
+from roadpubsub.pruning.set_matchers import (
+    PointsAndSets,
+    SetBooleanMatcher,
+    SetThresholdMatcher,
+    split_set_rows,
+)
 from roadpubsub.pruning.topk import TopkIndexMatcher
 from roadpubsub.pruning.topk_events import TopkEvents
 from roadpubsub.roadnet.errors import InputError
@@ -131,7 +139,9 @@ class MixedMatcher:
               dmax_m: float, window: int = DEFAULTS.topk_window, index: str = "eia",
               spatial: SpatialIndex | None = None, expiry: Expiry | None = None,
               threads: int | None = None,
-              tolerance: float = DEFAULTS.score_tolerance) -> MixedMatcher:
+              tolerance: float = DEFAULTS.score_tolerance,
+              threshold_sets: SetLocations | None = None,
+              boolean_sets: SetLocations | None = None) -> MixedMatcher:
         """Each kind's matcher over its subscriptions of ``subs``.
 
         Parameters
@@ -157,20 +167,47 @@ class MixedMatcher:
         tolerance
             Score tolerance of the threshold index's bounds (see
             :class:`~roadpubsub.index.base.SubscriptionIndex`).
+        threshold_sets, boolean_sets
+            Rows of ``subs.threshold`` / ``subs.boolean`` located on a route or an area
+            instead of their point (issue 32): matched by the set index of
+            :mod:`pruning.set_matchers` (by the reference with ``index="brute"``) next to
+            the point rows; None: every row is a point (no extra work).
         """
         brute = index == "brute"
         window = check_window(window)
         if spatial is None and not brute and len(subs):
             spatial = SpatialIndex.build(network)
-        threshold = boolean = topk = None
-        if len(subs.threshold):
+        threshold: Matcher | None = None
+        boolean: Matcher | None = None
+        topk = None
+        if brute and threshold_sets is not None and len(threshold_sets):
+            threshold = BruteMatcher(network, subs.threshold, weights, dmax_m=dmax_m,
+                                     set_locations=threshold_sets)
+        elif threshold_sets is not None and len(threshold_sets):
+            points, on_sets, sets = split_set_rows(subs.threshold, threshold_sets)
+            threshold = PointsAndSets(
+                build_matcher(index, network, points, weights, dmax_m=dmax_m,
+                              spatial=spatial, threads=threads, tolerance=tolerance)
+                if len(points) else None,
+                SetThresholdMatcher(network, on_sets, sets, weights, dmax_m=dmax_m,
+                                    spatial=spatial, tolerance=tolerance))
+        elif len(subs.threshold):
             threshold = build_matcher(index, network, subs.threshold, weights, dmax_m=dmax_m,
                                       spatial=spatial, threads=threads, tolerance=tolerance)
-        if len(subs.boolean):
-            boolean = (BooleanBruteMatcher(network, subs.boolean, weights, dmax_m=dmax_m)
-                       if brute else
-                       BooleanIndexMatcher(network, subs.boolean, weights, dmax_m=dmax_m,
-                                           spatial=spatial, threads=threads))
+        if brute and (len(subs.boolean) or (boolean_sets is not None and len(boolean_sets))):
+            boolean = BooleanBruteMatcher(network, subs.boolean, weights, dmax_m=dmax_m,
+                                          set_locations=boolean_sets)
+        elif boolean_sets is not None and len(boolean_sets):
+            bpoints, bsets_rows, bsets = split_set_rows(subs.boolean, boolean_sets)
+            boolean = PointsAndSets(
+                BooleanIndexMatcher(network, bpoints, weights, dmax_m=dmax_m,
+                                    spatial=spatial, threads=threads)
+                if len(bpoints) else None,
+                SetBooleanMatcher(network, bsets_rows, bsets, weights, dmax_m=dmax_m,
+                                  spatial=spatial))
+        elif len(subs.boolean):
+            boolean = BooleanIndexMatcher(network, subs.boolean, weights, dmax_m=dmax_m,
+                                          spatial=spatial, threads=threads)
         if len(subs.topk):
             expires = None if expiry is None else _nan_never(expiry.expires(subs.topk.ids))
             topk = (TopkBruteMatcher(network, subs.topk, weights, dmax_m=dmax_m,

@@ -61,6 +61,9 @@ class SetLocations:
             raise InputError(msg)
         object.__setattr__(self, "rows", rows.astype(np.int64))
 
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
     @classmethod
     def of(cls, rows: npt.ArrayLike, sets: list[SegmentSet]) -> SetLocations:
         """From row positions and one :class:`~roadnet.segment_sets.SegmentSet` each."""

@@ -3,8 +3,9 @@
 A :class:`SegmentSet` is a list of *pieces* ``(edge, start, end)``: the part of ``edge``
 between ``start`` and ``end`` metres from its first node ``edge_u`` (``0 <= start <= end
 <= length``; a piece may be a single point). It is the location of a subscription that is
-not a point: a route or an area. The library foundation of issue 32; the index, the
-service and the command line build on it later.
+not a point: a route or an area (issue 32). The set index (:mod:`index.set_cells`,
+:mod:`pruning.set_matchers`) and ``roadpubsub match`` build on it; the service does not
+take sets yet.
 
 Constructors
 ------------
@@ -106,6 +107,7 @@ __all__ = [
     "SegmentSets",
     "area_from_geojson",
     "piece_distances_to_target",
+    "random_routes",
     "route_from_lonlat",
     "route_from_nodes",
     "route_through_points",
@@ -613,6 +615,48 @@ def route_through_points(network: RoadNetwork, points: EdgePoints, *,
         pieces += ps
     e, a, b = (np.asarray(c) for c in zip(*pieces, strict=True))
     return SegmentSet.of(network, e, a, b, kind="route", node_paths=paths)
+
+
+def random_routes(network: RoadNetwork, n: int, *, seed: int = 0,
+                  min_m: float = DEFAULTS.generate_route_min_m,
+                  max_m: float = DEFAULTS.generate_route_max_m,
+                  max_tries: int | None = None) -> list[tuple[SegmentSet, EdgePoints]]:
+    """``n`` routes between random places, as trips run: (route, its two waypoints).
+
+    Start and end are drawn uniformly over the largest connected component's edges (a
+    uniform offset along each); the route is their shortest path by the tie rule; pairs
+    whose route is shorter than ``min_m`` or longer than ``max_m`` metres, or that cannot
+    be joined (one-way streets), are drawn again.
+
+    Raises
+    ------
+    InputError
+        ``0 < min_m <= max_m`` does not hold, or fewer than ``n`` routes within
+        ``max_tries`` draws (default ``50 * n + 100``).
+    """
+    if not 0 < min_m <= max_m:
+        msg = f"route lengths need 0 < min <= max, got {min_m!r}, {max_m!r}"
+        raise InputError(msg)
+    rng = np.random.default_rng(seed)
+    labels = network.components()[1]
+    main = np.flatnonzero(labels[network.edge_u] == np.bincount(labels).argmax())
+    tries = 50 * n + 100 if max_tries is None else max_tries
+    out: list[tuple[SegmentSet, EdgePoints]] = []
+    while len(out) < n:
+        if tries <= 0:
+            msg = (f"only {len(out)} of {n} routes of {min_m:g}-{max_m:g} m found between "
+                   f"random places on {network.name}")
+            raise InputError(msg)
+        tries -= 1
+        e = rng.choice(main, 2)
+        points = EdgePoints.of(e, rng.random(2) * network.edge_length[e])
+        try:
+            route = route_through_points(network, points)
+        except InvalidLocationError:
+            continue
+        if min_m <= route.length_m <= max_m:
+            out.append((route, points))
+    return out
 
 
 def _line_coordinates(line: Any) -> FloatArray:

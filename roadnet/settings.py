@@ -224,6 +224,11 @@ class Settings:
     stream_keepalive_s
         Seconds of silence after which a Server-Sent Events stream sends a comment line,
         so proxies keep it open (> 0).
+    generate_routes
+        Generated subscriptions ``roadpubsub generate --routes`` turns into routes (>= 0).
+    generate_route_min_m, generate_route_max_m
+        Length range in metres of the routes ``roadpubsub generate --routes`` draws
+        (shortest paths between random places, as trips run); 0 < min <= max.
     """
 
     snap_distance_m: float = 250.0
@@ -310,6 +315,10 @@ class Settings:
     stream_batch: int = 1_000
     stream_keepalive_s: float = 15.0
     stream_retention_s: float = 0.0
+    # --- routes and areas (issue 32) ---
+    generate_routes: int = 0
+    generate_route_min_m: float = 2_000.0
+    generate_route_max_m: float = 20_000.0
 
 
 DEFAULTS = Settings()

@@ -71,6 +71,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--max-snap", type=snap_metres, default=DEFAULTS.snap_distance_m,
                    metavar="METRES", help="drop OSM POIs farther than this from every road "
                                           f"(default {DEFAULTS.snap_distance_m:g})")
+    p.add_argument("--routes", type=int, default=DEFAULTS.generate_routes, metavar="N",
+                   help="make the last N subscriptions routes between random places (a "
+                        "GeoJSON LineString geometry column; roadpubsub match reads it)")
+    p.add_argument("--route-min-m", type=float, default=DEFAULTS.generate_route_min_m,
+                   metavar="M", help="shortest route length (default %(default)g)")
+    p.add_argument("--route-max-m", type=float, default=DEFAULTS.generate_route_max_m,
+                   metavar="M", help="longest route length (default %(default)g)")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -90,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.subscriptions < 0 or args.messages < 0:
         msg = "--subscriptions and --messages must be >= 0"
+        raise InputError(msg)
+    if not 0 <= args.routes <= args.subscriptions:
+        msg = f"--routes must be between 0 and --subscriptions ({args.subscriptions})"
         raise InputError(msg)
     check_output_path(args.out_dir, folder=True, what="--out-dir",
                       inputs=(args.network, getattr(args, "pois", None)))
@@ -119,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
     )
     t_gen = time.perf_counter()
     paths = write_workload(workload, args.out_dir, network=network)
+    routes = None
+    if args.routes:  # issue 32: routes between random places (roadpubsub/cli/match_sets.py)
+        from roadpubsub.cli.match_sets import add_routes
+
+        routes = add_routes(paths["subscriptions"], network, n=args.routes, seed=args.seed,
+                            min_m=args.route_min_m, max_m=args.route_max_m)
     t_write = time.perf_counter()
 
     subs, msgs = workload.subscriptions, workload.messages
@@ -136,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         "subscription_keywords": keyword_histogram(subs.kw_ptr),
         "message_keywords": keyword_histogram(msgs.kw_ptr),
         "files": {k: str(v) for k, v in paths.items()},
+        **({"routes": routes} if routes else {}),
         "seconds": {"load_network": round(t_net - t0, 3), "generate": round(t_gen - t_net, 3),
                     "write": round(t_write - t_gen, 3)},
     }

@@ -95,6 +95,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--topk-out", default=None, metavar="F",
                    help="top-k events file (insert/evict rows; default: --out with '-topk' "
                         "before its suffix)")
+    p.add_argument("--sets-out", default=None, metavar="F",
+                   help="routes and areas (subscriptions with a GeoJSON geometry column): "
+                        "their resolved node paths and segments, JSON Lines (default: --out "
+                        "with '-sets.jsonl' as suffix)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -111,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         read_expiry,
         read_kind_sources,
         write_topk_events,
+    )
+    from roadpubsub.cli.match_sets import (
+        has_set_geometry,
+        read_set_sources,
+        sets_out_path,
+        write_sets,
     )
     from roadpubsub.index.geofiles import deliveries_geotable
     from roadpubsub.index.io import deliveries_table, read_messages, write_deliveries
@@ -149,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
     say = _status(args.quiet)
     say("reading the inputs")
     kinds = not args.index_file and has_kind_column(args.subscriptions)
+    located = None  # routes and areas (issue 32; roadpubsub/cli/match_sets.py)
+    with_sets = not args.index_file and has_set_geometry(args.subscriptions)
+    if with_sets and args.geometry:
+        msg = ("--geometry draws subscription points; the routes and areas of a geometry "
+               "column are written to --sets-out instead")
+        raise InputError(msg)
     window, topk_out = DEFAULTS.topk_window, out
     if kinds:
         window = check_window(args.window)
@@ -163,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
         matcher = MixedMatcher(threshold=IndexMatcher(index, threads=args.threads))
         times = None  # the file holds no expiry
     else:
-        if kinds:
+        if with_sets:
+            network, weights, subs, located = read_set_sources(args, dmax, kinds=kinds)
+        elif kinds:
             network, weights, subs = read_kind_sources(args, dmax)
         else:
             network, weights, threshold = read_sources(args)
@@ -181,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
             f"{t_read - t0:.1f} s; building the {index_name} index")
         matcher = MixedMatcher.build(network, subs, weights, dmax_m=dmax,
                                      window=window,
-                                     index=index_name, expiry=expiry, threads=args.threads)
+                                     index=index_name, expiry=expiry, threads=args.threads,
+                                     threshold_sets=located.threshold if located else None,
+                                     boolean_sets=located.boolean if located else None)
     n_subs = len(subs)
     preload.join()  # out of the timed match phase
     t_build = time.perf_counter()
@@ -221,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
         write_tables({out: table})
     else:
         write_deliveries(deliveries, out)
+    sets_out = None if located is None else write_sets(located, network, sets_out_path(args))
     t_write = time.perf_counter()
 
     match_s = t_match - t_build
@@ -240,6 +261,8 @@ def run(args: argparse.Namespace) -> int:
         "keywords_not_in_weights": getattr(args, "keywords_not_in_weights", 0),
         "weights_from": getattr(args, "weights_from", "index file"),
         "out": str(out),
+        **({"set_subscriptions": len(located.by_id), "sets_out": str(sets_out)}
+           if located is not None else {}),
         "geometry": args.geometry,
         "seconds": {"read": round(t_read - t0, 3), "build": round(t_build - t_read, 3),
                     "match": round(match_s, 3), "write": round(t_write - t_match, 3)},

@@ -623,3 +623,25 @@ def test_area_touching_roads_in_one_point_only_holds_no_road() -> None:
     a = area_from_geojson(net, tri)
     assert len(a) == 1 and a.start[0] == 0.0 and 0 < a.end[0] < 100.0
     assert list(net.node_ids[[net.edge_u[a.edge[0]], net.edge_v[a.edge[0]]]]) == [41, 51]
+
+
+def test_random_routes_between_places(andorra: RoadNetwork) -> None:
+    """Routes between random places: lengths in range, each the route its two waypoints
+    resolve to, reproducible by seed; an impossible range is an error, not a hang."""
+    from roadpubsub.roadnet.errors import InputError
+    from roadpubsub.roadnet.segment_sets import random_routes
+
+    got = random_routes(andorra, 12, seed=3, min_m=1500.0, max_m=4000.0)
+    assert len(got) == 12
+    for route, ends in got:
+        assert 1500.0 <= route.length_m <= 4000.0
+        again = route_through_points(andorra, ends)
+        np.testing.assert_array_equal(again.edge, route.edge)
+        np.testing.assert_array_equal(again.start, route.start)
+        np.testing.assert_array_equal(again.end, route.end)
+    same = random_routes(andorra, 12, seed=3, min_m=1500.0, max_m=4000.0)
+    assert all(np.array_equal(a.edge, b.edge) for (a, _), (b, _) in zip(got, same, strict=True))
+    with pytest.raises(InputError, match="only 0 of 2 routes"):
+        random_routes(andorra, 2, min_m=1e7, max_m=2e7, max_tries=20)
+    with pytest.raises(InputError, match="0 < min <= max"):
+        random_routes(andorra, 2, min_m=10.0, max_m=5.0)

@@ -1,0 +1,153 @@
+"""Segment sets (routes, areas) filed by cell, and their lower bound to a message (issue 32).
+
+A subscription located on a :class:`~roadnet.segment_sets.SegmentSet` is filed in every
+cell its pieces lie in (a piece lies in its edge's cell, ``Cells.edge_cell``, as a point
+subscription does). For a message m, the point index's cell bound dNmin(c, m) (Algorithm
+1: kappa * dE(m, region of c) in m's own cell, else max(eta_minus(c, cm) * dE, D[c, cm] +
+din_in(m)); :func:`pruning.algorithm1.cell_lower_bounds`, computed by the caller) bounds
+dN(p, m) from below for every point p of an edge in cell c. Every point of the set lies
+in one of its cells, so
+
+    LB(S, m) = min over the set's cells c of dNmin(c, m)
+
+is a lower bound of dN(S, m) = min over p of dN(p, m): a set whose bound exceeds a limit
+cannot lie within it, and the pruning stays provably safe. :func:`set_candidates` lists,
+for one message, each set with LB within a limit exactly once (with its LB), by walking
+the cells that hold any set (the cell -> sets postings).
+
+Columnar: a CSR of set -> cells and its inverse, cell -> sets; no object per set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.segment_sets import SegmentSets
+
+__all__ = ["CandidateWork", "SetCellIndex", "SetPostings", "set_candidates"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+#: Slack (metres) taken off every lower bound before comparing it with a limit: bounds and
+#: distances are exact sums on the length grid, the slack only adds candidates.
+BOUND_SLACK_M = 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class SetCellIndex:
+    """Which cells each segment set touches, and which sets each cell holds.
+
+    Attributes
+    ----------
+    set_ptr, set_cell
+        Set i lies in cells ``set_cell[set_ptr[i]:set_ptr[i + 1]]`` (sorted, unique).
+    cell_ptr, cell_set
+        Cell c holds sets ``cell_set[cell_ptr[c]:cell_ptr[c + 1]]`` (sorted, unique).
+    occupied
+        The cells holding at least one set, ascending (int64).
+    """
+
+    set_ptr: IntArray
+    set_cell: IntArray
+    cell_ptr: IntArray
+    cell_set: IntArray
+    occupied: IntArray
+
+    @classmethod
+    def build(cls, cells: Cells, sets: SegmentSets) -> SetCellIndex:
+        """File every set in the cells of its pieces' edges."""
+        n_sets, n_cells = len(sets), cells.n_cells
+        piece_cell = cells.edge_cell[sets.edge].astype(np.int64)
+        # Unique (set, cell) pairs, sorted by set then cell.
+        key = np.unique(sets.owner * n_cells + piece_cell)
+        owner, cell = key // n_cells, key % n_cells
+        set_ptr = np.zeros(n_sets + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=n_sets), out=set_ptr[1:])
+        order = np.argsort(cell, kind="stable")  # by cell, then set (stable)
+        cell_ptr = np.zeros(n_cells + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cell, minlength=n_cells), out=cell_ptr[1:])
+        occupied = np.flatnonzero(np.diff(cell_ptr) > 0).astype(np.int64)
+        return cls(set_ptr, cell.astype(np.int64), cell_ptr, owner[order].astype(np.int64),
+                   occupied)
+
+    @property
+    def n_sets(self) -> int:
+        """Number of sets filed."""
+        return int(self.set_ptr.size - 1)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the index's arrays in bytes."""
+        return sum(int(a.nbytes) for a in (self.set_ptr, self.set_cell, self.cell_ptr,
+                                          self.cell_set, self.occupied))
+
+    def postings(self) -> SetPostings:
+        """The arrays :func:`set_candidates` reads."""
+        return SetPostings(self.cell_ptr, self.cell_set, self.occupied)
+
+    def lower_bounds(self, cell_bound: FloatArray) -> FloatArray:
+        """LB(S, m) of every set, given every cell's bound to the message (the module
+        docstring's bound; a plain reference of what :func:`set_candidates` computes)."""
+        per = cell_bound[self.set_cell]
+        return np.minimum.reduceat(per, self.set_ptr[:-1]) if per.size else per
+
+
+class SetPostings(NamedTuple):
+    """The cell -> sets postings (``SetCellIndex.postings``)."""
+
+    cell_ptr: IntArray
+    cell_set: IntArray
+    occupied: IntArray
+
+
+class CandidateWork(NamedTuple):
+    """Workspaces of :func:`set_candidates`: ``best`` (n_sets, all +inf between calls)
+    and the outputs ``sets``/``bound`` (n_sets each)."""
+
+    best: FloatArray
+    sets: IntArray
+    bound: FloatArray
+
+    @classmethod
+    def of(cls, n_sets: int) -> CandidateWork:
+        """Fresh workspaces for ``n_sets`` sets."""
+        return cls(np.full(n_sets, np.inf), np.empty(n_sets, np.int64), np.empty(n_sets))
+
+
+@numba.njit(cache=True, nogil=True)
+def set_candidates(  # pragma: no cover - compiled
+    post: SetPostings, cell_bound: FloatArray, limit: float, work: CandidateWork,
+) -> int:
+    """The sets with LB(S, m) <= limit, each once, given every cell's bound to the
+    message (metres): returns k, and ``work.sets[:k]`` holds them (in the order first
+    met) with their LB, lowered by :data:`BOUND_SLACK_M`, in ``work.bound[:k]``.
+    ``work.best`` is restored to +inf."""
+    best = work.best
+    out = work.sets
+    k = 0
+    lim = limit + BOUND_SLACK_M
+    for i in range(post.occupied.size):
+        c = post.occupied[i]
+        lb = cell_bound[c]
+        if not lb <= lim:  # also drops NaN and +inf (unreachable)
+            continue
+        for j in range(post.cell_ptr[c], post.cell_ptr[c + 1]):
+            s = post.cell_set[j]
+            if best[s] == np.inf:
+                out[k] = s
+                k += 1
+                best[s] = lb
+            elif lb < best[s]:
+                best[s] = lb
+    for i in range(k):
+        s = out[i]
+        work.bound[i] = max(0.0, best[s] - BOUND_SLACK_M)
+        best[s] = np.inf
+    return k
