@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from roadpubsub.index.eia import EnhancedIndex
     from roadpubsub.index.model import Messages
 
-__all__ = ["main", "phase_seconds", "run_floor"]
+__all__ = ["phase_seconds", "run_floor"]
 
 _ALPHA = len(FACT_COLUMNS) + SUB_COLUMNS.index("alpha")
 _TAU = len(FACT_COLUMNS) + SUB_COLUMNS.index("tau")

@@ -65,7 +65,7 @@ def has_set_geometry(path: str | Path) -> bool:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from roadpubsub.index.io import read_table
+    from roadpubsub.index.tables import read_table
 
     p = Path(path)
     try:
@@ -180,9 +180,10 @@ def read_set_sources(args: argparse.Namespace, dmax: float, *, kinds: bool
     import pyarrow.parquet as pq
 
     from roadpubsub.cli.sources import read_weights_option
-    from roadpubsub.index.io import read_subscriptions, read_table
+    from roadpubsub.index.io import read_subscriptions
     from roadpubsub.index.kinds import SubscriptionSet
     from roadpubsub.index.kinds_io import read_subscription_set
+    from roadpubsub.index.tables import read_table
     from roadpubsub.pruning.set_locations import SetLocations
     from roadpubsub.roadnet.io import load_network
 
