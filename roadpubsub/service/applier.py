@@ -169,7 +169,7 @@ class Applier:
             try:
                 batch = self.parser.moves(it.payload, id_from_path=it.path_id)
                 if len(run) > 1:  # alone, state.move checks it (and refuses it whole)
-                    self.state._require_live(batch.ids)
+                    self.state.require_live(batch.ids)
             except Exception as exc:
                 it.future.set_exception(exc)
                 continue

@@ -823,15 +823,15 @@ class ServiceState:
                    "once a snapshot lets its older segments be dropped (GET /health)")
             raise LogUnavailableError(msg)
 
-    def _contains(self, ids: IntArray) -> npt.NDArray[np.bool_]:
+    def contains(self, ids: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each id is a live subscription of any kind."""
         live = self.index.contains(ids)
         if self._kinds_live() and not live.all():
             live |= self.boolean.contains(ids) | self.topk.contains(ids)
         return live
 
-    def _require_live(self, ids: IntArray) -> None:
-        live = self._contains(ids)
+    def require_live(self, ids: IntArray) -> None:
+        live = self.contains(ids)
         if not live.all():
             missing = ids[~live]
             names = describe_rows(missing[:10].tolist(), total=missing.size)
@@ -848,7 +848,7 @@ class ServiceState:
         """Add a batch of subscriptions (their ids must be new); ``owner``: the token
         id owning them (kept in the log record and the snapshots)."""
         self._check_alive()
-        clash = self._contains(batch.ids)
+        clash = self.contains(batch.ids)
         if clash.any():
             taken = batch.ids[clash]
             msg = ("subscription ids already exist: "
@@ -901,7 +901,7 @@ class ServiceState:
     def unsubscribe(self, ids: IntArray) -> Applied:
         """Remove live subscriptions."""
         self._check_alive()
-        self._require_live(ids)
+        self.require_live(ids)
         self._unsubscribe(ids)
         seq = self._log({"op": "unsubscribe", "id": ids.tolist()})
         return self._after(Applied(seq, {"unsubscribed": int(ids.size), "seq": seq}))
@@ -910,13 +910,13 @@ class ServiceState:
         """Give live subscriptions new locations (one vectorised index update)."""
         self._check_alive()
         if self._kinds_live():
-            self._require_live(batch.ids)
+            self.require_live(batch.ids)
             self._move(batch.ids, batch.points)
         else:
             try:  # a move looks every id up before it changes anything
                 self._move(batch.ids, batch.points)
             except InputError:
-                self._require_live(batch.ids)  # unknown ids: the service's 404 answer
+                self.require_live(batch.ids)  # unknown ids: the service's 404 answer
                 raise
         # arrays go to the log's encoder as they are (no list of Python numbers)
         seq = self._log({"op": "move", "id": np.ascontiguousarray(batch.ids, np.int64),
