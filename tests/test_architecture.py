@@ -2,8 +2,9 @@
 
 * no import circle inside a package (lazy imports in functions count; imports under
   ``if TYPE_CHECKING`` do not);
-* no private name (``_x``) imported from another module of ``roadnet``, ``index`` or
-  ``pruning``, nor read as ``module._x`` through an imported module;
+* no private name (``_x``) imported from another module of ``roadnet``, ``index``,
+  ``pruning`` or ``roadpubsub`` (the service, the CLI), nor read as ``module._x``
+  through an imported module;
 * no compiled kernel (numba ``njit``) with more than :data:`MAX_KERNEL_PARAMETERS`
   parameters: kernels take named tuples of arrays (:mod:`pruning.kernel_args`).
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Packages whose import graphs must have no circles.
 PACKAGES = ("roadnet", "index", "pruning", "spark_jobs", "roadpubsub")
 #: Packages whose modules must not import each other's private names.
-NO_PRIVATE_IMPORTS = ("roadnet", "index", "pruning")
+NO_PRIVATE_IMPORTS = ("roadnet", "index", "pruning", "roadpubsub")
 MAX_KERNEL_PARAMETERS = 12
 #: Circles another branch removes (the command-line matcher's modules): the merge drops them.
 #: Folders at the top of the repository imported as ``roadpubsub.<folder>`` (linked there).

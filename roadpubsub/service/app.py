@@ -75,6 +75,7 @@ from roadpubsub.service.fanout import Fanout
 from roadpubsub.service.metrics import Metrics
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.resilience import Watchman
+from roadpubsub.service.results import Applied
 from roadpubsub.service.routes.map import index_page, map_script, network_geojson
 from roadpubsub.service.routes.messages import get_message, post_messages
 from roadpubsub.service.routes.status import health, metrics_text, openapi
@@ -93,7 +94,7 @@ from roadpubsub.service.routes.subscriptions import (
     put_location,
 )
 from roadpubsub.service.routes.webhooks import webhooks_dead, webhooks_replay
-from roadpubsub.service.state import Applied, ServiceState
+from roadpubsub.service.state import ServiceState
 from roadpubsub.service.streams import WebhookFeeder
 from roadpubsub.service.webhooks import WebhookService
 

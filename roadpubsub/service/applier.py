@@ -43,7 +43,9 @@ from roadpubsub.index.events import BodyParser, MessageBatch, MoveBatch, Request
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.service.answers import DeliveryList
-from roadpubsub.service.state import Applied, ServiceState, TopkFound, topk_json
+from roadpubsub.service.results import Applied
+from roadpubsub.service.state import ServiceState
+from roadpubsub.service.topk_found import TopkFound, topk_json
 
 __all__ = ["Applier"]
 

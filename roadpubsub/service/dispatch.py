@@ -35,7 +35,8 @@ import numpy as np
 from roadpubsub.service import faults
 from roadpubsub.service.access import ADMIN, OPEN, Guard, Principal
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.state import Applied, ServiceState
+from roadpubsub.service.results import Applied
+from roadpubsub.service.state import ServiceState
 from roadpubsub.service.streams import WebhookFeeder
 from roadpubsub.service.wal import WriteAheadLog
 
@@ -152,7 +153,7 @@ class Dispatch:
 
     def submit(self, event: Event, reply: Any) -> None:
         """Queue ``event`` on the apply thread; ``reply`` (``set_result``,
-        ``set_exception``, ``done``) gets its :class:`~roadpubsub.service.state.Applied`
+        ``set_exception``, ``done``) gets its :class:`~roadpubsub.service.results.Applied`
         (not yet durable) or its refusal."""
         kind, body, who, concurrent = event.kind, event.body, event.principal, \
             event.concurrent

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.geo import lonlat_of
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
+from roadpubsub.service.results import Applied, deliveries_json
+from roadpubsub.service.state import ServiceState
 from roadpubsub.service.streams import Pulse
+from roadpubsub.service.topk_found import topk_json
 
 if TYPE_CHECKING:
     from roadpubsub.service.mqtt import MqttConnector

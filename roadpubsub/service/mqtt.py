@@ -65,7 +65,8 @@ from roadpubsub.roadnet.errors import InputError, format_error
 from roadpubsub.service.bodies import decode_body
 from roadpubsub.service.dispatch import Dispatch, Event
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
-from roadpubsub.service.state import Applied, deliveries_json, topk_json
+from roadpubsub.service.results import Applied, deliveries_json
+from roadpubsub.service.topk_found import topk_json
 
 __all__ = ["MqttConnector", "parse_broker"]
 

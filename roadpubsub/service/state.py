@@ -43,12 +43,10 @@ Snapshots hold the boolean and top-k subscriptions and the window (``<seq>.kinds
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +77,17 @@ from roadpubsub.pruning.live_kinds import LiveBoolean, empty_boolean, empty_topk
 from roadpubsub.pruning.live_topk import LiveTopk
 from roadpubsub.pruning.mixed import MixedMatcher
 from roadpubsub.pruning.topk_events import TopkEvents
-from roadpubsub.roadnet.errors import InputError, RoadPubSubError, describe_rows, format_error
+from roadpubsub.roadnet.errors import InputError, describe_rows, format_error
 from roadpubsub.roadnet.locations import EdgePoints
-from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.compactor import Compactor
-from roadpubsub.service.deliveries_log import TOPK_COLUMNS, DeliveriesLog, Published, TopkLog
+from roadpubsub.service.deliveries_log import DeliveriesLog, Published, TopkLog
+from roadpubsub.service.folder_lock import lock_folder
 from roadpubsub.service.integrity import StateDamageError, move_aside
 from roadpubsub.service.journal import Chunk, DeliveryJournal
 from roadpubsub.service.metrics import Histogram
+from roadpubsub.service.options import DEFAULT_WINDOW, ServiceOptions
+from roadpubsub.service.results import Applied, deliveries_json
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
     clean_snapshots,
@@ -99,6 +99,7 @@ from roadpubsub.service.snapshot import (
     write_manifest,
     write_snapshot,
 )
+from roadpubsub.service.topk_found import TopkFound, topk_json
 from roadpubsub.service.wal import (
     LogRecovery,
     LogUnavailableError,
@@ -111,170 +112,12 @@ from roadpubsub.service.wal import (
     unavailable,
 )
 
-__all__ = ["Applied", "ServiceBusyError", "ServiceOptions", "ServiceState", "create_state"]
+__all__ = ["ServiceState", "create_state"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-#: The top-k window W (messages) of a folder whose manifest names none.
-DEFAULT_WINDOW = DEFAULTS.live_topk_window
 _BOOLEAN, _TOPK = KIND_CODES[KIND_BOOLEAN], KIND_CODES[KIND_TOPK]
-
-
-@dataclass(frozen=True, eq=False)
-class TopkFound:
-    """Top-k events of published messages: the events, and per event the id of the
-    published message whose arrival caused it."""
-
-    events: TopkEvents
-    arrival_id: IntArray
-
-    def __len__(self) -> int:
-        return len(self.events)
-
-    @classmethod
-    def empty(cls) -> TopkFound:
-        return cls(TopkEvents.empty(), np.empty(0, np.int64))
-
-    @classmethod
-    def concat(cls, parts: list[TopkFound]) -> TopkFound:
-        """Join parts, in their order (each part is in the events' canonical order)."""
-        parts = [p for p in parts if len(p)]
-        if not parts:
-            return cls.empty()
-        if len(parts) == 1:
-            return parts[0]
-        e = [p.events for p in parts]
-        return cls(TopkEvents(*(np.concatenate([getattr(x, f) for x in e]) for f in (
-            "seq", "phase", "event", "message_id", "subscription_id", "rank", "score",
-            "distance"))), np.concatenate([p.arrival_id for p in parts]))
-
-    def only(self, message_ids: npt.ArrayLike) -> TopkFound:
-        """The events caused by the given messages."""
-        keep = np.isin(self.arrival_id, np.asarray(message_ids, dtype=np.int64))
-        e = self.events
-        return TopkFound(TopkEvents(e.seq[keep], e.phase[keep], e.event[keep],
-                                    e.message_id[keep], e.subscription_id[keep],
-                                    e.rank[keep], e.score[keep], e.distance[keep]),
-                         self.arrival_id[keep])
-
-    def by_arrival(self) -> list[tuple[int, TopkFound]]:
-        """(message id, its events) per message that caused events (one sort)."""
-        order = np.argsort(self.arrival_id, kind="stable")
-        a = self.arrival_id[order]
-        cuts = np.flatnonzero(np.diff(a)) + 1
-        e = self.events
-        out = []
-        for rows in np.split(order, cuts) if a.size else []:
-            out.append((int(self.arrival_id[rows[0]]), TopkFound(TopkEvents(
-                e.seq[rows], e.phase[rows], e.event[rows], e.message_id[rows],
-                e.subscription_id[rows], e.rank[rows], e.score[rows], e.distance[rows]),
-                self.arrival_id[rows])))
-        return out
-
-    def columns(self) -> dict[str, npt.NDArray[Any]]:
-        """Columns of the top-k log (:data:`~roadpubsub.service.deliveries_log.TOPK_COLUMNS`)."""
-        return {"arrival_id": self.arrival_id, **self.events.to_columns()}
-
-    @classmethod
-    def from_table(cls, table: Any) -> TopkFound:
-        """The events of top-k log segments (an Arrow table)."""
-        col = {c: table.column(c).to_numpy(zero_copy_only=False) for c in TOPK_COLUMNS}
-        event = np.where(col["event"].astype(str) == "insert", 1, 0).astype(np.int8)
-        seq = np.asarray(col["seq"], np.int64)
-        return cls(TopkEvents(seq, np.zeros(seq.size, np.int8), event,
-                              np.asarray(col["message_id"], np.int64),
-                              np.asarray(col["subscription_id"], np.int64),
-                              np.asarray(col["rank"], np.int64),
-                              np.asarray(col["score"], np.float64),
-                              np.asarray(col["distance"], np.float64)),
-                   np.asarray(col["arrival_id"], np.int64))
-
-
-def topk_json(found: TopkFound) -> list[dict[str, Any]]:
-    """Top-k events as the objects of the HTTP answers and the WebSocket stream:
-    ``{"event": "insert"|"evict", "message_id", "subscription_id", "rank", "score",
-    "distance", "arrival_id"}`` (``message_id`` enters or leaves the subscription's top-k;
-    ``arrival_id`` is the published message whose arrival caused it)."""
-    e = found.events
-    names = ("evict", "insert")
-    return [{"event": names[v], "message_id": m, "subscription_id": s, "rank": r,
-             "score": y, "distance": x, "arrival_id": a}
-            for v, m, s, r, y, x, a in zip(
-                e.event.tolist(), e.message_id.tolist(), e.subscription_id.tolist(),
-                e.rank.tolist(), e.score.tolist(), e.distance.tolist(),
-                found.arrival_id.tolist(), strict=True)]
-
-
-@dataclass(frozen=True)
-class ServiceOptions:
-    """Tunables of a running service.
-
-    Attributes
-    ----------
-    snapshot_every
-        Replay cost between background snapshots (>= 1), in single-row events; a batch of
-        n rows counts 1 + n // 25.
-    flush_every
-        Published messages between deliveries-log segments (>= 1).
-    fsync
-        fsync the log before answering (False only to measure what it costs).
-    max_snap_m
-        Largest snap distance of lon/lat locations, metres.
-    background_compaction
-        Fold the index's delta on a worker thread while events go on
-        (:mod:`roadpubsub.service.compactor`); False compacts in line, on the apply thread.
-    compact_delta
-        Compact once the delta holds more rows than this (>= 1); None: the index's own rule
-        (``DEFAULTS.delta_compaction_min`` and ``delta_compaction_ratio``).
-    max_keywords, max_keyword_bytes, max_batch_rows, max_json_depth, decode_thread_bytes
-        Limits on request bodies (:class:`~roadnet.settings.Settings`): keywords per row,
-        UTF-8 bytes per keyword after normalisation, rows per body, nesting depth, and the
-        body size above which it is decoded on a worker thread.
-    max_log_bytes
-        Largest size of the write-ahead log (bytes, >= 1): past it events are refused
-        (503) until a snapshot lets covered segments be dropped
-        (``DEFAULTS.service_max_log_bytes``).
-    snapshot_retry_s, snapshot_retry_max_s
-        A failed snapshot is retried after ``snapshot_retry_s`` seconds, doubling after
-        each further failure up to ``snapshot_retry_max_s``.
-    stream_retention
-        Deliveries held for resumable streams, at least (>= 1;
-        ``DEFAULTS.stream_retention_deliveries``).
-    """
-
-    snapshot_every: int = DEFAULTS.snapshot_every
-    flush_every: int = DEFAULTS.flush_every
-    fsync: bool = True
-    max_snap_m: float = DEFAULTS.snap_distance_m
-    background_compaction: bool = True
-    compact_delta: int | None = None
-    # --- validation ---
-    max_keywords: int = DEFAULTS.max_keywords
-    max_keyword_bytes: int = DEFAULTS.max_keyword_bytes
-    max_batch_rows: int = DEFAULTS.max_batch_rows
-    max_json_depth: int = DEFAULTS.max_json_depth
-    decode_thread_bytes: int = DEFAULTS.decode_thread_bytes
-    # --- runtime resilience ---
-    max_log_bytes: int = DEFAULTS.service_max_log_bytes
-    snapshot_retry_s: float = DEFAULTS.service_snapshot_retry_s
-    snapshot_retry_max_s: float = DEFAULTS.service_snapshot_retry_max_s
-    # --- push (issue 30) ---
-    stream_retention: int = DEFAULTS.stream_retention_deliveries
-
-
-@dataclass
-class Applied:
-    """What one event did: its log sequence number and the answer's body."""
-
-    seq: int
-    body: dict[str, Any]
-    deliveries: Deliveries | None = None  # new deliveries (pushed to WebSocket clients)
-    everything: Deliveries | None = None  # the answer's deliveries, repeats included
-    messages: tuple[IntArray, EdgePoints] | None = None  # new messages (for the live map)
-    topk: TopkFound | None = None  # new top-k events (pushed to WebSocket clients)
-    topk_all: TopkFound | None = None  # the answer's top-k events, repeats included
-    delivery_seq: IntArray | None = None  # the seq of each of ``deliveries``
 
 
 def _tolist(a: npt.NDArray[Any]) -> list[Any]:
@@ -361,7 +204,7 @@ class ServiceState:
             msg = f"{folder}: no roadpubsub service here (manifest.json missing)"
             raise FileNotFoundError(msg)
         own_lock = lock is None
-        lock = _lock_folder(folder) if lock is None else lock
+        lock = lock_folder(folder) if lock is None else lock
         try:
             state, log = cls._load(folder, manifest, options or ServiceOptions())
         except BaseException:
@@ -1256,24 +1099,6 @@ class ServiceState:
 
 
 
-class ServiceBusyError(RoadPubSubError, RuntimeError):
-    """The state folder is held by another running service (its lock is taken)."""
-
-    hint = "stop the other service, or give another --state"
-
-
-def _lock_folder(folder: Path) -> int:
-    """An exclusive lock on the folder for this process (two services would corrupt it)."""
-    fd = os.open(folder / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as exc:
-        os.close(fd)
-        msg = f"{folder}: another roadpubsub service is running on this folder"
-        raise ServiceBusyError(msg) from exc
-    return fd
-
-
 def _owner_arrays(prefix: str, owners: dict[int, str]) -> dict[str, npt.NDArray[Any]]:
     """An owner map as two columns of a snapshot (ids, token ids)."""
     return {prefix + "ids": np.fromiter(owners.keys(), dtype=np.int64, count=len(owners)),
@@ -1297,19 +1122,6 @@ def _checked_load(path: Path, load: Any) -> Any:
     except Exception as exc:
         msg = f"{path}: unreadable snapshot file ({type(exc).__name__}: {exc})"
         raise StateDamageError(msg, path=path) from exc
-
-
-def deliveries_json(d: Deliveries, seq: IntArray | None = None) -> list[dict[str, Any]]:
-    """Deliveries as the objects of the HTTP answers and the WebSocket stream (with
-    ``seq``, each delivery's sequence number, when given)."""
-    if seq is not None:
-        return [{"seq": q, "message_id": m, "subscription_id": s, "distance": x, "score": y}
-                for q, m, s, x, y in zip(seq.tolist(), d.message_id.tolist(),
-                                         d.subscription_id.tolist(), d.distance.tolist(),
-                                         d.score.tolist(), strict=True)]
-    return [{"message_id": m, "subscription_id": s, "distance": x, "score": y}
-            for m, s, x, y in zip(d.message_id.tolist(), d.subscription_id.tolist(),
-                                  d.distance.tolist(), d.score.tolist(), strict=True)]
 
 
 def _floats(values: list[Any]) -> FloatArray:
