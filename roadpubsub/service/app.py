@@ -28,7 +28,8 @@ Routes (bodies and answers are JSON; field names are those of the Parquet schema
 
 Every request first passes the transport limits (:mod:`roadpubsub.service.limits`: body
 and header bytes, time, rate, WebSocket connections); a WebSocket client that falls behind
-by more than its send buffer is closed with code 1013, :data:`SLOW_READER_CLOSE`.
+by more than its send buffer is closed with code 1013,
+:data:`~roadpubsub.service.fanout.SLOW_READER_CLOSE`.
 
 Every route but ``/health`` and the map's page and script needs ``Authorization: Bearer
 TOKEN`` once the state folder holds a token (WebSocket: that header, or the subprotocols
