@@ -5,9 +5,9 @@ temporaries (a row id, a weight, a bound per keyword, each 8 bytes times 26 mill
 the sort keys of the postings). These kernels walk the postings once or twice and write
 only their outputs; each reproduces its vectorised counterpart bit for bit (same
 operations in the same order), which the tests check against the vectorised code. Internal
-to the package (no ``__all__``): :func:`index.postings.build_posting_layout` calls them.
-The other build kernels sit with their subject: :func:`index.limits.lap_kernel` (the
-prefixes), :func:`index.csr.take_csr` (keyword rows).
+to the package (no ``__all__``): :func:`roadpubsub.index.postings.build_posting_layout` calls them.
+The other build kernels sit with their subject: :func:`roadpubsub.index.limits.lap_kernel` (the
+prefixes), :func:`roadpubsub.index.csr.take_csr` (keyword rows).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _stable_desc(values: FloatArray) -> IntArray:  # pragma: no cover - compiled
 def layout_kernel(post_slot: IntArray, post_term_slot: IntArray, post_value: FloatArray,
                   slot_cell: npt.NDArray[np.int32], slot_edge: npt.NDArray[np.int32],
                   n_term_slots: int, edges_by_value: bool):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """The arrays of :class:`index.postings.PostingLayout`, or ``ok = False``.
+    """The arrays of :class:`roadpubsub.index.postings.PostingLayout`, or ``ok = False``.
 
     Works when the slots are sorted by (cell, edge) and, within each term slot, the
     postings come in nondecreasing slot order (as both architectures make them); the

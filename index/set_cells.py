@@ -1,10 +1,10 @@
 """Segment sets (routes, areas) filed by cell, and their lower bound to a message (issue 32).
 
-A subscription located on a :class:`~roadnet.segment_sets.SegmentSet` is filed in every
+A subscription located on a :class:`~roadpubsub.roadnet.segment_sets.SegmentSet` is filed in every
 cell its pieces lie in (a piece lies in its edge's cell, ``Cells.edge_cell``, as a point
 subscription does). For a message m, the point index's cell bound dNmin(c, m) (Algorithm
 1: kappa * dE(m, region of c) in m's own cell, else max(eta_minus(c, cm) * dE, D[c, cm] +
-din_in(m)); :func:`pruning.algorithm1.cell_lower_bounds`, computed by the caller) bounds
+din_in(m)); :func:`roadpubsub.pruning.algorithm1.cell_lower_bounds`, computed by the caller) bounds
 dN(p, m) from below for every point p of an edge in cell c. Every point of the set lies
 in one of its cells, so
 

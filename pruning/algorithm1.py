@@ -1,7 +1,7 @@
 """Algorithm 1, the pruning phase: cells, then edges, then subscriptions (paper Sec. VI-A).
 
 The per-message loops run compiled (numba) over the index's flat arrays. Every lower bound
-on dN(s, m) used here is provably safe (see :mod:`roadnet.cell_bounds`):
+on dN(s, m) used here is provably safe (see :mod:`roadpubsub.roadnet.cell_bounds`):
 
 * same cell: kappa * dE, with kappa the network's safe Euclidean factor;
 * different cells ci (subscription side) and cm (message side):
@@ -109,7 +109,7 @@ def network_lower_bound(de: float, same_cell: bool, kappa: float, eta: float,
 
     kappa * dE when s lies in the message's cell, else
     max(eta_minus(cs, cm) * dE, din_out(s) + D(cs, cm) + din_in(m)) (Eq. 5 and the
-    border-vertex bound, :mod:`roadnet.cell_bounds`). For a region (a cell, an edge) pass
+    border-vertex bound, :mod:`roadpubsub.roadnet.cell_bounds`). For a region (a cell, an edge) pass
     its least ``de`` and ``din_out``.
     """
     if same_cell:

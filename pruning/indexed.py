@@ -367,9 +367,9 @@ class IndexMatcher:
     threads
         Threads matching one batch (>= 1; default: every core this process may use). The
         threads take runs of the Hilbert-ordered batch from one queue (long runs first,
-        short ones last: :func:`~pruning.lanes.guided_runs`), each with scratch arrays of
+        short ones last: :func:`~roadpubsub.pruning.lanes.guided_runs`), each with scratch arrays of
         its own, then copy their deliveries into the result in parallel
-        (:func:`~pruning.lanes.assemble_kernel`); the compiled loops hold no GIL. The
+        (:func:`~roadpubsub.pruning.lanes.assemble_kernel`); the compiled loops hold no GIL. The
         result is the same, in the same order, for any count. :attr:`last_timing` says
         where the last call's time went.
     """
@@ -415,7 +415,8 @@ class IndexMatcher:
         self._eta_t = np.ascontiguousarray(bounds.eta_minus.T)
 
     def _edge_record(self) -> FloatArray:
-        """The EIA's per-edge rows (:func:`~pruning.algorithm1.edge_record`), rebuilt when
+        """The EIA's per-edge rows (:func:`~roadpubsub.pruning.algorithm1.edge_record`), rebuilt
+        when
         the index's edge statistics or boxes are new arrays (a rebuild of the postings
         replaces them; nothing writes them in place). The key holds the arrays
         themselves, so their ids cannot be reused while it lives."""
@@ -495,7 +496,7 @@ class IndexMatcher:
         matcher knew their ``deliveries`` in advance (from :meth:`match`): one search per
         message with the delivered subscriptions as its only candidates, each limited to
         its own distance, on one thread and in the compiled kernel the matcher verifies
-        with (:func:`~pruning.algorithm2.verify_known`). A lower bound of what any
+        with (:func:`~roadpubsub.pruning.algorithm2.verify_known`). A lower bound of what any
         pruning leaves verification to pay; it checks the distances it finds. The
         seconds are those of the kernel by ``clock`` (``time.thread_time``: its CPU
         time).
@@ -652,7 +653,8 @@ class IndexMatcher:
         """Match and assemble a batch on ``n_lanes`` threads: the calling thread is lane 0,
         the matcher's own pool runs the others. Each lane matches runs of the batch until
         none is left, then waits for the others at a barrier, whose last comer lays the
-        result out (:func:`~pruning.lanes.delivery_starts`); then each lane copies its own
+        result out (:func:`~roadpubsub.pruning.lanes.delivery_starts`); then each lane copies its
+        own
         deliveries there. No thread is started and the caller is not woken between the
         two steps. Returns the lanes' outputs, the result's columns and the wall time of
         the parallel part."""

@@ -170,7 +170,7 @@ class MixedMatcher:
         threshold_sets, boolean_sets
             Rows of ``subs.threshold`` / ``subs.boolean`` located on a route or an area
             instead of their point (issue 32): matched by the set index of
-            :mod:`pruning.set_matchers` (by the reference with ``index="brute"``) next to
+            :mod:`roadpubsub.pruning.set_matchers` (by the reference with ``index="brute"``) next to
             the point rows; None: every row is a point (no extra work).
         """
         brute = index == "brute"

@@ -1,18 +1,18 @@
 """Subscriptions located on a route or an area: the reference matchers' side (issue 32).
 
 A subscription's location may be a set of road-segment pieces
-(:class:`~roadnet.segment_sets.SegmentSet`: a route or an area) instead of a point. Its
+(:class:`~roadpubsub.roadnet.segment_sets.SegmentSet`: a route or an area) instead of a point. Its
 distance to a message is dN(S, m), the shortest-path distance from the nearest point of
 the set to m (0 on it; from the set to m on a directed network, as for a point
 subscription); everything else is unchanged: threshold subscriptions score SIM with that
 distance, boolean ones compare it with their radius.
 
-The reference matchers (:class:`~pruning.brute.BruteMatcher`,
-:class:`~pruning.kinds_reference.BooleanBruteMatcher`) take such locations as
+The reference matchers (:class:`~roadpubsub.pruning.brute.BruteMatcher`,
+:class:`~roadpubsub.pruning.kinds_reference.BooleanBruteMatcher`) take such locations as
 :class:`SetLocations`: which subscription rows have a set, and the sets. Per message they
 run their one reverse search from the message as for points; every piece on an edge it
 reached (or on the message's own edge) is finished at its ends and by the direct run
-(:func:`~roadnet.segment_sets.piece_distances_to_target`), and a subscription takes the
+(:func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target`), and a subscription takes the
 minimum over its pieces. The point a set row carries in its batch is not used.
 """
 
@@ -66,7 +66,7 @@ class SetLocations:
 
     @classmethod
     def of(cls, rows: npt.ArrayLike, sets: list[SegmentSet]) -> SetLocations:
-        """From row positions and one :class:`~roadnet.segment_sets.SegmentSet` each."""
+        """From row positions and one :class:`~roadpubsub.roadnet.segment_sets.SegmentSet` each."""
         return cls(np.asarray(rows, dtype=np.int64), SegmentSets.of_sets(sets))
 
     def check_rows(self, n_subscriptions: int) -> None:

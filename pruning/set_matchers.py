@@ -1,29 +1,31 @@
 """Indexed matching of subscriptions located on routes and areas (issue 32).
 
 The set side of the matchers, beside the point indexes (it shares only their public
-names: the cells and bounds of :class:`~index.spatial.SpatialIndex`, the network's reverse
-adjacency and exit costs, the scores of :mod:`pruning.similarity`).
+names: the cells and bounds of :class:`~roadpubsub.index.spatial.SpatialIndex`, the network's
+reverse
+adjacency and exit costs, the scores of :mod:`roadpubsub.pruning.similarity`).
 
 Per message m:
 
-1. **Candidates** (:func:`~index.set_cells.set_candidates`): every set whose lower bound
+1. **Candidates** (:func:`~roadpubsub.index.set_cells.set_candidates`): every set whose lower bound
    LB(S, m), the minimum over the set's cells of the point index's cell bound
-   (:func:`~pruning.algorithm1.cell_lower_bounds`), is within the limit (Dmax; for
+   (:func:`~roadpubsub.pruning.algorithm1.cell_lower_bounds`), is within the limit (Dmax; for
    boolean subscriptions the largest radius), each once.
 2. **Pruning** without a search: a threshold subscription is dropped when even at distance
    LB it would not be delivered (SIM falls as the distance grows, also in floating point,
-   so the test with LB is an upper bound: :func:`~pruning.similarity.delivered`); a
+   so the test with LB is an upper bound: :func:`~roadpubsub.pruning.similarity.delivered`); a
    boolean one when LB exceeds its radius or the message lacks one of its keywords.
-3. **Verification**: one reverse search from m (:mod:`pruning.set_search`) that stops as
+3. **Verification**: one reverse search from m (:mod:`roadpubsub.pruning.set_search`) that stops as
    soon as every remaining candidate is decided: its best exit so far is below the next
    node's distance, or the next node lies beyond the candidate's own limit (its radius,
    or for a threshold one the distance beyond which SIM provably falls below tau:
    :func:`reach_limits`). The direct runs along m's own edge come from
-   :func:`~roadnet.segment_sets.piece_distances_to_target`. Each exit value is a node
+   :func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target`. Each exit value is a node
    distance plus the exit cost the reference adds, so dN(S, m) is the reference's bit for
    bit, and so are the scores and the delivery rule (the kernels of
-   :mod:`pruning.similarity`): the result equals :class:`~pruning.brute.BruteMatcher` and
-   :class:`~pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``.
+   :mod:`roadpubsub.pruning.similarity`): the result equals
+   :class:`~roadpubsub.pruning.brute.BruteMatcher` and
+   :class:`~roadpubsub.pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``.
 
 A message with no candidate costs one pass over the occupied cells and no search.
 :class:`PointsAndSets` joins a point matcher and a set matcher of one kind into one
@@ -141,7 +143,7 @@ class SetVerifier:
 
     def cell_bounds(self, facts: PointFacts, i: int) -> FloatArray:
         """dNmin(c, m) of every cell c for message i of ``facts`` (the point index's cell
-        bound, :func:`~pruning.algorithm1.cell_lower_bounds`; a view reused per call)."""
+        bound, :func:`~roadpubsub.pruning.algorithm1.cell_lower_bounds`; a view reused per call)."""
         c = int(facts.cell[i])
         cell_lower_bounds(c, float(facts.x[i]), float(facts.y[i]), float(facts.din_in[i]),
                           self.spatial.bounds.kappa, self._D_t[c], self._eta_t[c],
@@ -160,9 +162,9 @@ class SetVerifier:
         """(dN from each candidate set to the message at ``point``, +inf where it exceeds
         the candidate's limit; nodes settled by the one search).
 
-        One reverse search (:func:`~pruning.set_search.set_search_kernel`) that stops
+        One reverse search (:func:`~roadpubsub.pruning.set_search.set_search_kernel`) that stops
         once every candidate is decided; the direct runs along the message's own edge
-        come from :func:`~roadnet.segment_sets.piece_distances_to_target` with no node
+        come from :func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target` with no node
         reached.
         """
         sets, net = self.sets, self.network
@@ -252,7 +254,7 @@ class SetThresholdMatcher:
     spatial
         Cells and bounds to share with the point indexes (built when omitted).
     tolerance
-        The delivery rule's score tolerance (:func:`~pruning.similarity.delivered`).
+        The delivery rule's score tolerance (:func:`~roadpubsub.pruning.similarity.delivered`).
 
     Attributes
     ----------

@@ -8,7 +8,7 @@ still to come costs at least d: a set whose best value so far is at most d is fi
 *cap*, the smaller of its best value and its own limit (the largest distance at which it
 could still be delivered); a set whose value exceeds its limit is not deliverable and
 comes back as +inf. Node distances are the same sums as the reference's search (lengths on
-the grid of :mod:`roadnet.lengths`), so the values are the reference's bit for bit.
+the grid of :mod:`roadpubsub.roadnet.lengths`), so the values are the reference's bit for bit.
 """
 
 from __future__ import annotations

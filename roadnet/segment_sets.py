@@ -3,15 +3,15 @@
 A :class:`SegmentSet` is a list of *pieces* ``(edge, start, end)``: the part of ``edge``
 between ``start`` and ``end`` metres from its first node ``edge_u`` (``0 <= start <= end
 <= length``; a piece may be a single point). It is the location of a subscription that is
-not a point: a route or an area (issue 32). The set index (:mod:`index.set_cells`,
-:mod:`pruning.set_matchers`) and ``roadpubsub match`` build on it; the service does not
+not a point: a route or an area (issue 32). The set index (:mod:`roadpubsub.index.set_cells`,
+:mod:`roadpubsub.pruning.set_matchers`) and ``roadpubsub match`` build on it; the service does not
 take sets yet.
 
 Constructors
 ------------
 :func:`route_from_lonlat`
     A route through lon/lat waypoints (a GeoJSON LineString's coordinates). Each waypoint
-    is snapped to the network (:func:`~roadnet.locations.locate_lonlat`) and consecutive
+    is snapped to the network (:func:`~roadpubsub.roadnet.locations.locate_lonlat`) and consecutive
     ones are joined by a shortest path, as a driver would take (on a directed network,
     travelling the one-way streets their way).
 :func:`route_through_points`
@@ -29,7 +29,7 @@ metres), enough for any other implementation to recompute every distance.
 
 The tie rule of routes
 ----------------------
-Lengths and offsets lie on the grid of :mod:`roadnet.lengths`, so path lengths are exact
+Lengths and offsets lie on the grid of :mod:`roadpubsub.roadnet.lengths`, so path lengths are exact
 sums and equal lengths are really equal (on grid-like networks they are common). Between
 two consecutive snapped waypoints p and q the route is, among the shortest ways from p to
 q:
@@ -58,7 +58,8 @@ The polygon's lon/lat vertices are projected to the network's CRS and joined by 
 lines there (as the network's own polylines are). Each edge's polyline is clipped to the
 closed polygon segment by segment; a part of positive length inside becomes a piece whose
 offsets are its polyline distances from ``edge_u`` scaled to the edge's length, the
-mapping of :func:`~roadnet.locations.locate_xy` and :func:`~roadnet.locations.point_xy`.
+mapping of :func:`~roadpubsub.roadnet.locations.locate_xy` and
+:func:`~roadpubsub.roadnet.locations.point_xy`.
 Parts touching the polygon in a single point are left out; an edge whose polyline has no
 length counts whole when its point lies in the polygon.
 
@@ -67,13 +68,15 @@ The distance from a set
 dN(S, m) = min over the points p of S of dN(p, m): the shortest-path distance from the
 nearest point of the set to m, 0 when m lies on a piece. On a directed network it is
 measured *from the set to m*, as dN(s, m) is from a point subscription's location to the
-message's (:mod:`roadnet.network`). The minimum over a piece ``[a, b]`` of ``edge`` is
+message's (:mod:`roadpubsub.roadnet.network`). The minimum over a piece ``[a, b]`` of ``edge`` is
 attained at ``b`` (leaving by ``edge_v`` at ``length - b``), at ``a`` (leaving by
 ``edge_u`` at ``a``, where the edge is two-way or ``a = 0``: a point on ``edge_u`` stands on
-that node, the rule of :func:`~roadnet.distance.exit_costs`) or, for m on the same edge at
+that node, the rule of :func:`~roadpubsub.roadnet.distance.exit_costs`) or, for m on the same edge
+at
 offset o, by the direct run: 0 if ``a <= o <= b``, ``o - b`` if ``o > b``, ``a - o`` if
 ``o < a`` and the edge is two-way (the run of
-:func:`~roadnet.dijkstra_kernels.distance_to_target_kernel`). :func:`segment_set_distances`
+:func:`~roadpubsub.roadnet.dijkstra_kernels.distance_to_target_kernel`).
+:func:`segment_set_distances`
 is the multi-source search seeded with those exit costs;
 :func:`piece_distances_to_target` finishes a reverse search from one message at pieces
 (the reference matcher's side).
@@ -173,7 +176,7 @@ class SegmentSet:
         Edge index of each piece, int32, shape (k,), k >= 1.
     start, end
         Offsets in metres from the edge's ``edge_u``, ``0 <= start <= end <= length``, on
-        the grid of :data:`~roadnet.lengths.LENGTH_GRID_M`.
+        the grid of :data:`~roadpubsub.roadnet.lengths.LENGTH_GRID_M`.
     kind
         ``"route"``, ``"area"`` or ``"pieces"`` (given directly).
     node_paths
@@ -383,7 +386,7 @@ def segment_set_distances(network: RoadNetwork, segments: SegmentSet, targets: E
     Parameters
     ----------
     search
-        A forward :class:`~roadnet.distance.NodeSearch` on ``network`` to reuse.
+        A forward :class:`~roadpubsub.roadnet.distance.NodeSearch` on ``network`` to reuse.
     """
     search = search or NodeSearch(network, reverse=False)
     if search.reverse:
@@ -412,7 +415,8 @@ def piece_distances_to_target(network: RoadNetwork, dist: FloatArray, target: Ed
                               limit: float = np.inf) -> FloatArray:
     """dN from each piece to one target point, given node distances to the target.
 
-    ``dist`` as for :func:`~roadnet.distance.point_distances_to_target` (a finished reverse
+    ``dist`` as for :func:`~roadpubsub.roadnet.distance.point_distances_to_target` (a finished
+    reverse
     search seeded with the target's entry costs, bounded by ``limit``). A piece's distance
     is the smaller of its two ends' (each with its exit costs and direct run), or 0 when the
     target lies on it: the minimum over a piece is attained there (module docstring).
@@ -717,7 +721,7 @@ def route_from_nodes(network: RoadNetwork, node_ids: npt.ArrayLike, *, start_m: 
     It starts ``start_m`` metres along the first edge from n0 and ends ``end_m`` metres
     along the last edge from n(k-1) (``None``: at nk). Consecutive nodes are joined by the
     shortest edge between them that may be travelled that way (lowest index among equal
-    ones, as :func:`~roadnet.locations.locate_uv` chooses).
+    ones, as :func:`~roadpubsub.roadnet.locations.locate_uv` chooses).
 
     Raises
     ------

@@ -25,10 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("roadnet", "index", "pruning", "spark_jobs", "roadpubsub")
 #: Packages whose modules must not import each other's private names.
 NO_PRIVATE_IMPORTS = ("roadnet", "index", "pruning", "spark_jobs", "roadpubsub")
-#: Modules the private-names check leaves out for now: the service core is being split by
-#: another branch (issue 31's "service core split"), which removes these; its merge drops
-#: this entry.
-PRIVATE_NAMES_PENDING = ("roadpubsub.service",)
 MAX_KERNEL_PARAMETERS = 12
 #: Circles another branch removes (the command-line matcher's modules): the merge drops them.
 #: Folders at the top of the repository imported as ``roadpubsub.<folder>`` (linked there).
@@ -268,8 +264,8 @@ def test_no_private_names_cross_modules() -> None:
     assert "roadpubsub.pruning.brute" in mods
     assert "roadpubsub.spark_jobs.stream" in mods
     assert "roadpubsub.cli.match" in mods
-    assert [found for found in private_imports(mods)
-            if not found.startswith(PRIVATE_NAMES_PENDING)] == []
+    assert "roadpubsub.service.state" in mods
+    assert private_imports(mods) == []
 
 
 def test_names_are_imported_from_where_they_are_defined() -> None:

@@ -33,7 +33,8 @@ def _run(args: argparse.Namespace, label: str, n_bool: int, n_topk: int) -> dict
     from roadpubsub.index.workload import generate_workload
     from roadpubsub.roadnet.io import load_network
     from roadpubsub.roadnet.settings import shared_data_dir
-    from roadpubsub.service.state import ServiceOptions, ServiceState, create_state
+    from roadpubsub.service.options import ServiceOptions
+    from roadpubsub.service.state import ServiceState, create_state
 
     data = shared_data_dir()
     net = load_network(data / "dimacs/rome.gr.gz")

@@ -172,7 +172,7 @@ class ThroughputConfig:
         Messages of the dense workload (and of the hot-spots one).
     hotspots
         Also time the second dense workload (section ``hotspots``): a few tight crowds of
-        subscriptions with alpha and tau over [0, 1] (:func:`index.workload.hotspots`),
+        subscriptions with alpha and tau over [0, 1] (:func:`roadpubsub.index.workload.hotspots`),
         timed as the dense one, with its own floor.
     ratio_point
         Subscriptions of the EIA/BIA ratio point (section ``ratio_point``; 0 skips it):

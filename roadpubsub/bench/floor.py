@@ -4,7 +4,7 @@ For each dense workload (:func:`roadpubsub.index.workload.hotspot`, one wide cro
 :func:`roadpubsub.index.workload.hotspots`, tight crowds around a few spots with alpha and tau over
 their whole range) it builds the EIA index and times, in turns over ``repeats`` rounds,
 EIA on one thread, EIA on ``threads`` threads and the floor (one search per message that
-already knows the deliveries, :meth:`pruning.indexed.IndexMatcher.verification_floor`),
+already knows the deliveries, :meth:`roadpubsub.pruning.indexed.IndexMatcher.verification_floor`),
 then reports the medians and the ratios. With ``phases`` it also times the first two
 phases of one-thread matching alone (Algorithm 1's candidates; candidates plus their text
 similarity and verification limits), so that the rest of a call is the search, scoring

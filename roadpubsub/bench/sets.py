@@ -5,10 +5,10 @@ threshold subscriptions, routes of 2-20 km along shortest paths between random p
 (the way real trips run) and square areas, all with the generator's keywords, alpha and
 tau; messages uniform over the network, a share of them on the routes. It times
 
-* ``points``: the one matcher (:class:`~pruning.mixed.MixedMatcher`, EIA) on the point
+* ``points``: the one matcher (:class:`~roadpubsub.pruning.mixed.MixedMatcher`, EIA) on the point
   subscriptions alone;
 * ``sets``: the same matcher on points plus routes and areas (the set index of
-  :mod:`pruning.set_matchers`);
+  :mod:`roadpubsub.pruning.set_matchers`);
 * ``reference``: the reference matchers (``index="brute"`` with the set locations) on
   the first ``n_brute`` messages, whose deliveries must equal the indexed ones there;
 

@@ -3,9 +3,9 @@
 A subscriptions file may carry a ``geometry`` column of GeoJSON text (Parquet string,
 JSON Lines string, CSV cell): a row whose geometry is a ``LineString`` is located on a
 route through its lon/lat waypoints (consecutive ones joined by the shortest path of
-:func:`~roadnet.segment_sets.route_from_lonlat`, ties broken by its documented rule); a
+:func:`~roadpubsub.roadnet.segment_sets.route_from_lonlat`, ties broken by its documented rule); a
 ``Polygon`` or ``MultiPolygon`` on every road inside it
-(:func:`~roadnet.segment_sets.area_from_geojson`). A row whose geometry is null, empty or
+(:func:`~roadpubsub.roadnet.segment_sets.area_from_geojson`). A row whose geometry is null, empty or
 a ``Point`` is a point subscription as today (a Point gives its lon/lat). Every other
 column is as for points (``kind``, ``alpha``, ``tau``, ``radius``, ...); threshold and
 boolean rows may lie on sets, top-k rows may not. A GeoParquet file whose ``geometry``
@@ -14,12 +14,12 @@ column is WKB is read as today (points only).
 The resolved sets are written next to the deliveries (``--sets-out``, default ``--out``
 with ``-sets.jsonl`` in place of its suffix), one JSON line per set subscription:
 ``{"subscription_id", "kind", "length_m", "node_paths", "segments"}`` with original node
-ids and offsets in metres (:meth:`~roadnet.segment_sets.SegmentSet.to_json`), enough for
+ids and offsets in metres (:meth:`~roadpubsub.roadnet.segment_sets.SegmentSet.to_json`), enough for
 any reference to recompute every distance. Errors name the file, the row (and its id) and
 the field.
 
 ``roadpubsub generate --routes N`` turns the last N generated subscriptions into routes
-between random places (:func:`~roadnet.segment_sets.random_routes`, 2-20 km by default):
+between random places (:func:`~roadpubsub.roadnet.segment_sets.random_routes`, 2-20 km by default):
 their ``geometry`` holds the two waypoints as a GeoJSON LineString (:func:`add_routes`).
 """
 

@@ -221,7 +221,7 @@ def _loadgen_token(args: argparse.Namespace) -> str | None:
 
 
 #: The body limits' flags: Settings field -> (flag, metavar, help); int-valued, defaults
-#: from ``DEFAULTS`` (the fields of :class:`~roadpubsub.service.state.ServiceOptions`).
+#: from ``DEFAULTS`` (the fields of :class:`~roadpubsub.service.options.ServiceOptions`).
 _BODY_LIMITS = {
     "max_keywords": ("--max-keywords", "N", "most keywords per subscription or message"),
     "max_keyword_bytes": ("--max-keyword-bytes", "N",
@@ -429,7 +429,8 @@ def _create(args: argparse.Namespace, folder: Path) -> None:
     from roadpubsub.pruning.kinds_reference import check_window
     from roadpubsub.roadnet.io import load_network
     from roadpubsub.roadnet.locations import EdgePoints
-    from roadpubsub.service.state import DEFAULT_WINDOW, create_state
+    from roadpubsub.service.options import DEFAULT_WINDOW
+    from roadpubsub.service.state import create_state
 
     boolean = topk = None
     if args.index_file:
@@ -533,8 +534,9 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from roadpubsub.service.app import build_app
+    from roadpubsub.service.options import ServiceOptions
     from roadpubsub.service.snapshot import read_manifest
-    from roadpubsub.service.state import ServiceOptions, ServiceState
+    from roadpubsub.service.state import ServiceState
 
     for name in ("snapshot_every", "flush_every", "group_max", "max_keywords",
                  "max_keyword_bytes", "max_batch_rows", "decode_thread_bytes"):

@@ -621,7 +621,7 @@ class Guard:
             free = np.array([i for i, o in zip(batch.ids.tolist(), owners, strict=True)
                              if o is None], dtype=np.int64)
             if free.size:
-                taken = free[self.state._contains(free)]
+                taken = free[self.state.contains(free)]
                 if taken.size:  # exists, nobody's: not this token's (never a 409)
                     msg = f"this token does not own id {int(taken[0])}"
                     raise RequestError(msg, status=403)

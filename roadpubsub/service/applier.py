@@ -43,7 +43,9 @@ from roadpubsub.index.events import BodyParser, MessageBatch, MoveBatch, Request
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.service.answers import DeliveryList
-from roadpubsub.service.state import Applied, ServiceState, TopkFound, topk_json
+from roadpubsub.service.results import Applied
+from roadpubsub.service.state import ServiceState
+from roadpubsub.service.topk_found import TopkFound, topk_json
 
 __all__ = ["Applier"]
 
@@ -169,7 +171,7 @@ class Applier:
             try:
                 batch = self.parser.moves(it.payload, id_from_path=it.path_id)
                 if len(run) > 1:  # alone, state.move checks it (and refuses it whole)
-                    self.state._require_live(batch.ids)
+                    self.state.require_live(batch.ids)
             except Exception as exc:
                 it.future.set_exception(exc)
                 continue

@@ -7,7 +7,7 @@ the slots are never changed in place), a worker thread builds the new index from
 (numpy and the compiled kernels, much of it without the GIL), and meanwhile the apply
 thread keeps applying events to the live index and notes every id it removes. When the
 build is done, the apply thread adopts it between two events
-(:meth:`index.base.SubscriptionIndex.adopt_compacted`): the removed ids are deactivated
+(:meth:`roadpubsub.index.base.SubscriptionIndex.adopt_compacted`): the removed ids are deactivated
 in the new slots, and the delta rows added since the input was taken are carried over. The
 live set is then exactly the one the events gave, so matching is unchanged; only the work
 per message drops as the delta shrinks.

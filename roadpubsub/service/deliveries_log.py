@@ -25,7 +25,7 @@ clean stop; a restart writes the segment of whatever the log holds beyond the la
 Top-k events go to ``DIR/topk/<first>-<last>.parquet`` (:class:`TopkLog`; columns
 ``arrival_id``, the published message whose arrival caused the event, ``seq`` its arrival
 number, then ``event``, ``message_id``, ``subscription_id``, ``rank``, ``score``,
-``distance`` as in :mod:`pruning.topk_events`), written before the deliveries segment of
+``distance`` as in :mod:`roadpubsub.pruning.topk_events`), written before the deliveries segment of
 the same range: a top-k file counts only when that segment does.
 """
 
@@ -52,9 +52,11 @@ from roadpubsub.service.integrity import (
 )
 from roadpubsub.service.wal import fsync_path
 
-__all__ = ["DELIVERY_COLUMNS", "DeliveriesLog", "Published", "TopkLog", "read_checked"]
+__all__ = ["DELIVERY_COLUMNS", "SEGMENT_NAME", "DeliveriesLog", "Published", "TopkLog",
+           "read_checked"]
 
-_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+#: A segment's file name: its first and last log seqs.
+SEGMENT_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 #: Columns of a deliveries segment.
 DELIVERY_COLUMNS = ("message_id", "subscription_id", "distance", "score")
 
@@ -144,7 +146,7 @@ class DeliveriesLog:
     def _ranges(self) -> list[tuple[int, int, Path]]:
         out = []
         for p in self.dir.iterdir():
-            m = _NAME.match(p.name)
+            m = SEGMENT_NAME.match(p.name)
             if m:
                 out.append((int(m.group(1)), int(m.group(2)), p))
         return sorted(out)
@@ -240,9 +242,9 @@ class TopkLog:
         for p in sorted(self.dir.iterdir()):
             if p.name.startswith(".") and p.name.endswith(".tmp"):
                 p.unlink(missing_ok=True)
-            elif _NAME.match(p.name):
+            elif SEGMENT_NAME.match(p.name):
                 if p.name in kept:
-                    m = _NAME.match(p.name)
+                    m = SEGMENT_NAME.match(p.name)
                     assert m is not None
                     what = (f"the top-k events of the messages of seq {int(m.group(1)) + 1}"
                             f"-{int(m.group(2))}")

@@ -13,9 +13,11 @@ readers on the event loop and the webhook feeder read under a lock that covers o
 look-up of chunk references (chunks are never changed once appended).
 
 Retention, by count and by age together: the chunks of at least the last ``retain``
-deliveries are kept (:attr:`~roadnet.settings.Settings.stream_retention_deliveries`), older
+deliveries are kept (:attr:`~roadpubsub.roadnet.settings.Settings.stream_retention_deliveries`),
+older
 ones are dropped whole; and with ``retain_s`` > 0
-(:attr:`~roadnet.settings.Settings.stream_retention_s`) a chunk is dropped too once it has
+(:attr:`~roadpubsub.roadnet.settings.Settings.stream_retention_s`) a chunk is dropped too once it
+has
 been held that many seconds (counted from when the service applied it, or from the start
 for the deliveries read back from the log at a start), except one the webhook feeder has
 not queued yet (:attr:`DeliveryJournal.hold`: its deliveries would never reach the

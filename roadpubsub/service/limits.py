@@ -62,7 +62,7 @@ _BUCKETS_KEPT = 65_536
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportLimits:
-    """The limits (see :class:`roadnet.settings.Settings` for each field's meaning)."""
+    """The limits (see :class:`roadpubsub.roadnet.settings.Settings` for each field's meaning)."""
 
     max_body_bytes: int = DEFAULTS.max_body_bytes
     max_header_bytes: int = DEFAULTS.max_header_bytes

@@ -4,7 +4,7 @@ It replays a mixed stream against a running service: by default 80% moves, 15% p
 of messages with 5-25 real tweet keywords, 5% subscribes and unsubscribes, each a single
 request, from ``clients`` concurrent keep-alive connections; or (``batch > 1``) batches of
 moves only. Events are built before the clock starts (locations and
-keywords from :func:`index.workload.generate_workload`), and the run stops after
+keywords from :func:`roadpubsub.index.workload.generate_workload`), and the run stops after
 ``events`` requests or ``seconds``, whichever comes first.
 
 The HTTP client is a minimal HTTP/1.1 keep-alive client over asyncio streams: on a 2-core

@@ -14,7 +14,9 @@ Topics (``prefix`` is ``roadpubsub`` by default); bodies are those of the HTTP A
 =====================================  =================================================
 
 **Acknowledgements.** Incoming events use QoS 1, and the connector sends an event's
-PUBACK only after the event's log record has been fsynced (a refused event is acknowledged
+PUBACK only after the event's log record has been fsynced and its webhook deliveries are in
+the outbox (:mod:`roadpubsub.service.dispatch`, the path of every transport's events; a
+refused event is acknowledged
 too: it can never succeed, and the refusal is published on ``{prefix}/errors``). PUBACKs
 leave in the order the events arrived (MQTT 3.1.1, 4.6). An event that failed for the
 service's own reason (an I/O error of the log) is not acknowledged: the broker sends it
@@ -58,12 +60,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from roadpubsub.index.events import BodyParser, RequestError, parse_ids
+from roadpubsub.index.events import RequestError, parse_ids
 from roadpubsub.roadnet.errors import InputError, format_error
-from roadpubsub.service.applier import Applier
-from roadpubsub.service.hotpath import decode_body
+from roadpubsub.service.bodies import decode_body
+from roadpubsub.service.dispatch import Dispatch, Event
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
-from roadpubsub.service.state import Applied, ServiceState, deliveries_json, topk_json
+from roadpubsub.service.results import Applied, deliveries_json
+from roadpubsub.service.topk_found import topk_json
 
 __all__ = ["MqttConnector", "parse_broker"]
 
@@ -117,8 +120,8 @@ class MqttConnector:
     ----------
     host, port
         The broker.
-    state, applier, parser
-        The service's state, its apply thread and its body parser.
+    dispatch
+        The path of events into the service (:mod:`roadpubsub.service.dispatch`).
     on_applied
         Called (in the connector's thread) with every durable publish, e.g. to push the
         deliveries to WebSocket clients too.
@@ -132,14 +135,13 @@ class MqttConnector:
         Most deliveries published and not yet acknowledged by the broker.
     """
 
-    def __init__(self, host: str, port: int, *, state: ServiceState, applier: Applier,
-                 parser: BodyParser, on_applied: Callable[[Applied], None] | None = None,
+    def __init__(self, host: str, port: int, *, dispatch: Dispatch,
+                 on_applied: Callable[[Applied], None] | None = None,
                  prefix: str = "roadpubsub", username: str | None = None,
                  password: str | None = None, tls_ca: str | None = None,
                  max_inflight: int = 20000) -> None:
-        self.state = state
-        self.applier = applier
-        self.parser = parser
+        self.dispatch = dispatch
+        self.state = state = dispatch.state
         self.on_applied = on_applied
         self.prefix = prefix.rstrip("/")
         self.max_inflight = max(1, min(int(max_inflight), 60000))
@@ -279,27 +281,29 @@ class MqttConnector:
             self._cond.notify()
 
     def _submit(self, topic: bytes, payload: bytes, ev: _Event) -> None:
+        self.dispatch.submit(self._event(topic, payload), ev)
+
+    def _event(self, topic: bytes, payload: bytes) -> Event:
+        """The event of a PUBLISH (moves and messages concurrent, see the module
+        docstring); a refusal (RequestError) for a bad topic or body shape."""
         kind = self._topics.get(topic)
         body = decode_body(payload, max_depth=self.state.options.max_json_depth)
         if kind == "moves":
-            self.applier.move(body, reply=ev, concurrent=True)
-        elif kind == "messages":
-            self.applier.publish(body, reply=ev, concurrent=True)
-        elif topic.startswith(self._own_moves):  # one vehicle's own topic: its id only
+            return Event("move", body)
+        if kind == "messages":
+            return Event("publish", body)
+        if topic.startswith(self._own_moves):  # one vehicle's own topic: its id only
             sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
             if isinstance(body, dict):
-                self.applier.move(body, path_id=sid, reply=ev, concurrent=True)
-                return
+                return Event("move", body, path_id=sid)
             rows = body if isinstance(body, list) else [body]
             if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
                 msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
                 raise RequestError(msg, status=403)
-            self.applier.move([{**r, "id": sid} for r in rows], reply=ev, concurrent=True)
-        elif kind == "subscriptions":
-            state, parser = self.state, self.parser
-            self.applier.call(lambda: state.subscribe(parser.subscriptions(body)), reply=ev,
-                              kind="subscribe")
-        elif kind == "unsubscriptions":
+            return Event("move", [{**r, "id": sid} for r in rows])
+        if kind == "subscriptions":
+            return Event("subscribe", body, concurrent=False)
+        if kind == "unsubscriptions":
             rows = body if isinstance(body, list) else [body]
             if not all(isinstance(r, dict) and isinstance(r.get("id"), int)
                        and not isinstance(r["id"], bool) and -2**63 <= r["id"] < 2**63
@@ -307,11 +311,9 @@ class MqttConnector:
                 msg = "an unsubscription is {\"id\": ID} or an array of them"
                 raise RequestError(msg, status=400)
             ids = np.asarray([r["id"] for r in rows], dtype=np.int64)
-            state = self.state
-            self.applier.call(lambda: state.unsubscribe(ids), reply=ev, kind="unsubscribe")
-        else:
-            msg = f"unknown topic {topic.decode('utf-8', 'replace')!r}"
-            raise RequestError(msg, status=404)
+            return Event("unsubscribe", ids, concurrent=False)
+        msg = f"unknown topic {topic.decode('utf-8', 'replace')!r}"
+        raise RequestError(msg, status=404)
 
     def _on_puback(self, pids: list[int]) -> None:
         with self._ack_cond:
@@ -360,6 +362,15 @@ class MqttConnector:
                 self.state.wal.wait_durable_blocking(last)
             except Exception:
                 durable = False  # the log failed: acknowledge nothing it holds
+        if durable:
+            try:  # webhook deliveries in the outbox before any PUBACK (as HTTP answers)
+                self.dispatch.to_outbox_blocking([e.applied for e in done
+                                                  if e.applied is not None])
+            except OSError as exc:
+                durable = False  # unacknowledged: the broker sends them again
+                print(f"roadpubsub: mqtt: the webhook outbox could not be written "
+                      f"({exc}); {len(done)} events not acknowledged",
+                      file=sys.stderr, flush=True)
         errors: list[bytes] = []
         acks: list[bytes] = []
         rows: list[dict[str, Any]] = []

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 description of the live service, served at ``/openapi.json``.
 
 It states exactly what the server accepts: 64-bit ids (in paths too: canonical decimal,
-:func:`index.events.parse_ids`), the location rule (``u``, ``v``, ``offset`` all given, or
+:func:`roadpubsub.index.events.parse_ids`), the location rule (``u``, ``v``, ``offset`` all given,
+or
 ``lon``, ``lat`` both given, the other group null or absent), the fields of each
 subscription kind (threshold: ``alpha`` and ``tau``; boolean: ``radius``; topk: ``k`` and
 ``alpha``; the fields a kind does not use null or absent), and every status each route

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from roadpubsub.service.deliveries_log import (
-    _NAME,
     DELIVERY_COLUMNS,
+    SEGMENT_NAME,
     TOPK_COLUMNS,
     read_checked,
 )
@@ -105,7 +105,7 @@ def _deliveries_files(folder: Path) -> list[tuple[Path, str, tuple[str, ...]]]:
         if not d.is_dir():
             continue
         for p in sorted(d.iterdir()):
-            m = _NAME.match(p.name)
+            m = SEGMENT_NAME.match(p.name)
             if m is None:
                 continue
             what = (f"{'top-k events' if sub == 'topk' else 'deliveries'} of the messages of "
@@ -259,9 +259,9 @@ def repair_folder(folder: Path) -> list[str]:
     StateDamageError
         The damage cannot be repaired (the manifest, or a snapshot without a previous one).
     """
-    from roadpubsub.service.state import _lock_folder
+    from roadpubsub.service.folder_lock import lock_folder
 
-    lock = _lock_folder(folder)
+    lock = lock_folder(folder)
     try:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         lines: list[str] = []

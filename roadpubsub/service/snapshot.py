@@ -3,10 +3,10 @@
 ``DIR/manifest.json`` names the current snapshot and the log sequence number it covers;
 it is replaced atomically (temporary file, fsync, rename, fsync of DIR), so a crash leaves
 either the old or the new one. A snapshot is ``DIR/snapshots/<seq>.npz`` (written by the
-index's own :meth:`~index.base.SubscriptionIndex.save`, which writes a temporary file and
+index's own :meth:`~roadpubsub.index.base.SubscriptionIndex.save`, which writes a temporary file and
 renames it), ``DIR/snapshots/<seq>.expiry.npz`` (ids and ``expires_at`` of the live
 subscriptions that expire) and ``DIR/snapshots/<seq>.kinds.npz`` (the boolean and top-k
-subscriptions and the top-k window, :mod:`pruning.live_kinds`; absent in folders made
+subscriptions and the top-k window, :mod:`roadpubsub.pruning.live_kinds`; absent in folders made
 before those kinds, which then have none).
 
 Snapshots are taken in the background by a forked child process: the fork is a

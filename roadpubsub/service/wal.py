@@ -18,9 +18,9 @@ cut short before its footer) raises :class:`WalCorruptError` naming the file, th
 and the readable records that follow, and changes nothing.
 
 Group commit: :meth:`WriteAheadLog.append` writes the record (no fsync) and returns its
-sequence number; :meth:`WriteAheadLog.wait_durable` resolves once one fsync issued after
-the write has returned. A few threads issue fsyncs, overlapping: a record written while
-one fsync runs starts the next one at once on another thread instead of waiting for the
+sequence number; :meth:`WriteAheadLog.when_durable` hands the caller's value to its sink
+once one fsync issued after the write has returned. A few threads issue fsyncs,
+overlapping: a record written while one fsync runs starts the next one at once on another thread instead of waiting for the
 running one to return, and records written while all of them run share the next. An
 fsync covers every write that returned before it started, so whichever returns, the
 records up to its start are durable; with one thread a record waited 1.5 fsyncs on
@@ -33,7 +33,6 @@ did worse again (more wake-ups competing for the GIL).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -41,7 +40,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ __all__ = [
     "LogRecovery",
     "LogUnavailableError",
     "SegmentScan",
+    "Sink",
     "WalCorruptError",
     "WriteAheadLog",
     "check_log",
@@ -69,6 +69,11 @@ __all__ = [
     "unavailable",
     "uncertain",
 ]
+
+#: Told that records are durable: ``sink(values, None)`` with the values of the waiters an
+#: fsync covers, or ``sink(values, error)`` when the log failed (see
+#: :meth:`WriteAheadLog.when_durable`). Called from the log's threads: it must not block.
+Sink = Callable[[list[Any], "BaseException | None"], None]
 
 # Frame (format 2): magic b"S", type (1 byte), payload length (4 bytes), crc32 of those six
 # bytes, crc32 of the ten header bytes and the payload; then the payload. The header's own
@@ -536,9 +541,8 @@ class WriteAheadLog:
         self._written = next_seq - 1
         self._durable = next_seq - 1
         self._claimed = next_seq - 1  # the highest record a running or finished fsync covers
-        # (seq, future, its loop, the future's result once seq is durable)
-        self._waiters: list[tuple[int, asyncio.Future[Any], asyncio.AbstractEventLoop,
-                                  Any]] = []
+        # (seq, the sink told once seq is durable, the value handed to it)
+        self._waiters: list[tuple[int, Sink, Any]] = []
         self._closed = False
         self._error: BaseException | None = None  # an fsync failed: nothing more is durable
         # a write failed: no more appends (records written before it are still fsynced
@@ -665,34 +669,19 @@ class WriteAheadLog:
                 self._work.notify()
         return seq
 
-    def wait_durable(self, seq: int) -> asyncio.Future[None]:
-        """A future of the running loop, done when record ``seq`` is on disk."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        with self._cond:
-            if self._durable >= seq:
-                fut.set_result(None)
-            elif self._error is not None:
-                fut.set_exception(uncertain(self._error))
-            else:
-                self._waiters.append((seq, fut, loop, None))
-                self._work.notify()
-        return fut
-
-    def resolve_when_durable(self, seq: int, fut: asyncio.Future[Any],
-                             loop: asyncio.AbstractEventLoop, value: Any) -> None:
-        """Give ``fut`` (of ``loop``; callable from any thread) the result ``value`` once
-        record ``seq`` is on disk: the request path's one hand-off to the event loop,
-        shared by every request an fsync covers."""
+    def when_durable(self, seq: int, sink: Sink, value: Any) -> None:
+        """Hand ``value`` to ``sink`` once record ``seq`` is on disk (callable from any
+        thread; ``sink`` is called from an fsync thread, or from this one when the record
+        is durable already): ``sink([value, ...], None)``, or ``sink([...], error)`` when
+        the log failed first. One call per sink per fsync, with every value it covers:
+        the request path's one hand-off per fsync, whoever waits
+        (:mod:`roadpubsub.service.dispatch`)."""
         with self._cond:
             error = self._error
             if error is None and self._durable < seq:
-                self._waiters.append((seq, fut, loop, value))  # the append woke a thread
+                self._waiters.append((seq, sink, value))  # the append woke a thread
                 return
-        if error is not None:
-            loop.call_soon_threadsafe(_reject, fut, uncertain(error))
-        else:
-            loop.call_soon_threadsafe(_resolve_all, [(fut, value)])
+        sink([value], None if error is None else uncertain(error))
 
     def sync(self) -> None:
         """Block until everything written so far is on disk."""
@@ -767,12 +756,7 @@ class WriteAheadLog:
                 done = [w for w in self._waiters if w[0] <= target]
                 self._waiters = [w for w in self._waiters if w[0] > target]
                 self._cond.notify_all()
-            # one wake-up of each event loop per fsync, not one per waiting request
-            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
-            for _, fut, loop, value in done:
-                by_loop.setdefault(loop, []).append((fut, value))
-            for loop, futs in by_loop.items():
-                loop.call_soon_threadsafe(_resolve_all, futs)
+            _tell(done, None)  # one call of each sink per fsync, not one per waiter
 
     last_fsync_s = 0.0
 
@@ -780,9 +764,7 @@ class WriteAheadLog:
         with self._cond:
             waiters, self._waiters = self._waiters, []
             self._cond.notify_all()
-        err = uncertain(exc)
-        for _, fut, loop, _value in waiters:
-            loop.call_soon_threadsafe(_reject, fut, err)
+        _tell(waiters, uncertain(exc))
 
     def close(self, *, flush: bool = True) -> None:
         """Flush (unless ``flush`` is False: a failed log being given up), stop the fsync
@@ -804,12 +786,9 @@ class WriteAheadLog:
             self._fd = -1
 
 
-def _resolve_all(futs: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    for fut, value in futs:
-        if not fut.done():
-            fut.set_result(value)
-
-
-def _reject(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def _tell(waiters: list[tuple[int, Sink, Any]], error: BaseException | None) -> None:
+    by_sink: dict[Sink, list[Any]] = {}
+    for _, sink, value in waiters:
+        by_sink.setdefault(sink, []).append(value)
+    for sink, values in by_sink.items():
+        sink(values, error)

@@ -1,6 +1,6 @@
 """Compile (or load) the live service's hot kernels before it first answers.
 
-:func:`roadnet.jit.preload_kernels` loads what the kernel cache holds; on a first start
+:func:`roadpubsub.roadnet.jit.preload_kernels` loads what the kernel cache holds; on a first start
 with an empty cache (a fresh install, a new version) the kernels would instead compile at
 the first events, for a minute or more while the events wait. :func:`warm_kernels` runs
 the hot paths once on a made-up message and move, without changing anything: the

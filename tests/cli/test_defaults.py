@@ -98,7 +98,7 @@ def test_every_command_keeps_its_defaults() -> None:
 
 
 def test_the_live_window_stays_1000_and_the_service_reads_settings() -> None:
-    from roadpubsub.service.state import DEFAULT_WINDOW, ServiceOptions
+    from roadpubsub.service.options import DEFAULT_WINDOW, ServiceOptions
 
     assert DEFAULT_WINDOW == DEFAULTS.live_topk_window == 1000
     options = ServiceOptions()

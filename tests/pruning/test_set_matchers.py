@@ -1,7 +1,8 @@
 """Route and area subscriptions in the index and the one matcher (issue 32).
 
-The indexed set matchers (:mod:`pruning.set_matchers`, :mod:`index.set_cells`) through
-:class:`~pruning.mixed.MixedMatcher` against the reference matchers with
+The indexed set matchers (:mod:`roadpubsub.pruning.set_matchers`,
+:mod:`roadpubsub.index.set_cells`) through
+:class:`~roadpubsub.pruning.mixed.MixedMatcher` against the reference matchers with
 ``set_locations`` (the oracle, itself checked pair by pair in ``test_set_locations.py``):
 the same deliveries with bit-identical distances and scores. Inputs are drawn to break
 it: sets from one point-sized piece to the whole network, routes through many waypoints,

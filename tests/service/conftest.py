@@ -2,7 +2,7 @@
 
 The service folder is created once per session on Andorra (keyword weights: idf over the
 shared airline tweets) and copied for each test. Events are built from
-:func:`index.workload.generate_workload` (real tweet keywords), with locations sent as
+:func:`roadpubsub.index.workload.generate_workload` (real tweet keywords), with locations sent as
 u/v/offset, which round-trip exactly to the generated edge points.
 """
 

@@ -1,5 +1,5 @@
 """The reference replay: events applied to plain dictionaries, messages matched by
-:func:`pruning.brute.match_brute` (no index, no log, no service code).
+:func:`roadpubsub.pruning.brute.match_brute` (no index, no log, no service code).
 
 Keyword ids depend on the order terms are first seen, and TSIM sums weights in id order,
 so the oracle registers each subscription's terms when its event is replayed, in log

@@ -1,6 +1,7 @@
 """The reference replay of mixed-kind events: threshold subscriptions by :class:`Oracle`
-(match_brute), boolean ones by :class:`~pruning.kinds_reference.BooleanBruteMatcher`, top-k
-ones by :class:`~pruning.kinds_reference.TopkBruteMatcher` (no index, no service code).
+(match_brute), boolean ones by :class:`~roadpubsub.pruning.kinds_reference.BooleanBruteMatcher`,
+top-k
+ones by :class:`~roadpubsub.pruning.kinds_reference.TopkBruteMatcher` (no index, no service code).
 
 Top-k with subscriptions that change mid-stream follows the service's documented rule: a
 subscription's top-k is that of the window of the last W messages, so after any change of

@@ -19,7 +19,9 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.applier import Applier
-from roadpubsub.service.state import ServiceBusyError, ServiceOptions, ServiceState
+from roadpubsub.service.folder_lock import ServiceBusyError
+from roadpubsub.service.options import ServiceOptions
+from roadpubsub.service.state import ServiceState
 
 
 class _Running(NamedTuple):

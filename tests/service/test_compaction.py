@@ -20,7 +20,8 @@ from roadpubsub.index.events import BodyParser
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.service.state import ServiceOptions, ServiceState
+from roadpubsub.service.options import ServiceOptions
+from roadpubsub.service.state import ServiceState
 
 
 class _GatedBuild:

@@ -17,7 +17,9 @@ from roadpubsub.index.workload import Workload
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.answers import dumps
-from roadpubsub.service.state import ServiceOptions, ServiceState, deliveries_json
+from roadpubsub.service.options import ServiceOptions
+from roadpubsub.service.results import deliveries_json
+from roadpubsub.service.state import ServiceState
 from roadpubsub.service.wal import read_records
 
 

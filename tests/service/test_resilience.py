@@ -278,6 +278,7 @@ def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
 
     from roadpubsub.index.events import BodyParser
     from roadpubsub.service import wal as wal_module
+    from roadpubsub.service.dispatch import durable
     from roadpubsub.service.state import ServiceState
     from roadpubsub.service.wal import LogUnavailableError
 
@@ -288,7 +289,7 @@ def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
 
     async def subscribe(batch: list[dict[str, Any]]) -> int:
         applied = state.subscribe(parser.subscriptions(batch))
-        await state.wal.wait_durable(applied.seq)
+        await durable(state.wal, applied.seq)
         return applied.seq
 
     try:
@@ -333,6 +334,7 @@ def test_an_event_that_cannot_be_encoded_fails_alone(
 
     from roadpubsub.index.events import BodyParser, RequestError
     from roadpubsub.service import wal as wal_module
+    from roadpubsub.service.dispatch import durable
     from roadpubsub.service.state import ServiceState
 
     state = ServiceState.open(service_dir)
@@ -343,7 +345,7 @@ def test_an_event_that_cannot_be_encoded_fails_alone(
 
         async def subscribe(batch: list[dict[str, Any]]) -> int:
             applied = state.subscribe(parser.subscriptions(batch))
-            await state.wal.wait_durable(applied.seq)
+            await durable(state.wal, applied.seq)
             return applied.seq
 
         assert asyncio.run(subscribe(rows[:10])) == 1

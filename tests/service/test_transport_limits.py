@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.service.app import DeliveryHub
+from roadpubsub.service.fanout import DeliveryHub
 from roadpubsub.service.limits import TransportLimits
 
 MB = 2**20

@@ -18,8 +18,8 @@ from live import Server, location_of, message_rows, subscription_rows
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.service import hotpath
-from roadpubsub.service.hotpath import decode_body, decode_body_async, json_depth
+from roadpubsub.service import bodies
+from roadpubsub.service.bodies import decode_body, decode_body_async, json_depth
 
 _JSON = {"content-type": "application/json"}
 
@@ -229,7 +229,7 @@ def test_only_large_bodies_are_decoded_on_a_thread(monkeypatch: pytest.MonkeyPat
         calls.append(len(raw))
         return await real(fn, raw, **kw)
 
-    monkeypatch.setattr(hotpath.asyncio, "to_thread", spy)
+    monkeypatch.setattr(bodies.asyncio, "to_thread", spy)
     small = _raw({"id": 1, "keywords": ["a"]})
     large = _raw([{"id": i, "keywords": ["a"]} for i in range(5000)])
     assert asyncio.run(decode_body_async(small, thread_bytes=1000))["id"] == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from roadpubsub.service.dispatch import durable
 from roadpubsub.service.wal import (
     WalCorruptError,
     WriteAheadLog,
@@ -30,7 +31,7 @@ def test_records_round_trip_and_wait_durable(tmp_path: Path) -> None:
     wal = _write(tmp_path, 50)
 
     async def wait() -> None:
-        await asyncio.wait_for(wal.wait_durable(50), 10)
+        await asyncio.wait_for(durable(wal, 50), 10)
 
     asyncio.run(wait())
     assert wal.durable_seq == 50 and wal.fsyncs >= 1
@@ -99,7 +100,7 @@ def test_many_writers_share_fsyncs(tmp_path: Path) -> None:
         futures = []
         for i in range(2000):
             seq = wal.append({"op": "move", "id": [i]})
-            futures.append(wal.wait_durable(seq))
+            futures.append(durable(wal, seq))
         await asyncio.wait_for(asyncio.gather(*futures), 30)
 
     asyncio.run(burst())

@@ -9,7 +9,8 @@ from live import subscription_rows
 from roadpubsub.index.events import BodyParser
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.service.state import ServiceOptions, ServiceState
+from roadpubsub.service.options import ServiceOptions
+from roadpubsub.service.state import ServiceState
 from roadpubsub.service.warmup import warm_kernels
 
 
