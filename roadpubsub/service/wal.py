@@ -20,11 +20,12 @@ and the readable records that follow, and changes nothing.
 Group commit: :meth:`WriteAheadLog.append` writes the record (no fsync) and returns its
 sequence number; :meth:`WriteAheadLog.when_durable` hands the caller's value to its sink
 once one fsync issued after the write has returned. A few threads issue fsyncs,
-overlapping: a record written while one fsync runs starts the next one at once on another thread instead of waiting for the
-running one to return, and records written while all of them run share the next. An
-fsync covers every write that returned before it started, so whichever returns, the
-records up to its start are durable; with one thread a record waited 1.5 fsyncs on
-average (the rest of the running one, then its own), which bounds closed-loop clients.
+overlapping: a record written while one fsync runs starts the next one at once on
+another thread instead of waiting for the running one to return, and records written
+while all of them run share the next. An fsync covers every write that returned before
+it started, so whichever returns, the records up to its start are durable; with one
+thread a record waited 1.5 fsyncs on average (the rest of the running one, then its
+own), which bounds closed-loop clients.
 The kernel joins overlapping fdatasyncs of one file into its journal commits (on this
 machine's ext4: 180 fsyncs/s from one thread, 1,600 from two). Two threads: 8 closed-loop
 writers had a median wait of 3 ms against 6.5-25 ms with one; three or four threads
