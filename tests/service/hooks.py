@@ -5,11 +5,13 @@ documented recipe and deduplicates on ``RoadPubSub-Delivery-Id`` as a real recei
 
 from __future__ import annotations
 
+import os
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,9 +19,18 @@ from ports import free_port
 
 from roadpubsub.service.webhooks import verify_signature
 
-__all__ = ["SECRET", "Receiver"]
+__all__ = ["SECRET", "Receiver", "secret_file"]
 
 SECRET = b"test-secret-0123456789"
+
+
+def secret_file(folder: Path) -> Path:
+    """:data:`SECRET` in a 0600 file, as ``--webhook-secret-file`` wants it."""
+    path = folder / "hook-secret"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, SECRET)
+    os.close(fd)
+    return path
 
 
 class Receiver:

@@ -21,17 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hooks import Receiver, secret_file
 from live import free_port, message_rows, subscription_rows
-from test_webhooks import Receiver, receivers
-from test_webhooks_live import FLAGS, _secret_file
+from test_webhooks_live import FLAGS
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.outbox import Outbox
 
 mqtt = pytest.importorskip("paho.mqtt.client")
-
-__all__ = ["receivers"]  # the fixture, used by name
 
 _BROKER = Path("/usr/sbin/mosquitto")
 
@@ -73,7 +71,7 @@ def test_mqtt_publish_is_in_the_outbox_before_its_puback(
     broker, log = logged_broker
     receiver = Receiver()  # down until the service restarts: everything stays queued
     receivers.append(receiver)
-    flags = (*FLAGS, "--webhook-secret-file", str(_secret_file(tmp_path)),
+    flags = (*FLAGS, "--webhook-secret-file", str(secret_file(tmp_path)),
              "--mqtt", f"127.0.0.1:{broker}")
     server = serve(*flags)
     subs = subscription_rows(workload, andorra)[:900]

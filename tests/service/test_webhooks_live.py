@@ -12,26 +12,17 @@ in the dead-letter record (``GET /webhooks/dead``, replayable) and never slows t
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
-from hooks import SECRET, Receiver
+from hooks import Receiver, secret_file
 from live import message_rows, subscription_rows
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
-
-
-def _secret_file(folder: Path) -> Path:
-    path = folder / "hook-secret"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, SECRET)
-    os.close(fd)
-    return path
 
 
 def _log_rows(folder: Path) -> list[tuple[int, int, int]]:
@@ -72,7 +63,7 @@ def test_webhooks_arrive_once_in_order_across_kill(serve: Any, service_dir: Path
 
     good = [Receiver(script=flaky), Receiver(script=flaky)]  # down until started below
     receivers.extend(good)
-    secret = _secret_file(tmp_path)
+    secret = secret_file(tmp_path)
     flags = (*FLAGS, "--webhook-secret-file", str(secret))
     server = serve(*flags)
     subs = subscription_rows(workload, andorra)
@@ -135,7 +126,7 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
     server = serve("--webhook-allow-private", "--webhook-max-attempts", "3",
                    "--webhook-backoff-base", "0.05", "--webhook-backoff-cap", "0.2",
                    "--webhook-timeout", "2", "--webhook-batch-max", "5",
-                   "--webhook-secret-file", str(_secret_file(tmp_path)))
+                   "--webhook-secret-file", str(secret_file(tmp_path)))
     subs = subscription_rows(workload, andorra)
     for i, row in enumerate(subs):
         row["webhook"] = (healthy if i % 2 else dead).url
