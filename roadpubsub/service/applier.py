@@ -285,14 +285,15 @@ class Applier:
                 it.future.set_exception(exc)
             return
         self._count(len(group))
-        everything = applied.everything if applied.everything is not None \
-            else Deliveries.empty()
-        fresh = applied.deliveries if applied.deliveries is not None else Deliveries.empty()
         repeats = set(applied.body.get("duplicates", []))
         top_all = applied.topk_all if applied.topk_all is not None else TopkFound.empty()
         top_new = applied.topk if applied.topk is not None else TopkFound.empty()
         for it, batch in group:
-            mine = _only(everything, batch.ids)
+            # each request's deliveries from the per-message pieces the state recorded
+            # (split once there), not by selecting from the combined answer again
+            ids = batch.ids.tolist()
+            my_fresh = self._delivered([m for m in ids if m not in repeats])
+            mine = self._delivered(ids) if repeats else my_fresh
             body: dict[str, Any] = {"deliveries": DeliveryList(
                 mine, seq=self.state.delivery_seqs(mine)), "seq": applied.seq}
             my_top = top_all.only(batch.ids)
@@ -306,10 +307,15 @@ class Applier:
                 keep = np.isin(applied.messages[0], batch.ids)
                 located = (applied.messages[0][keep], applied.messages[1][keep])
             fresh_top = top_new.only(batch.ids)
-            my_fresh = _only(fresh, batch.ids)
             it.future.set_result(Applied(applied.seq, body, my_fresh, mine,
                                          located, fresh_top if len(fresh_top) else None,
                                          my_top, self.state.delivery_seqs(my_fresh)))
+
+    def _delivered(self, ids: list[int]) -> Deliveries:
+        """The recorded deliveries of published messages, in the answers' order
+        (by message id, then subscription id: the :class:`Deliveries` invariant)."""
+        pieces = [self.state.messages[m][2] for m in ids]
+        return pieces[0] if len(pieces) == 1 else Deliveries.concat(pieces)
 
     def _count(self, n: int) -> None:
         self.groups += 1
@@ -358,10 +364,6 @@ def _rows_of(run: list[_Item]) -> tuple[list[Any] | None, list[int]]:
         else:
             return None, []
     return rows, sizes
-
-
-def _only(d: Deliveries, message_ids: np.ndarray) -> Deliveries:
-    return d.take(np.isin(d.message_id, message_ids))
 
 
 def _settle(fut: Future[Any], fn: Callable[[], Any]) -> None:

@@ -92,6 +92,24 @@ def test_runs_of_moves_and_publishes_equal_one_by_one(
         assert_same(as_deliveries(a.body["deliveries"]), want,
                     f"publish {[r['id'] for r in p]}")
     assert applier.groups >= 2
+    # one group of a repeated id and a new one: each answer holds its own messages'
+    # deliveries (the repeat's as recorded), in the answers' order
+    groups = applier.groups
+    pair = [[{**msgs[k], "time": 250.0} for k in (0, *range(5, 25))],
+            [{**msgs[k], "time": 250.0} for k in range(25, 40)]]
+    futures = _queued(applier, [lambda p=p: applier.publish(p) for p in pair])
+    answers = [f.result(30) for f in futures]
+    assert applier.groups == groups + 1 and answers[0].seq == answers[1].seq
+    assert answers[0].body["duplicates"] == [msgs[0]["id"]]
+    assert "duplicates" not in answers[1].body
+    oracle.apply("publish", [*pair[0][1:], *pair[1]])
+    for p, a in zip(pair, answers, strict=True):
+        want = Deliveries.concat([oracle.deliveries[r["id"]] for r in p])
+        got = a.body["deliveries"]
+        assert len({d["message_id"] for d in got}) > 2  # the order below is a real test
+        assert [(d["message_id"], d["subscription_id"]) for d in got] == list(zip(
+            want.message_id.tolist(), want.subscription_id.tolist(), strict=True))
+        assert_same(as_deliveries(got), want, f"publish {[r['id'] for r in p]}")
     # single moves by path id, all good: parsed, checked and applied as one batch
     singles = [(subs[i]["id"], location_of(andorra, move_points, 20 + k))
                for k, i in enumerate([6, 7, 8])]
