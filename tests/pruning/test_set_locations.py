@@ -72,6 +72,20 @@ def expected_threshold(subs: Subscriptions, messages: Messages, weights: TermWei
     return Deliveries.concat(parts)
 
 
+def taus_at_scores(subs: Subscriptions, messages: Messages, weights: TermWeights,
+                   d: np.ndarray, dmax: float, rng: np.random.Generator) -> Subscriptions:
+    """``subs`` with taus drawn from a few values, every other delivered pair's score
+    (with taus near zero) put as its subscription's tau: τ exactly at a score."""
+    loose = expected_threshold(subs, messages, weights, d, dmax)
+    tau = rng.choice([0.05, 0.5, 0.9, 1.0], len(subs))
+    row_of = {int(i): r for r, i in enumerate(subs.ids)}
+    for sid, score in zip(loose.subscription_id[::2], loose.score[::2], strict=True):
+        if 0 < score <= 1:
+            tau[row_of[int(sid)]] = score
+    return Subscriptions(subs.ids, subs.points, subs.alpha, tau, subs.kw_ptr, subs.kw_terms)
+
+
+
 @st.composite
 def set_scenarios(draw: st.DrawFn) -> tuple:
     network = tiny_network(draw)
@@ -108,13 +122,7 @@ def set_scenarios(draw: st.DrawFn) -> tuple:
                                    keywords=keywords, alpha=alpha, tau=np.full(n, 1e-6),
                                    weights=weights)
     # Some taus exactly at a score a pair reaches.
-    loose = expected_threshold(subs, messages, weights, d, dmax)
-    tau = rng.choice([0.05, 0.5, 0.9, 1.0], n)
-    row_of = {int(i): r for r, i in enumerate(subs.ids)}
-    for sid, score in zip(loose.subscription_id[::2], loose.score[::2], strict=True):
-        if 0 < score <= 1:
-            tau[row_of[int(sid)]] = score
-    subs = Subscriptions(subs.ids, subs.points, subs.alpha, tau, subs.kw_ptr, subs.kw_terms)
+    subs = taus_at_scores(subs, messages, weights, d, dmax, rng)
     return network, subs, sets, messages, weights, dmax, d
 
 

@@ -22,7 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, random_points, tiny_network
-from test_set_locations import VOCAB, distances, expected_threshold, random_set, set_scenarios
+from test_set_locations import (
+    VOCAB,
+    distances,
+    expected_threshold,
+    random_set,
+    set_scenarios,
+    taus_at_scores,
+)
 
 from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
 from roadpubsub.index.model import Messages, Subscriptions
@@ -124,13 +131,7 @@ def big_scenarios(draw: st.DrawFn) -> tuple:
     subs = Subscriptions.from_rows(ids=rng.permutation(1000)[:n], points=points,
                                    keywords=keywords, alpha=alpha, tau=np.full(n, 1e-6),
                                    weights=weights)
-    loose = expected_threshold(subs, messages, weights, d, dmax)
-    tau = rng.choice([0.05, 0.5, 0.9, 1.0], n)
-    row_of = {int(i): r for r, i in enumerate(subs.ids)}
-    for sid, score in zip(loose.subscription_id[::2], loose.score[::2], strict=True):
-        if 0 < score <= 1:
-            tau[row_of[int(sid)]] = score
-    subs = Subscriptions(subs.ids, subs.points, subs.alpha, tau, subs.kw_ptr, subs.kw_terms)
+    subs = taus_at_scores(subs, messages, weights, d, dmax, rng)
     return network, subs, sets, messages, weights, dmax, d
 
 
