@@ -85,6 +85,21 @@ def taus_at_scores(subs: Subscriptions, messages: Messages, weights: TermWeights
     return Subscriptions(subs.ids, subs.points, subs.alpha, tau, subs.kw_ptr, subs.kw_terms)
 
 
+def messages_on_sets(rng: np.random.Generator, sets: dict[int, SegmentSet],
+                     main: np.ndarray, k: int, weights: TermWeights) -> Messages:
+    """``2 k`` messages of four keywords: ``k`` on a piece of a set drawn at random (dN 0),
+    then ``k`` at the start of random edges of ``main``."""
+    on = [sets[r] for r in rng.choice(sorted(sets), k)]
+    i = [int(rng.integers(0, len(s))) for s in on]
+    me = np.r_[[s.edge[j] for s, j in zip(on, i, strict=True)], rng.choice(main, k)]
+    mo = np.r_[[s.start[j] + rng.random() * (s.end[j] - s.start[j])
+                for s, j in zip(on, i, strict=True)], np.zeros(k)]
+    return Messages.from_rows(ids=np.arange(2 * k), points=EdgePoints.of(me, mo),
+                              keywords=[list(rng.choice(VOCAB, 4, replace=False))
+                                        for _ in range(2 * k)], weights=weights)
+
+
+
 
 @st.composite
 def set_scenarios(draw: st.DrawFn) -> tuple:
@@ -213,14 +228,7 @@ def test_andorra_routes_and_points_together(andorra: RoadNetwork, directed: bool
     keywords = [list(rng.choice(VOCAB, 2, replace=False)) for _ in range(n)]
     # Messages on routes, and anywhere.
     k = 30
-    on = [sets[r] for r in rng.choice(sorted(sets), k)]
-    i = [int(rng.integers(0, len(s))) for s in on]
-    me = np.r_[[s.edge[j] for s, j in zip(on, i, strict=True)], rng.choice(main, k)]
-    mo = np.r_[[s.start[j] + rng.random() * (s.end[j] - s.start[j])
-                for s, j in zip(on, i, strict=True)], np.zeros(k)]
-    messages = Messages.from_rows(ids=np.arange(2 * k), points=EdgePoints.of(me, mo),
-                                  keywords=[list(rng.choice(VOCAB, 4, replace=False))
-                                            for _ in range(2 * k)], weights=weights)
+    messages = messages_on_sets(rng, sets, main, k, weights)
     d = distances(net, points, sets, messages)
     assert (d == 0).sum() >= k
     sd = d[sorted(sets)]

@@ -26,6 +26,7 @@ from test_set_locations import (
     VOCAB,
     distances,
     expected_threshold,
+    messages_on_sets,
     random_set,
     set_scenarios,
     taus_at_scores,
@@ -247,14 +248,7 @@ def test_andorra_routes_areas_and_points(andorra: RoadNetwork, directed: bool) -
     weights = TermWeights({t: 1.0 + i for i, t in enumerate(VOCAB)})
     keywords = [list(rng.choice(VOCAB, 2, replace=False)) for _ in range(n)]
     k = 40
-    on = [sets[r] for r in rng.choice(sorted(sets), k)]
-    i = [int(rng.integers(0, len(s))) for s in on]
-    me = np.r_[[s.edge[j] for s, j in zip(on, i, strict=True)], rng.choice(main, k)]
-    mo = np.r_[[s.start[j] + rng.random() * (s.end[j] - s.start[j])
-                for s, j in zip(on, i, strict=True)], np.zeros(k)]
-    messages = Messages.from_rows(ids=np.arange(2 * k), points=EdgePoints.of(me, mo),
-                                  keywords=[list(rng.choice(VOCAB, 4, replace=False))
-                                            for _ in range(2 * k)], weights=weights)
+    messages = messages_on_sets(rng, sets, main, k, weights)
     dmax = 800.0
     subs = Subscriptions.from_rows(ids=np.arange(n) + 1, points=points, keywords=keywords,
                                    alpha=np.full(n, 0.5), tau=np.full(n, 0.3),
