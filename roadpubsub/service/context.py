@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from roadpubsub.service.access import OPEN, PRINCIPAL, AccessGate, Guard, Princi
 from roadpubsub.service.answers import dumps
 from roadpubsub.service.applier import Applier
 from roadpubsub.service.bodies import decode_body_async
-from roadpubsub.service.dispatch import Dispatch
+from roadpubsub.service.dispatch import Dispatch, Event
 from roadpubsub.service.fanout import Fanout
 from roadpubsub.service.metrics import Metrics
 from roadpubsub.service.resilience import Watchman
@@ -27,7 +28,7 @@ from roadpubsub.service.state import ServiceState
 from roadpubsub.service.streams import WebhookFeeder
 from roadpubsub.service.webhooks import WebhookService
 
-__all__ = ["JSONAnswer", "Service", "body_of", "refuse", "service_of", "who"]
+__all__ = ["JSONAnswer", "Service", "body_of", "dispatched", "refuse", "service_of", "who"]
 
 
 @dataclass
@@ -84,6 +85,41 @@ async def body_of(request: Request) -> Any:
     opts = service_of(request).state.options
     return await decode_body_async(await request.body(), max_depth=opts.max_json_depth,
                                    thread_bytes=opts.decode_thread_bytes)
+
+
+async def dispatched(request: Request, kind: str, *, ids: list[int] | None = None,
+                     path_id: int | None = None, body: Any = None, row_ids: bool = False,
+                     status: int = 200) -> Response:
+    """Answer an event route: the caller's role checked (on ``ids`` too), the body read
+    (unless given: an unsubscribe's ids), the event run through the one
+    :class:`~roadpubsub.service.dispatch.Dispatch` path and timed in the metrics.
+
+    Parameters
+    ----------
+    kind
+        The event kind (:data:`~roadpubsub.service.dispatch.EVENT_KINDS`).
+    ids
+        Ids from the path the caller must be allowed to touch.
+    path_id
+        A move's subscription id from the path.
+    body
+        The event's body when it is not the request's.
+    row_ids
+        Check the ids of a batch's rows before the body is parsed (a batch of moves).
+    status
+        The answer's status.
+    """
+    t0 = time.perf_counter()
+    service = service_of(request)
+    principal = who(request)
+    service.guard.check(principal, kind, ids or ())
+    if body is None:
+        body = await body_of(request)
+    if row_ids:
+        service.guard.row_ids(principal, body)
+    done = await service.dispatch.run(Event(kind, body, principal, path_id))
+    service.metrics.observe(kind, time.perf_counter() - t0)
+    return JSONAnswer(done.body, status_code=status)
 
 
 class JSONAnswer(JSONResponse):

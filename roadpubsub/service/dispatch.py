@@ -99,17 +99,20 @@ class _Reply:
     """The apply thread's side of one request awaited on a loop: its result goes to the
     log, which hands it to the loop once durable; a refusal goes straight to the loop."""
 
-    __slots__ = ("_done", "fut", "sink", "wal")
+    __slots__ = ("_done", "fut", "sink", "state")
 
-    def __init__(self, fut: asyncio.Future[Any], sink: _LoopSink, wal: WriteAheadLog) -> None:
+    def __init__(self, fut: asyncio.Future[Any], sink: _LoopSink, state: ServiceState) -> None:
         self.fut = fut
         self.sink = sink
-        self.wal = wal
+        self.state = state
         self._done = False
 
     def set_result(self, applied: Applied) -> None:
         self._done = True
-        self.wal.when_durable(applied.seq, self.sink, (self.fut, applied))
+        # The log that took the record: read now, on the apply thread, not when the
+        # request was queued (a reload after a disk failure, queued before this request,
+        # replaces the log, and the old one refuses every waiter as uncertain).
+        self.state.wal.when_durable(applied.seq, self.sink, (self.fut, applied))
 
     def set_exception(self, exc: BaseException) -> None:
         self._done = True
@@ -197,7 +200,7 @@ class Dispatch:
         if sink is None or sink.loop is not loop:
             sink = self._sink = _LoopSink(loop)
         fut: asyncio.Future[Applied] = loop.create_future()
-        self.submit(event, _Reply(fut, sink, self.state.wal))
+        self.submit(event, _Reply(fut, sink, self.state))
         done = await fut
         if faults.armed:
             faults.fault("before-answer")

@@ -322,6 +322,55 @@ def test_a_failed_fsync_refuses_the_waiting_event_and_a_reload_resumes(
         again.close()
 
 
+def test_an_event_queued_behind_a_reload_is_answered_by_the_reloaded_log(
+        service_dir: Path, workload: Workload, andorra: RoadNetwork) -> None:
+    """A request queued while the apply thread still has a reload to do (the disk came
+    back) is applied after the reload and logged in the new log: its answer waits on that
+    log, not on the one the reload closed (which refuses every waiter as uncertain: a
+    503 "may or may not" for an event that was applied, as a full-disk run once gave)."""
+    import asyncio
+    import threading
+
+    from roadpubsub.index.events import BodyParser
+    from roadpubsub.service.access import Guard
+    from roadpubsub.service.applier import Applier
+    from roadpubsub.service.dispatch import Dispatch
+    from roadpubsub.service.dispatch import Event as DispatchEvent
+    from roadpubsub.service.state import ServiceState
+
+    state = ServiceState.open(service_dir)
+    parser = BodyParser(state.index.network, max_snap_m=250.0, kinds=True,
+                        dmax_m=state.index.dmax_m)
+    applier = Applier(state, parser)
+    dispatch = Dispatch(state, applier, Guard(state, parser, None))
+    rows = subscription_rows(workload, andorra)
+    hold = threading.Event()
+    try:
+        state.failed = OSError(errno.ENOSPC, "No space left on device")  # as a full disk
+        applier.call(hold.wait)  # the apply thread is busy: what follows queues up
+        reloaded = applier.call(state.recover, kind="recover")
+
+        async def subscribe() -> Any:
+            task = asyncio.ensure_future(dispatch.run(DispatchEvent("subscribe", rows[:5])))
+            await asyncio.sleep(0.05)  # queued behind the reload
+            hold.set()
+            return await asyncio.wait_for(task, 30)
+
+        done = asyncio.run(subscribe())
+        assert reloaded.result(timeout=30) is True and state.recoveries == 1
+        assert done.body["subscribed"] == 5
+        assert done.seq <= state.wal.durable_seq
+    finally:
+        hold.set()
+        applier.stop()
+        state.close()
+    again = ServiceState.open(service_dir)
+    try:
+        assert again.subscription_count()["threshold"] == 5
+    finally:
+        again.close()
+
+
 def test_an_event_that_cannot_be_encoded_fails_alone(
         service_dir: Path, workload: Workload, andorra: RoadNetwork,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from roadpubsub.index.events import RequestError, parse_ids
-from roadpubsub.service.context import JSONAnswer, body_of, service_of, who
-from roadpubsub.service.dispatch import Event
+from roadpubsub.service.context import JSONAnswer, dispatched, service_of, who
 
 __all__ = ["get_message", "post_messages"]
 
@@ -17,13 +14,7 @@ __all__ = ["get_message", "post_messages"]
 async def post_messages(request: Request) -> Response:
     """``POST /messages``: the answer lists the deliveries (durable, webhook deliveries in
     the outbox)."""
-    t0 = time.perf_counter()
-    service = service_of(request)
-    principal = who(request)
-    service.guard.check(principal, "publish")
-    done = await service.dispatch.run(Event("publish", await body_of(request), principal))
-    service.metrics.observe("publish", time.perf_counter() - t0)
-    return JSONAnswer(done.body)
+    return await dispatched(request, "publish")
 
 
 async def get_message(request: Request) -> Response:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import numpy as np
@@ -12,8 +11,7 @@ from starlette.responses import Response
 
 from roadpubsub.index.events import RequestError, parse_ids
 from roadpubsub.service.access import ADMIN
-from roadpubsub.service.context import JSONAnswer, body_of, service_of, who
-from roadpubsub.service.dispatch import Event
+from roadpubsub.service.context import JSONAnswer, dispatched, service_of, who
 
 __all__ = ["delete_subscription", "get_subscription", "list_subscriptions", "post_moves",
            "post_subscriptions", "put_location"]
@@ -21,13 +19,7 @@ __all__ = ["delete_subscription", "get_subscription", "list_subscriptions", "pos
 
 async def post_subscriptions(request: Request) -> Response:
     """``POST /subscriptions``: one subscription or a batch (201)."""
-    t0 = time.perf_counter()
-    service = service_of(request)
-    principal = who(request)
-    service.guard.check(principal, "subscribe")
-    done = await service.dispatch.run(Event("subscribe", await body_of(request), principal))
-    service.metrics.observe("subscribe", time.perf_counter() - t0)
-    return JSONAnswer(done.body, status_code=201)
+    return await dispatched(request, "subscribe", status=201)
 
 
 async def list_subscriptions(request: Request) -> Response:
@@ -75,37 +67,18 @@ async def get_subscription(request: Request) -> Response:
 
 async def delete_subscription(request: Request) -> Response:
     """``DELETE /subscriptions/{sid}``: unsubscribe."""
-    t0 = time.perf_counter()
-    service = service_of(request)
-    principal = who(request)
     sid = parse_ids(request.path_params["sid"])
-    service.guard.check(principal, "unsubscribe", [sid])
-    done = await service.dispatch.run(Event(
-        "unsubscribe", np.array([sid], dtype=np.int64), principal))
-    service.metrics.observe("unsubscribe", time.perf_counter() - t0)
-    return JSONAnswer(done.body)
+    return await dispatched(request, "unsubscribe", ids=[sid],
+                            body=np.array([sid], dtype=np.int64))
 
 
 async def put_location(request: Request) -> Response:
     """``PUT /subscriptions/{sid}/location``: move one."""
-    t0 = time.perf_counter()
-    service = service_of(request)
-    principal = who(request)
     sid = parse_ids(request.path_params["sid"])
-    service.guard.check(principal, "move", [sid])
-    done = await service.dispatch.run(Event("move", await body_of(request), principal, sid))
-    service.metrics.observe("move", time.perf_counter() - t0)
-    return JSONAnswer(done.body)
+    return await dispatched(request, "move", ids=[sid], path_id=sid)
 
 
 async def post_moves(request: Request) -> Response:
     """``POST /subscriptions/moves``: a batch of moves, applied in one index update."""
-    t0 = time.perf_counter()
-    service = service_of(request)
-    principal = who(request)
-    service.guard.check(principal, "move")
-    body = await body_of(request)
-    service.guard.row_ids(principal, body)  # before the body is parsed or any id looked up
-    done = await service.dispatch.run(Event("move", body, principal))
-    service.metrics.observe("move", time.perf_counter() - t0)
-    return JSONAnswer(done.body)
+    # the rows' ids are checked before the body is parsed or any id looked up
+    return await dispatched(request, "move", row_ids=True)
