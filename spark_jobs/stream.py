@@ -168,6 +168,7 @@ class StreamDriver:
         # A stop asked for (SIGTERM): the batch under way completes, none starts after it.
         self.stopping = threading.Event()
         self._busy = threading.Lock()
+        self.failure: BaseException | None = None  # a micro-batch that failed (not refused)
         log(f"stream: {len(self.index):,} subscriptions at version {self.version} "
             f"({len(self.consumed)} change files in the log) in "
             f"{time.perf_counter() - t0:.1f} s")
@@ -243,7 +244,11 @@ class StreamDriver:
             msg = f"micro-batch {batch_id} not started: the stream is stopping"
             raise SparkJobError(msg)
         with self._busy:
-            self._process(frame, batch_id)
+            try:
+                self._process(frame, batch_id)
+            except BaseException as exc:
+                self.failure = exc
+                raise
             self.last_batch = batch_id
 
     def wait_idle(self) -> None:
@@ -406,9 +411,10 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
             if signals:
                 _stop_after_batch(query, driver)
     except StreamingQueryException as exc:  # one line, as the other errors
-        if not signals:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() \
-                else type(exc).__name__
+        if not signals or driver.failure is not None:
+            cause = driver.failure if driver.failure is not None else exc
+            first = str(cause).strip().splitlines()[0] if str(cause).strip() \
+                else type(cause).__name__
             msg = f"the streaming query stopped: {first}"
             raise SparkJobError(msg) from exc
         # the stop made a batch that was starting fail: the checkpoint re-runs it
@@ -426,6 +432,11 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def _stop_after_batch(query: StreamingQuery, driver: StreamDriver) -> None:
     """Stop the query once the micro-batch under way (if any) is committed."""
+    # A micro-batch Spark starts before the stop lands is refused (StreamDriver.process),
+    # so the checkpoint re-runs it; Spark logs that expected refusal with the Python
+    # traceback of the callback. Its logging is off from here on: a real failure of the
+    # batch under way is still reported, once, from driver.failure (run_stream).
+    driver.spark.sparkContext.setLogLevel("OFF")
     driver.stopping.set()
     driver.wait_idle()
     query.stop()
