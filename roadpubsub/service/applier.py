@@ -29,9 +29,9 @@ moves and messages travel on different topics: :mod:`roadpubsub.service.mqtt`).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
-import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
