@@ -11,7 +11,6 @@ exactly at scores, boolean radii exactly at distances, messages on the routes.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
