@@ -22,6 +22,16 @@ finite and in its range; times (``time``, ``expires_at``) lie in [``time_min``,
 
 Locations are resolved here with :mod:`roadpubsub.roadnet.locations` (the network never changes);
 keywords stay strings until the service maps them to term ids, in log order.
+
+Routes and areas (issue 32): a threshold or boolean subscription, or a move, may give
+``geometry`` instead of a location: a GeoJSON ``LineString`` (lon/lat waypoints, joined by
+shortest paths: :func:`~roadpubsub.roadnet.segment_sets.route_from_lonlat`), ``Polygon`` or
+``MultiPolygon`` (:func:`~roadpubsub.roadnet.segment_sets.area_from_geojson`), or
+``{"type": "NodePath", "nodes": [node id, ...], "start_m": m, "end_m": m or null}``
+(:func:`~roadpubsub.roadnet.segment_sets.route_from_nodes`). Its shape and size (at most
+``max_set_points`` positions, ``max_set_batch_points`` per request) are checked before
+anything is resolved, the resolved set (at most ``max_set_pieces`` pieces) after; a top-k
+row or a row that also gives a location is refused.
 """
 
 from __future__ import annotations

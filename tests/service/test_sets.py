@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from jsonschema import Draft202012Validator
 from live import Server, tweet_weights
 
 from roadpubsub.index.eia import EnhancedIndex
@@ -355,3 +356,18 @@ def test_sets_hostile_bodies(sets_server: Server, andorra: RoadNetwork,
             {"id": 50, "geometry": {"type": "Circle"}}])
         assert r.status_code == 422 and "row 1 (id 50)" in r.text
         assert c.get("/subscriptions/50").json()["geometry"]["kind"] == "route"
+        # the published schema agrees on the shapes (not on the network's content)
+        doc = c.get("/openapi.json").json()
+
+        def valid(value: Any) -> bool:
+            root = {"$ref": "#/components/schemas/Subscription",
+                    "components": doc["components"]}
+            return Draft202012Validator(root).is_valid(value)
+
+        assert valid(good) and valid({**good, "geometry": box})
+        assert valid({**good, "geometry": {"type": "NodePath", "nodes": [1, 2]}})
+        for geometry, _ in cases:
+            if geometry not in (far, box) and "NodePath" not in str(geometry):
+                assert not valid({**good, "geometry": geometry}), geometry
+        assert not valid({**good, "u": 1, "v": 2, "offset": 0.0})
+        assert not valid({**good, "kind": "topk", "k": 3, "tau": None})
