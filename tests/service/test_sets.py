@@ -31,6 +31,7 @@ from roadpubsub.pruning.set_locations import SetLocations
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.segment_sets import SegmentSet, segment_set_distances
+from roadpubsub.service.access import TokenStore
 from roadpubsub.service.state import create_state
 
 pytestmark = pytest.mark.slow
@@ -371,3 +372,38 @@ def test_sets_hostile_bodies(sets_server: Server, andorra: RoadNetwork,
                 assert not valid({**good, "geometry": geometry}), geometry
         assert not valid({**good, "u": 1, "v": 2, "offset": 0.0})
         assert not valid({**good, "kind": "topk", "k": 3, "tau": None})
+
+
+def test_sets_belong_to_their_token(andorra: RoadNetwork, tweets: list[list[str]],
+                                    tmp_path: Path, servers: list[Server]) -> None:
+    """A route subscription is its creator's, as a point one is: another subscriber
+    cannot read, move, replace or delete it (403), also after kill -9."""
+    folder = _folder(tmp_path, andorra, tweets, 3000.0)
+    store = TokenStore(folder)
+    alice, bob = (store.create("subscriber")[1] for _ in range(2))
+    server = Server(folder)
+    servers.append(server.start())
+    a, b = ({"Authorization": f"Bearer {t}"} for t in (alice, bob))
+    row = {"id": 80, "keywords": [tweets[0][0]], "alpha": 0.5, "tau": 0.2,
+           "geometry": _route(andorra, 10, 400)}
+    other = {"geometry": _route(andorra, 20, 300)}
+    for restart in (False, True):
+        if restart:
+            server.kill()
+            server.start()
+        with server.client() as c:
+            if not restart:
+                assert c.post("/subscriptions", json=row, headers=a).status_code == 201
+            assert c.get("/subscriptions/80", headers=b).status_code == 403
+            assert c.put("/subscriptions/80/location", json=other,
+                         headers=b).status_code == 403
+            assert c.post("/subscriptions/moves", json=[{"id": 80, **other}],
+                          headers=b).status_code == 403
+            assert c.post("/subscriptions", json=row, headers=b).status_code == 403
+            assert c.delete("/subscriptions/80", headers=b).status_code == 403
+            mine = c.get("/subscriptions", headers=a).json()["subscriptions"]
+            assert [r["id"] for r in mine] == [80]
+            assert c.get("/subscriptions", headers=b).json()["subscriptions"] == []
+    with server.client() as c:
+        assert c.put("/subscriptions/80/location", json=other, headers=a).status_code == 200
+        assert c.delete("/subscriptions/80", headers=a).status_code == 200
