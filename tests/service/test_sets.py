@@ -407,3 +407,28 @@ def test_sets_belong_to_their_token(andorra: RoadNetwork, tweets: list[list[str]
     with server.client() as c:
         assert c.put("/subscriptions/80/location", json=other, headers=a).status_code == 200
         assert c.delete("/subscriptions/80", headers=a).status_code == 200
+
+
+def test_sets_expire_as_points_do(sets_server: Server, andorra: RoadNetwork,
+                                  tweets: list[list[str]]) -> None:
+    """A route subscription with ``expires_at`` gets no message whose time is at or after
+    it, and the first publish after the server's clock passes it removes it."""
+    import time
+
+    word = tweets[0][0]
+    expires = time.time() + 4.0
+    row = {"id": 90, "keywords": [word], "alpha": 0.5, "tau": 0.2, "expires_at": expires,
+           "geometry": _route(andorra, 10, 400)}
+    with sets_server.client() as c:
+        assert c.post("/subscriptions", json=row).status_code == 201
+        seg = c.get("/subscriptions/90").json()["geometry"]["segments"][0]
+        msg = {"keywords": [word], "u": seg["u"], "v": seg["v"], "offset": seg["end_m"]}
+        now = c.post("/messages", json={**msg, "id": 1}).json()["deliveries"]
+        assert [d["subscription_id"] for d in now] == [90]
+        late = c.post("/messages", json={**msg, "id": 2, "time": expires}).json()
+        assert late["deliveries"] == []
+        assert c.get("/subscriptions/90").status_code == 200  # a message's time purges not
+        while time.time() <= expires + 0.2:
+            time.sleep(0.1)
+        assert c.post("/messages", json={**msg, "id": 3}).json()["deliveries"] == []
+        assert c.get("/subscriptions/90").status_code == 404
