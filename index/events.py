@@ -22,6 +22,16 @@ finite and in its range; times (``time``, ``expires_at``) lie in [``time_min``,
 
 Locations are resolved here with :mod:`roadpubsub.roadnet.locations` (the network never changes);
 keywords stay strings until the service maps them to term ids, in log order.
+
+Routes and areas (issue 32): a threshold or boolean subscription, or a move, may give
+``geometry`` instead of a location: a GeoJSON ``LineString`` (lon/lat waypoints, joined by
+shortest paths: :func:`~roadpubsub.roadnet.segment_sets.route_from_lonlat`), ``Polygon`` or
+``MultiPolygon`` (:func:`~roadpubsub.roadnet.segment_sets.area_from_geojson`), or
+``{"type": "NodePath", "nodes": [node id, ...], "start_m": m, "end_m": m or null}``
+(:func:`~roadpubsub.roadnet.segment_sets.route_from_nodes`). Its shape and size (at most
+``max_set_points`` positions, ``max_set_batch_points`` per request) are checked before
+anything is resolved, the resolved set (at most ``max_set_pieces`` pieces) after; a top-k
+row or a row that also gives a location is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +49,12 @@ from pyproj import CRS, Transformer
 from roadpubsub.roadnet.errors import InvalidLocationError, RoadPubSubError
 from roadpubsub.roadnet.locations import EdgePoints, locate_uv, locate_xy
 from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.segment_sets import (
+    SegmentSet,
+    area_from_geojson,
+    route_from_lonlat,
+    route_from_nodes,
+)
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
@@ -55,12 +71,12 @@ IntArray = npt.NDArray[np.int64]
 
 _LOCATION = ("u", "v", "offset", "lon", "lat")
 _SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", "webhook",
-                         *_LOCATION})
+                         "geometry", *_LOCATION})
 #: Longest webhook URL a subscription may carry (characters; issue 30).
 MAX_WEBHOOK_CHARS = 2048
 _KIND_FIELDS = frozenset({"kind", "radius", "k"})
 _MSG_FIELDS = frozenset({"id", "keywords", "time", *_LOCATION})
-_MOVE_FIELDS = frozenset({"id", *_LOCATION})
+_MOVE_FIELDS = frozenset({"id", "geometry", *_LOCATION})
 #: Largest batch one request may carry (rows), by default.
 MAX_BATCH = DEFAULTS.max_batch_rows
 
@@ -101,6 +117,9 @@ class SubscriptionBatch:
     #: Webhook URL of each row, None where absent (None: no row has one); its address is
     #: checked by the service (:mod:`roadpubsub.service.webhooks`).
     webhook: list[str | None] | None = None
+    #: Route or area of each row given a ``geometry``, None elsewhere (None: no row has
+    #: one); such a row's ``points`` entry is a placeholder (its set's first piece start).
+    sets: tuple[SegmentSet | None, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -112,6 +131,9 @@ class MoveBatch:
 
     ids: IntArray
     points: EdgePoints
+    #: New route or area of each row given a ``geometry`` (as in
+    #: :class:`SubscriptionBatch`), None elsewhere; None: every row is a point.
+    sets: tuple[SegmentSet | None, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -395,6 +417,10 @@ class BodyParser:
     max_keywords, max_keyword_bytes, max_batch_rows, time_min, time_max
         The limits of :class:`~roadpubsub.roadnet.settings.Settings` (keywords per row, UTF-8 bytes
         per keyword after normalisation, rows per body, accepted times in epoch seconds).
+    max_set_points, max_set_pieces, max_set_batch_points
+        Limits of ``geometry`` (routes and areas, issue 32): positions per geometry, pieces
+        per resolved set, positions per request (``service_set_*`` of
+        :class:`~roadpubsub.roadnet.settings.Settings`).
     """
 
     def __init__(self, network: RoadNetwork, *, max_snap_m: float, kinds: bool = False,
@@ -402,8 +428,14 @@ class BodyParser:
                  max_keyword_bytes: int = DEFAULTS.max_keyword_bytes,
                  max_batch_rows: int = DEFAULTS.max_batch_rows,
                  time_min: float = DEFAULTS.time_min,
-                 time_max: float = DEFAULTS.time_max) -> None:
+                 time_max: float = DEFAULTS.time_max,
+                 max_set_points: int = DEFAULTS.service_set_max_points,
+                 max_set_pieces: int = DEFAULTS.service_set_max_pieces,
+                 max_set_batch_points: int = DEFAULTS.service_set_batch_points) -> None:
         self.locator = _Locator(network, max_snap_m=max_snap_m)
+        self.geometries = _Geometries(network, max_snap_m=max_snap_m,
+                                      max_points=max_set_points, max_pieces=max_set_pieces,
+                                      batch_points=max_set_batch_points)
         if kinds and dmax_m is None:
             msg = "a parser of subscription kinds needs Dmax (boolean radii are at most it)"
             raise ValueError(msg)
@@ -449,11 +481,35 @@ class BodyParser:
             tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
         expires = self._time(rows, "expires_at", problems)
         webhook = _webhooks(rows, problems)
+        if kind is not None:
+            _point_kinds_only(rows, kind, problems)
         problems.raise_if_any()
-        points = self.locator.points(rows, ids, problems)
-        problems.raise_if_any()
+        points, sets = self._located(rows, ids, problems)
         return SubscriptionBatch(ids, points, keywords, alpha, tau, expires, kind, radius, k,
-                                 webhook)
+                                 webhook, sets)
+
+    def _located(self, rows: list[dict[str, Any]], ids: IntArray, problems: _Problems
+                 ) -> tuple[EdgePoints, tuple[SegmentSet | None, ...] | None]:
+        """Each row's point, and its route or area where it gives a ``geometry`` (then
+        its point is the set's first piece start, a placeholder)."""
+        on_set = [i for i, r in enumerate(rows) if r.get("geometry") is not None]
+        if not on_set:
+            points = self.locator.points(rows, ids, problems)
+            problems.raise_if_any()
+            return points, None
+        sets = self.geometries.resolve(rows, on_set, problems)
+        rest = [i for i, r in enumerate(rows) if r.get("geometry") is None]
+        edge = np.zeros(len(rows), dtype=np.int32)
+        offset = np.zeros(len(rows))
+        if rest:
+            pts = self.locator.points([rows[i] for i in rest], ids[rest], problems)
+            edge[rest], offset[rest] = pts.edge, pts.offset
+        problems.raise_if_any()
+        for i in on_set:
+            s = sets[i]
+            assert s is not None
+            edge[i], offset[i] = s.edge[0], s.start[0]
+        return EdgePoints(edge, offset), tuple(sets)
 
     def _kind_fields(self, rows: list[dict[str, Any]], problems: _Problems
                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray,
@@ -511,9 +567,8 @@ class BodyParser:
         _check_fields(rows, _MOVE_FIELDS, problems)
         ids = _ids(rows, problems)
         problems.raise_if_any()
-        points = self.locator.points(rows, ids, problems)
-        problems.raise_if_any()
-        return MoveBatch(ids, points)
+        points, sets = self._located(rows, ids, problems)
+        return MoveBatch(ids, points, sets)
 
     def messages(self, body: Any) -> MessageBatch:
         """A batch of messages (see the module docstring)."""
@@ -542,3 +597,127 @@ def parse_ids(text: str, *, what: str = "subscription id") -> int:
 
 
 _CANONICAL_ID = re.compile(r"0|-?[1-9][0-9]{0,18}", re.ASCII)
+
+
+# ---------------------------------------------------------------- routes and areas
+#: ``geometry`` types a subscription or move may give (issue 32).
+GEOMETRY_TYPES = ("LineString", "Polygon", "MultiPolygon", "NodePath")
+_GEOMETRY_KEYS = {"LineString": {"type", "coordinates"}, "Polygon": {"type", "coordinates"},
+                  "MultiPolygon": {"type", "coordinates"},
+                  "NodePath": {"type", "nodes", "start_m", "end_m"}}
+
+
+def _point_kinds_only(rows: list[dict[str, Any]], kind: npt.NDArray[np.int8],
+                      problems: _Problems) -> None:
+    """A top-k subscription must be a point (routes and areas: threshold and boolean)."""
+    from roadpubsub.index.kinds import KIND_CODES
+
+    for i, rec in enumerate(rows):
+        if rec.get("geometry") is not None and int(kind[i]) == KIND_CODES["topk"]:
+            problems.add(i, rec, "field 'geometry': a topk subscription must be a point "
+                                 "(routes and areas are for threshold and boolean ones)")
+
+
+def _positions(value: Any, depth: int) -> int | None:
+    """How many [lon, lat] positions ``value`` holds at nesting ``depth`` (1: a list of
+    positions), or None when it is not such a nest of finite lon/lat pairs."""
+    if not isinstance(value, list):
+        return None
+    if depth == 0:
+        ok = len(value) in (2, 3) and all(_is_number(c) for c in value) \
+            and abs(value[0]) <= 180 and abs(value[1]) <= 90
+        return 1 if ok else None
+    total = 0
+    for part in value:
+        n = _positions(part, depth - 1)
+        if n is None:
+            return None
+        total += n
+    return total
+
+
+class _Geometries:
+    """Checks and resolves the ``geometry`` field of rows into segment sets."""
+
+    def __init__(self, network: RoadNetwork, *, max_snap_m: float, max_points: int,
+                 max_pieces: int, batch_points: int) -> None:
+        self.network, self.max_snap_m = network, max_snap_m
+        self.max_points, self.max_pieces = max_points, max_pieces
+        self.batch_points = batch_points
+
+    def _shape(self, geom: Any) -> tuple[int, str | None]:
+        """(positions, the problem or None) of a ``geometry`` value, before resolving."""
+        if not isinstance(geom, dict) or geom.get("type") not in GEOMETRY_TYPES:
+            got = geom.get("type") if isinstance(geom, dict) else geom
+            return 0, (f"must be a GeoJSON LineString, Polygon, MultiPolygon or a NodePath "
+                       f"object, got type {show(got)}")
+        kind = geom["type"]
+        extra = sorted(set(geom) - _GEOMETRY_KEYS[kind])
+        if extra:
+            return 0, f"unknown member(s) {', '.join(map(show, extra[:5]))} of a {kind}"
+        if kind == "NodePath":
+            nodes = geom.get("nodes")
+            if not (isinstance(nodes, list) and len(nodes) >= 2
+                    and all(_is_int(x) for x in nodes)):
+                return 0, f"a NodePath's 'nodes' must be >= 2 node ids, got {show(nodes)}"
+            for name in ("start_m", "end_m"):
+                x = geom.get(name)
+                if x is not None and not (_is_number(x) and x >= 0):
+                    return 0, f"a NodePath's {name!r} must be a number >= 0, got {show(x)}"
+            return len(nodes), None
+        depth = {"LineString": 1, "Polygon": 2, "MultiPolygon": 3}[kind]
+        n = _positions(geom.get("coordinates"), depth)
+        if n is None:
+            return 0, (f"a {kind}'s 'coordinates' must nest {depth} list(s) deep of [lon, "
+                       f"lat] positions in degrees, got {show(geom.get('coordinates'))}")
+        if kind == "LineString" and n < 2:
+            return 0, f"a LineString needs at least two positions, got {n}"
+        return n, None
+
+    def resolve(self, rows: list[dict[str, Any]], which: list[int], problems: _Problems
+                ) -> list[SegmentSet | None]:
+        """The set of each row of ``which`` (None elsewhere); problems name row and field."""
+        out: list[SegmentSet | None] = [None] * len(rows)
+        sizes: dict[int, int] = {}
+        for i in which:
+            rec = rows[i]
+            if any(rec.get(k) is not None for k in _LOCATION):
+                problems.add(i, rec, "field 'geometry' replaces 'u', 'v', 'offset', 'lon', "
+                                     "'lat': give one location")
+                continue
+            n, problem = self._shape(rec["geometry"])
+            if problem is None and n > self.max_points:
+                problem = f"holds {n:,} positions, more than the limit of {self.max_points:,}"
+            if problem is not None:
+                problems.add(i, rec, f"field 'geometry': {problem}")
+                continue
+            sizes[i] = n
+        total = sum(sizes.values())
+        if total > self.batch_points:
+            problems.lines.append(f"field 'geometry': the request's geometries hold {total:,} "
+                                  f"positions, more than the limit of {self.batch_points:,}")
+        if problems.lines:
+            return out
+        for i in which:
+            rec = rows[i]
+            geom = rec["geometry"]
+            try:
+                if geom["type"] == "LineString":
+                    got = route_from_lonlat(self.network, geom, max_snap_m=self.max_snap_m)
+                elif geom["type"] == "NodePath":
+                    got = route_from_nodes(self.network, geom["nodes"],
+                                           start_m=float(geom.get("start_m") or 0.0),
+                                           end_m=None if geom.get("end_m") is None
+                                           else float(geom["end_m"]))
+                else:
+                    got = area_from_geojson(self.network, geom)
+            except InvalidLocationError as exc:
+                problems.add(i, rec, f"field 'geometry': {exc}")
+                continue
+            if len(got) > self.max_pieces:
+                problems.add(i, rec, f"field 'geometry': the {got.kind} holds {len(got):,} "
+                                     f"road pieces, more than the limit of "
+                                     f"{self.max_pieces:,}")
+                continue
+            out[i] = got
+        return out

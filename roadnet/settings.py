@@ -229,6 +229,16 @@ class Settings:
     generate_route_min_m, generate_route_max_m
         Length range in metres of the routes ``roadpubsub generate --routes`` draws
         (shortest paths between random places, as trips run); 0 < min <= max.
+    service_set_max_points
+        Most waypoints (LineString), polygon vertices (Polygon, MultiPolygon, every ring)
+        or nodes (NodePath) one ``geometry`` of a live subscription or move may carry
+        (>= 2); more is refused before anything is resolved.
+    service_set_max_pieces
+        Most road-segment pieces one resolved route or area of the live service may hold
+        (>= 1); a larger one is refused naming the row (an area over a whole city).
+    service_set_batch_points
+        Most waypoints, vertices and nodes all the ``geometry`` fields of one request may
+        carry together (>= 2): bounds the shortest-path searches one request costs.
     """
 
     snap_distance_m: float = 250.0
@@ -319,6 +329,10 @@ class Settings:
     generate_routes: int = 0
     generate_route_min_m: float = 2_000.0
     generate_route_max_m: float = 20_000.0
+    # --- live route and area subscriptions (issue 32, service) ---
+    service_set_max_points: int = 1_000
+    service_set_max_pieces: int = 50_000
+    service_set_batch_points: int = 20_000
 
 
 DEFAULTS = Settings()

@@ -29,6 +29,7 @@ moves and messages travel on different topics: :mod:`roadpubsub.service.mqtt`).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -178,9 +179,10 @@ class Applier:
             batches.append((it, batch))
         if not batches:
             return
-        if len(batches) == 1:
-            it, batch = batches[0]
-            _settle(it.future, lambda: self.state.move(batch))
+        if len(batches) == 1 or any(b.sets is not None for _, b in batches):
+            # routes and areas (issue 32) are not merged: each request applied in order
+            for it, batch in batches:
+                _settle(it.future, functools.partial(self.state.move, batch))
             return
         ids = np.concatenate([b.ids for _, b in batches])
         edge = np.concatenate([b.points.edge for _, b in batches])

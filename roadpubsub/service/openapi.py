@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from roadpubsub.index.events import MAX_BATCH
+from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["openapi_document"]
 
@@ -41,14 +42,58 @@ _LOCATION = {
 _LOCATION_RULE = {"oneOf": [
     {"required": ["u", "v", "offset"],
      "properties": {"u": {"type": "integer"}, "v": {"type": "integer"},
-                    "offset": {"type": "number"}},
+                    "offset": {"type": "number"}, "geometry": _NULL},
      "anyOf": [{"properties": {"lon": _NULL, "lat": _NULL}},
                {"required": ["lon", "lat"],
                 "properties": {"lon": {"type": "number"}, "lat": {"type": "number"}}}]},
     {"required": ["lon", "lat"],
      "properties": {"lon": {"type": "number"}, "lat": {"type": "number"},
-                    "u": _NULL, "v": _NULL, "offset": _NULL}},
+                    "u": _NULL, "v": _NULL, "offset": _NULL, "geometry": _NULL}},
+    {"required": ["geometry"],  # a route or an area (issue 32)
+     "properties": {"geometry": {"type": "object"}, "u": _NULL, "v": _NULL, "offset": _NULL,
+                    "lon": _NULL, "lat": _NULL}},
 ]}
+_POSITION = {"type": "array", "minItems": 2, "maxItems": 3, "items": {"type": "number"},
+             "prefixItems": [{"type": "number", "minimum": -180, "maximum": 180},
+                             {"type": "number", "minimum": -90, "maximum": 90}]}
+
+
+def _coordinates(depth: int, min_items: int) -> dict[str, Any]:
+    """Nested arrays of [lon, lat] positions, ``depth`` deep."""
+    out: dict[str, Any] = _POSITION
+    for level in range(depth):
+        out = {"type": "array", "items": out, **({"minItems": min_items} if level == 0 else {})}
+    return out
+
+
+#: A route or an area instead of a point (issue 32; limits: roadnet.settings service_set_*).
+_GEOMETRY = {"description": "a route (GeoJSON LineString of lon/lat waypoints joined by "
+                            "shortest paths, or a NodePath: original node ids, metres "
+                            "along the first and last edge) or an area (GeoJSON Polygon or "
+                            "MultiPolygon: every road inside); threshold and boolean "
+                            "subscriptions only",
+             "oneOf": [
+                 _NULL,
+                 {"type": "object", "required": ["type", "coordinates"],
+                  "additionalProperties": False,
+                  "properties": {"type": {"const": "LineString"},
+                                 "coordinates": {**_coordinates(1, 2), "maxItems":
+                                                 DEFAULTS.service_set_max_points}}},
+                 {"type": "object", "required": ["type", "coordinates"],
+                  "additionalProperties": False,
+                  "properties": {"type": {"const": "Polygon"},
+                                 "coordinates": _coordinates(2, 0)}},
+                 {"type": "object", "required": ["type", "coordinates"],
+                  "additionalProperties": False,
+                  "properties": {"type": {"const": "MultiPolygon"},
+                                 "coordinates": _coordinates(3, 0)}},
+                 {"type": "object", "required": ["type", "nodes"],
+                  "additionalProperties": False,
+                  "properties": {"type": {"const": "NodePath"},
+                                 "nodes": {"type": "array", "minItems": 2, "items": _INT64,
+                                           "maxItems": DEFAULTS.service_set_max_points},
+                                 "start_m": {"type": ["number", "null"], "minimum": 0},
+                                 "end_m": {"type": ["number", "null"], "minimum": 0}}}]}
 _KEYWORDS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
 _UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 
@@ -68,7 +113,7 @@ def _kind_rule(dmax_m: float | None) -> dict[str, Any]:
         {"title": "topk", "required": ["kind", "k", "alpha"], "properties": {
             "kind": {"const": "topk"}, "alpha": _UNIT,
             "k": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-            "tau": _NULL, "radius": _NULL}},
+            "tau": _NULL, "radius": _NULL, "geometry": _NULL}},
     ]}
 
 
@@ -81,7 +126,7 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                            "radius; topk: alpha and k. Fields a kind does not use are null "
                            "or absent.",
             "properties": {
-                "id": _INT64, **_LOCATION, "keywords": _KEYWORDS,
+                "id": _INT64, **_LOCATION, "geometry": _GEOMETRY, "keywords": _KEYWORDS,
                 "kind": {"enum": ["threshold", "boolean", "topk", None],
                          "description": "threshold: SIM >= tau; boolean: every keyword and "
                                         "dN <= radius; topk: the k best messages of the "
@@ -118,17 +163,20 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                                                    "the server's clock)"}},
             "allOf": [_LOCATION_RULE]},
         "Move": {"type": "object", "required": ["id"], "additionalProperties": False,
-                 "properties": {"id": _INT64, **_LOCATION}, "allOf": [_LOCATION_RULE]},
+                 "properties": {"id": _INT64, **_LOCATION, "geometry": _GEOMETRY},
+                 "allOf": [_LOCATION_RULE]},
         "Location": {"type": "object", "additionalProperties": False,
                      "properties": {"id": {**_INT64, "description": "the path's id, if "
                                                                       "given (else 422)"},
-                                    **_LOCATION},
+                                    **_LOCATION, "geometry": _GEOMETRY},
                      "allOf": [_LOCATION_RULE]},
         "SubscriptionRow": {
             "type": "object", "required": ["id", "keywords"],
             "description": "a live subscription: its fields, with its location as given "
                            "back by the server; a top-k one also with 'topk', its current "
-                           "top-k",
+                           "top-k; a route or area one with 'geometry': kind (route, area), "
+                           "length_m, node_paths (original node ids per leg) and segments "
+                           "(edge, u, v, start_m, end_m: metres from u) and a null point",
             "properties": {"id": {"type": "integer"},
                            "keywords": {"type": "array", "items": {"type": "string"}},
                            "kind": {"type": ["string", "null"]},

@@ -63,7 +63,9 @@ from roadpubsub.pruning.kinds_reference import check_window
 from roadpubsub.pruning.live_kinds import LiveBoolean
 from roadpubsub.pruning.live_topk import LiveTopk
 from roadpubsub.roadnet.errors import InputError, describe_rows, format_error
+from roadpubsub.roadnet.segment_sets import SegmentSet
 from roadpubsub.service.answers import DeliveryList
+from roadpubsub.service.live_sets import set_record
 from roadpubsub.service.options import DEFAULT_WINDOW
 from roadpubsub.service.results import Applied
 from roadpubsub.service.snapshot import (
@@ -129,13 +131,16 @@ class ServiceState(StateOpening):
             hooks = self._checked_webhooks(hooks)
         else:
             hooks = None
+        sets = getattr(batch, "sets", None)
         self._subscribe(batch.ids, batch.points, batch.keywords, batch.alpha, batch.tau,
                         batch.expires_at, batch.kind if kinds else None, batch.radius,
-                        batch.k)
+                        batch.k, sets)
         record = {"op": "subscribe", "id": batch.ids.tolist(),
                   "edge": batch.points.edge.tolist(), "offset": batch.points.offset.tolist(),
                   "alpha": _tolist(batch.alpha), "tau": _tolist(batch.tau),
                   "keywords": batch.keywords, "expires_at": _tolist(batch.expires_at)}
+        if sets is not None:  # routes and areas: the resolved sets, exact (issue 32)
+            record["sets"] = [None if x is None else set_record(x) for x in sets]
         if kinds:
             assert batch.kind is not None and batch.radius is not None and batch.k is not None
             record.update(kind=[SUBSCRIPTION_KIND_NAMES[c] for c in batch.kind.tolist()],
@@ -176,8 +181,13 @@ class ServiceState(StateOpening):
         return self._after(Applied(seq, {"unsubscribed": int(ids.size), "seq": seq}))
 
     def move(self, batch: MoveBatch) -> Applied:
-        """Give live subscriptions new locations (one vectorised index update)."""
+        """Give live subscriptions new locations (one vectorised index update); rows with
+        a ``geometry`` replace a route or area subscription's set. A point stays a point
+        and a set a set: a move that would turn one into the other is refused whole (422)."""
         self._check_alive()
+        sets = getattr(batch, "sets", None)
+        if sets is not None or len(self.sets):
+            return self._move_with_sets(batch, sets)
         if self._kinds_live():
             self.require_live(batch.ids)
             self._move(batch.ids, batch.points)
@@ -191,6 +201,40 @@ class ServiceState(StateOpening):
         seq = self._log({"op": "move", "id": np.ascontiguousarray(batch.ids, np.int64),
                          "edge": np.ascontiguousarray(batch.points.edge, np.int64),
                          "offset": np.ascontiguousarray(batch.points.offset, np.float64)})
+        return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
+
+    def _move_with_sets(self, batch: MoveBatch, sets: tuple[SegmentSet | None, ...] | None
+                        ) -> Applied:
+        """A move batch while set subscriptions exist or the batch gives geometries."""
+        self.require_live(batch.ids)
+        want = np.zeros(len(batch), bool) if sets is None else \
+            np.fromiter((x is not None for x in sets), dtype=bool, count=len(batch))
+        have = self.sets.contains(batch.ids)
+        wrong = np.flatnonzero(want != have)
+        if wrong.size:
+            r = int(wrong[0])
+            sid = int(batch.ids[r])
+            msg = (f"invalid moves: row {r} (id {sid}): field 'geometry': subscription {sid} "
+                   + ("is a point: move it with 'u', 'v', 'offset' or 'lon', 'lat' (a point "
+                      "does not become a route or area; delete and subscribe again)"
+                      if want[r] else
+                      "lies on a route or area: move it with a 'geometry' (it does not "
+                      "become a point; delete and subscribe again)"))
+            raise RequestError(msg, status=422)
+        pr, sr = np.flatnonzero(~want), np.flatnonzero(want)
+        if pr.size:
+            self._move(batch.ids[pr], batch.points[pr])
+        record: dict[str, Any] = {
+            "op": "move", "id": np.ascontiguousarray(batch.ids[pr], np.int64),
+            "edge": np.ascontiguousarray(batch.points.edge[pr], np.int64),
+            "offset": np.ascontiguousarray(batch.points.offset[pr], np.float64)}
+        if sr.size:
+            assert sets is not None
+            new = [sets[i] for i in sr.tolist()]
+            self._move_sets(batch.ids[sr], new)  # type: ignore[arg-type]
+            record["set_id"] = batch.ids[sr].tolist()
+            record["sets"] = [set_record(x) for x in new if x is not None]
+        seq = self._log(record)
         return self._after(Applied(seq, {"moved": len(batch), "seq": seq}), len(batch))
 
     def publish(self, batch: MessageBatch, *, now: float | None = None, owner: str = ""

@@ -34,12 +34,15 @@ from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.pruning.live_kinds import LiveBoolean
 from roadpubsub.pruning.live_topk import LiveTopk
 from roadpubsub.pruning.mixed import MixedMatcher
+from roadpubsub.pruning.set_matchers import PointsAndSets
 from roadpubsub.pruning.topk_events import TopkEvents
 from roadpubsub.roadnet.errors import describe_rows
 from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.segment_sets import SegmentSet
 from roadpubsub.service.compactor import Compactor
 from roadpubsub.service.deliveries_log import DeliveriesLog, TopkLog
 from roadpubsub.service.journal import DeliveryJournal
+from roadpubsub.service.live_sets import LiveSets
 from roadpubsub.service.metrics import Histogram
 from roadpubsub.service.options import DEFAULT_WINDOW, ServiceOptions
 from roadpubsub.service.snapshot import (
@@ -78,6 +81,9 @@ class StateCore:
         self.topk = LiveTopk(index.spatial, index.weights, dmax_m=index.dmax_m,
                              window=self.window)
         self.expiry = Expiry()
+        # routes and areas (issue 32): threshold and boolean subscriptions on sets
+        self.sets = LiveSets(index.network, index.spatial, index.weights,
+                             dmax_m=index.dmax_m)
         self.messages: dict[int, tuple[int, float, Deliveries]] = {}
         self.topk_of: dict[int, TopkFound] = {}  # top-k events per message that caused any
         # access (roadpubsub.service.access): token id owning a subscription a subscriber
@@ -122,14 +128,25 @@ class StateCore:
     def _subscribe(self, ids: IntArray, points: EdgePoints, keywords: list[list[str]],
                    alpha: FloatArray, tau: FloatArray, expires: FloatArray,
                    kind: npt.NDArray[np.int8] | None = None, radius: FloatArray | None = None,
-                   k: FloatArray | None = None) -> None:
-        if kind is None or not kind.any():
+                   k: FloatArray | None = None,
+                   sets: tuple[SegmentSet | None, ...] | None = None) -> None:
+        on_set = None if sets is None else np.fromiter((x is not None for x in sets),
+                                                       dtype=bool, count=len(sets))
+        if on_set is not None and on_set.any():
+            kind = np.zeros(ids.size, np.int8) if kind is None else kind
+            radius = np.full(ids.size, np.nan) if radius is None else radius
+            k = np.full(ids.size, np.nan) if k is None else k
+        else:
+            on_set = None
+        if on_set is None and (kind is None or not kind.any()):
             subs = Subscriptions.from_rows(ids=ids, points=points, keywords=keywords,
                                            alpha=alpha, tau=tau, weights=self.index.weights)
         else:
             # one vocabulary pass in row order (new terms get ids as a threshold batch would)
             ptr, terms = keyword_csr(keywords, self.index.weights, add=True)
-            rows = [np.flatnonzero(kind == c) for c in range(len(SUBSCRIPTION_KIND_NAMES))]
+            point = np.ones(ids.size, bool) if on_set is None else ~on_set
+            rows = [np.flatnonzero((kind == c) & point)
+                    for c in range(len(SUBSCRIPTION_KIND_NAMES))]
             thr, boo, top = rows
             subs = Subscriptions(ids[thr], points[thr], alpha[thr], tau[thr],
                                  *take_csr(ptr, terms, thr))
@@ -139,6 +156,11 @@ class StateCore:
             self.topk.add(TopkSubscriptions(ids[top], points[top], alpha[top],
                                             k[top].astype(np.int64),
                                             *take_csr(ptr, terms, top)))
+            if on_set is not None and sets is not None and kind is not None:
+                sr = np.flatnonzero(on_set)
+                placed = [x for x in sets if x is not None]  # the rows of sr, in order
+                self.sets.add(ids[sr], kind[sr], placed,
+                              *take_csr(ptr, terms, sr), alpha[sr], tau[sr], radius[sr])
         if len(subs):
             before = self.index.subs
             self.index.subscribe(subs)
@@ -153,7 +175,7 @@ class StateCore:
                     self.webhook_of[i] = u
 
     def _kinds_live(self) -> bool:
-        return bool(len(self.boolean) or len(self.topk))
+        return bool(len(self.boolean) or len(self.topk) or len(self.sets))
 
     def _threshold_ids(self, ids: IntArray) -> IntArray:
         """The ids the threshold index holds (all of them when no other kind is live)."""
@@ -172,6 +194,7 @@ class StateCore:
         if thr.size < ids.size:
             self.boolean.remove(ids)
             self.topk.remove(ids)
+            self.sets.remove(ids)
 
     def _unsubscribe(self, ids: IntArray) -> None:
         self._remove(ids)
@@ -195,6 +218,11 @@ class StateCore:
             if self.index.auto_compact and self.index.delta_due():  # replay compacts in line
                 self.index.compact()
                 self.compactions += 1
+        self.counts["move"] += ids.size
+
+    def _move_sets(self, ids: IntArray, sets: list[SegmentSet]) -> None:
+        """Replace live set subscriptions' sets (routes and areas)."""
+        self.sets.move(ids, sets)
         self.counts["move"] += ids.size
 
     def _expire(self, t: float) -> TopkEvents:
@@ -242,9 +270,14 @@ class StateCore:
             # expiry rule of pruning.expiry: the clock is the purge's (or, for log records
             # of the former rule, the messages' time); the top-k window shares the index's
             # weights, so it takes the batch's keyword rows
-            kinds = MixedMatcher(threshold=self.matcher if match else None,
-                                 boolean=self.boolean if match and len(self.boolean) else None,
-                                 topk=self.topk, expiry=self.expiry)
+            threshold: Any = self.matcher if match else None
+            boolean: Any = self.boolean if match and len(self.boolean) else None
+            if match and len(self.sets):  # routes and areas beside the points (issue 32)
+                on_thr, on_boo = self.sets.matchers()
+                threshold = PointsAndSets(threshold, on_thr)
+                boolean = PointsAndSets(boolean, on_boo) if on_boo is not None else boolean
+            kinds = MixedMatcher(threshold=threshold, boolean=boolean, topk=self.topk,
+                                 expiry=self.expiry)
             first = self.topk.arrivals
             got = kinds.match(batch, times=np.full(len(batch), t),
                               clock=t if purge_at is None else purge_at,
@@ -270,6 +303,8 @@ class StateCore:
         live = self.index.contains(ids)
         if self._kinds_live() and not live.all():
             live |= self.boolean.contains(ids) | self.topk.contains(ids)
+            if len(self.sets):
+                live |= self.sets.contains(ids)
         return live
 
     def require_live(self, ids: IntArray) -> None:
@@ -290,5 +325,6 @@ class StateCore:
         """What :meth:`_load_kinds` reads (called in the snapshot's writer)."""
         return {**{"b_" + k: v for k, v in self.boolean.arrays().items()},
                 **{"t_" + k: v for k, v in self.topk.arrays().items()},
+                **{"s_" + k: v for k, v in self.sets.arrays().items()},
                 **_owner_arrays("o_", self.owners), **_owner_arrays("om_", self.message_owners),
                 **_owner_arrays("wh_", self.webhook_of)}

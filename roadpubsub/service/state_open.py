@@ -21,6 +21,7 @@ from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.service.folder_lock import lock_folder
 from roadpubsub.service.integrity import StateDamageError, move_aside
+from roadpubsub.service.live_sets import set_from_record
 from roadpubsub.service.options import ServiceOptions
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
@@ -191,7 +192,9 @@ class StateOpening(StateUpkeep):
         with np.load(path, allow_pickle=False) as z:
             a = {k: z[k] for k in z.files}
         n_terms = len(ix.weights)
-        for prefix in ("b_", "t_"):
+        for prefix in ("b_", "t_", "s_"):
+            if prefix + "kw_terms" not in a:  # s_: folders made before routes and areas
+                continue
             terms = a[prefix + "kw_terms"]
             if terms.size and int(terms.max()) >= n_terms:
                 msg = f"{path}: keyword ids beyond the snapshot's vocabulary"
@@ -202,6 +205,9 @@ class StateOpening(StateUpkeep):
         self.topk = LiveTopk.from_arrays(ix.spatial, ix.weights,
                                          {k[2:]: v for k, v in a.items() if k[:2] == "t_"},
                                          dmax_m=ix.dmax_m, window=self.window)
+        if "s_ids" in a:  # routes and areas (issue 32)
+            self.sets.load_arrays({k[2:]: v for k, v in a.items() if k[:2] == "s_"},
+                                  where=str(path))
         if "o_ids" in a:  # owners (access); absent in folders made before them
             self.owners = dict(zip(a["o_ids"].tolist(), a["o_tok"].tolist(), strict=True))
             self.message_owners = dict(zip(a["om_ids"].tolist(), a["om_tok"].tolist(),
@@ -220,8 +226,15 @@ class StateOpening(StateUpkeep):
         offset = np.concatenate([np.asarray(r["offset"], dtype=np.float64) for r in records])
         _, first_in_reversed = np.unique(ids[::-1], return_index=True)
         last = np.sort(ids.size - 1 - first_in_reversed)
-        self._move(ids[last], EdgePoints.of(edge[last], offset[last]))
+        if last.size:
+            self._move(ids[last], EdgePoints.of(edge[last], offset[last]))
         self.counts["move"] += ids.size - last.size  # _move counted the merged rows
+        # routes and areas (issue 32): never the ids above (a point stays a point), in order
+        for r in records:
+            if "set_id" in r:
+                net = self.index.network
+                self._move_sets(np.asarray(r["set_id"], dtype=np.int64),
+                                [set_from_record(net, x) for x in r["sets"]])
 
     def _replay(self, rec: dict[str, Any]) -> None:
         op = rec["op"]
@@ -234,14 +247,17 @@ class StateOpening(StateUpkeep):
             if "kind" in rec:
                 kind = np.asarray([KIND_CODES[x] for x in rec["kind"]], dtype=np.int8)
                 radius, k = _floats(rec["radius"]), _floats(rec["k"])
+            sets = None if "sets" not in rec else tuple(
+                None if x is None else set_from_record(self.index.network, x)
+                for x in rec["sets"])
             self._subscribe(ids, EdgePoints.of(rec["edge"], rec["offset"]), rec["keywords"],
                             _floats(rec["alpha"]), _floats(rec["tau"]),
-                            _floats(rec["expires_at"]), kind, radius, k)
+                            _floats(rec["expires_at"]), kind, radius, k, sets)
             self._set_webhooks(ids, rec.get("webhook"))
         elif op == "unsubscribe":
             self._unsubscribe(ids)
         elif op == "move":
-            self._move(ids, EdgePoints.of(rec["edge"], rec["offset"]))
+            self._replay_moves([rec])
         elif op == "publish":
             times = np.asarray(rec["time"], dtype=float)
             purge_at = rec.get("now")  # absent: a record of the former rule

@@ -10,6 +10,7 @@ import numpy as np
 from roadpubsub.index.io import subscriptions_table
 from roadpubsub.index.kinds import (
     KIND_BOOLEAN,
+    KIND_CODES,
     KIND_TOPK,
     BooleanSubscriptions,
     SubscriptionSet,
@@ -33,7 +34,22 @@ class StateQueries(StateRecording):
     def subscription_rows(self, ids: IntArray) -> list[dict[str, Any]]:
         """Live subscriptions as rows of the subscriptions schema, with ``expires_at``;
         boolean and top-k rows also with ``kind``, ``radius``, ``k`` (top-k rows with
-        ``topk``, the current top-k: message_id, rank, score, distance)."""
+        ``topk``, the current top-k: message_id, rank, score, distance); route and area
+        rows with ``geometry`` (:meth:`~roadpubsub.service.live_sets.LiveSets.row_json`)."""
+        if len(self.sets):
+            on = self.sets.contains(ids)
+            if on.any():
+                by_id = {i: self.sets.row_json(i) for i in ids[on].tolist()}
+                for r in self._point_rows(ids[~on]) if (~on).any() else []:
+                    by_id[r["id"]] = r
+                for i in ids[on].tolist():
+                    by_id[i]["expires_at"] = self.expiry.at.get(i)
+                    if i in self.webhook_of:
+                        by_id[i]["webhook"] = self.webhook_of[i]
+                return [by_id[i] for i in ids.tolist()]
+        return self._point_rows(ids)
+
+    def _point_rows(self, ids: IntArray) -> list[dict[str, Any]]:
         if not self._kinds_live():
             subs = self.index._rows_of(ids)  # one lookup per id, no pass over the index
             return self._rows(subs)
@@ -81,14 +97,15 @@ class StateQueries(StateRecording):
                                                                 side="right"))
             return self._rows(live.take(np.arange(start, min(start + limit, len(live)))))
         ids = np.sort(np.concatenate([live.ids, self.boolean.subscriptions().ids,
-                                      self.topk.subscriptions().ids]))
+                                      self.topk.subscriptions().ids, self.sets.ids()]))
         start = 0 if after is None else int(np.searchsorted(ids, after, side="right"))
         return self.subscription_rows(ids[start:start + limit])
 
     def subscription_count(self) -> dict[str, int]:
         """Live subscriptions per kind."""
-        return {"threshold": len(self.index), KIND_BOOLEAN: len(self.boolean),
-                KIND_TOPK: len(self.topk)}
+        on_boo = self.sets.count(KIND_CODES[KIND_BOOLEAN])  # routes and areas count too
+        return {"threshold": len(self.index) + len(self.sets) - on_boo,
+                KIND_BOOLEAN: len(self.boolean) + on_boo, KIND_TOPK: len(self.topk)}
 
     def message(self, message_id: int) -> dict[str, Any] | None:
         """A published message's seq, time and deliveries, or None."""

@@ -57,7 +57,7 @@ def readme_blocks() -> dict[str, str]:
 
 def test_readme_marks_its_live_blocks() -> None:
     blocks = readme_blocks()
-    assert set(blocks) == {"resume", "receiver"}, set(blocks)
+    assert set(blocks) == {"resume", "receiver", "route"}, set(blocks)  # route: test_sets_readme
     untested = README.read_text(encoding="utf-8").count("```py\n") - len(blocks)
     assert untested == 0, "a py block of README.md has no <!-- tested: --> marker"
 

@@ -50,6 +50,39 @@ function project(lon, lat) {
   const x0 = (canvas.width - w * s) / 2, y0 = (canvas.height - h * s) / 2;
   return [x0 + (lon - box[0]) * k * s, canvas.height - y0 - (lat - box[1]) * s];
 }
+// A piece of a route or area (issue 32): the part of an edge's polyline between two
+// offsets, placed by their share of the edge (lengths measured on the polyline here: the
+// map draws pixels; GET /subscriptions/ID has the exact pieces).
+function piece(line, seg) {
+  if (line.length < 2) return line;
+  const k = Math.cos(line[0][1] * Math.PI / 180);
+  const cum = [0];
+  for (let i = 1; i < line.length; i++) {
+    cum.push(cum[i - 1] + Math.hypot((line[i][0] - line[i - 1][0]) * k, line[i][1] - line[i - 1][1]));
+  }
+  // metres of the edge: its polyline's, about 111.2 km per degree (drawing precision)
+  const total = cum[cum.length - 1], len = Math.max(total * 111200, 1e-9);
+  const at = (f) => {
+    const d = Math.min(Math.max(f, 0), 1) * total;
+    let i = 1;
+    while (i < line.length - 1 && cum[i] < d) i++;
+    const t = cum[i] > cum[i - 1] ? (d - cum[i - 1]) / (cum[i] - cum[i - 1]) : 0;
+    return [line[i - 1][0] + t * (line[i][0] - line[i - 1][0]),
+            line[i - 1][1] + t * (line[i][1] - line[i - 1][1])];
+  };
+  const a = seg.start_m / len, b = seg.end_m / len;
+  const out = [at(a)];
+  for (let i = 1; i < line.length - 1; i++) if (cum[i] > a * total && cum[i] < b * total) out.push(line[i]);
+  out.push(at(b));
+  return out;
+}
+function setLines(s) {  // the polylines of a route or area subscription, lon/lat
+  if (!s._lines) {
+    s._lines = s.geometry.segments.map((g) => piece(roads[g.edge], g));
+    s.lon = s._lines[0][0][0]; s.lat = s._lines[0][0][1];  // where deliveries point
+  }
+  return s._lines;
+}
 function draw() {
   if (!box) return;
   ctx.clearRect(0, 0, canvas.width, canvas.height);
@@ -61,8 +94,21 @@ function draw() {
     });
   }
   ctx.stroke();
+  for (const s of subs.values()) {
+    if (!s.geometry) continue;
+    ctx.strokeStyle = s.geometry.kind === "area" ? "#8e44ad" : "#2a9d2a";
+    ctx.lineWidth = 4; ctx.beginPath();
+    for (const line of setLines(s)) {
+      line.forEach(([x, y], i) => {
+        const p = project(x, y);
+        if (i === 0) ctx.moveTo(p[0], p[1]); else ctx.lineTo(p[0], p[1]);
+      });
+    }
+    ctx.stroke();
+  }
   ctx.fillStyle = "#1f5fbf";
   for (const s of subs.values()) {
+    if (s.geometry) continue;
     const p = project(s.lon, s.lat); ctx.fillRect(p[0] - 2, p[1] - 2, 4, 4);
   }
   for (const m of recent) {
@@ -92,7 +138,10 @@ function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const ws = new WebSocket(`${scheme}://${location.host}/events`, t ? ["bearer", t] : []);
   let opened = false;
-  ws.onopen = () => { opened = true; statusLine.textContent = `live: ${subs.size} subscriptions`; };
+  const sets = [...subs.values()].filter((s) => s.geometry);
+  const routes = sets.filter((s) => s.geometry.kind === "route").length;
+  const more = sets.length ? `, ${routes} on routes, ${sets.length - routes} on areas` : "";
+  ws.onopen = () => { opened = true; statusLine.textContent = `live: ${subs.size} subscriptions${more}`; };
   ws.onclose = () => {
     if (!opened) { askToken("the /events stream needs an admin token"); return; }
     statusLine.textContent = "disconnected; retrying"; setTimeout(connect, 1000);
