@@ -4,8 +4,8 @@ A :class:`SegmentSet` is a list of *pieces* ``(edge, start, end)``: the part of 
 between ``start`` and ``end`` metres from its first node ``edge_u`` (``0 <= start <= end
 <= length``; a piece may be a single point). It is the location of a subscription that is
 not a point: a route or an area (issue 32). The set index (:mod:`roadpubsub.index.set_cells`,
-:mod:`roadpubsub.pruning.set_matchers`) and ``roadpubsub match`` build on it; the service does not
-take sets yet.
+:mod:`roadpubsub.pruning.set_matchers`), ``roadpubsub match`` and the live service
+(:mod:`roadpubsub.service.live_sets`) build on it.
 
 Constructors
 ------------
