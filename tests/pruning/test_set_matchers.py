@@ -103,7 +103,9 @@ def big_scenarios(draw: st.DrawFn) -> tuple:
     of every size and more messages on them."""
     network = tiny_network(draw)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    weights = TermWeights({t: float(w) for t, w in zip(VOCAB, rng.uniform(0.2, 3, 6),
+    # Weights of one magnitude, or spread over fifteen orders (TSIM's sums then round).
+    scale = 10.0 ** rng.choice([0, 3, 6, 12], 6) if rng.random() < 0.3 else np.ones(6)
+    weights = TermWeights({t: float(w) for t, w in zip(VOCAB, rng.uniform(0.2, 3, 6) * scale,
                                                        strict=True)})
     n = int(rng.integers(1, 10))
     points = random_points(rng, network, n)
