@@ -101,18 +101,30 @@ def set_exit_table(network: RoadNetwork, sets: SegmentSets) -> SetExits:
     floating point (rounding to nearest is monotone), so min over c of (d + c) is
     d + min c, whatever the node distance d turns out to be.
     """
-    v1, c1, u1, d1 = exit_costs(network, EdgePoints(sets.edge, sets.end))
-    v0, c0, u0, d0 = exit_costs(network, EdgePoints(sets.edge, sets.start))
-    owner = np.tile(sets.owner.astype(np.int64), 4)
-    node = np.r_[v1, u1, v0, u0].astype(np.int64)
-    cost = np.r_[c1, d1, c0, d0]
-    ok = np.isfinite(cost)  # a one-way edge cannot be left backwards
-    owner, node, cost = owner[ok], node[ok], cost[ok]
-    order = np.lexsort((cost, node, owner))  # by set, node, then cost
-    owner, node, cost = owner[order], node[order], cost[order]
-    first = np.ones(owner.size, dtype=bool)
-    first[1:] = (owner[1:] != owner[:-1]) | (node[1:] != node[:-1])
-    owner, node, cost = owner[first], node[first], cost[first]
+    parts = []
+    all_owner = sets.owner.astype(np.int64)
+    lo = 0
+    while lo < len(sets):  # in chunks of about 2M pieces: the temporaries stay small
+        hi = int(np.searchsorted(sets.ptr, sets.ptr[lo] + 2_000_000, side="right")) - 1
+        hi = min(max(hi, lo + 1), len(sets))
+        a, b = int(sets.ptr[lo]), int(sets.ptr[hi])
+        edge, start, end = sets.edge[a:b], sets.start[a:b], sets.end[a:b]
+        v1, c1, u1, d1 = exit_costs(network, EdgePoints(edge, end))
+        v0, c0, u0, d0 = exit_costs(network, EdgePoints(edge, start))
+        owner = np.tile(all_owner[a:b], 4)
+        node = np.r_[v1, u1, v0, u0].astype(np.int64)
+        cost = np.r_[c1, d1, c0, d0]
+        ok = np.isfinite(cost)  # a one-way edge cannot be left backwards
+        owner, node, cost = owner[ok], node[ok], cost[ok]
+        order = np.lexsort((cost, node, owner))  # by set, node, then cost
+        owner, node, cost = owner[order], node[order], cost[order]
+        first = np.ones(owner.size, dtype=bool)
+        first[1:] = (owner[1:] != owner[:-1]) | (node[1:] != node[:-1])
+        parts.append((owner[first], node[first], cost[first]))
+        lo = hi
+    owner = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
+    node = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
+    cost = np.concatenate([p[2] for p in parts]) if parts else np.empty(0)
     ptr = np.zeros(len(sets) + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=len(sets)), out=ptr[1:])
     return SetExits(ptr, node, cost, owner)
