@@ -27,6 +27,12 @@ Per message m:
    :class:`~roadpubsub.pruning.brute.BruteMatcher` and
    :class:`~roadpubsub.pruning.kinds_reference.BooleanBruteMatcher` with ``set_locations``.
 
+Steps 1-3 and the scoring run in one compiled kernel per batch (:func:`_set_match_kernel`):
+no Python per message or per candidate. The two kinds differ only in the scoring step
+(the prefilter with LB, the limit, the final rule), chosen by a flag of the rows. Every
+index the kernel reads is checked before it runs (:func:`_checked_messages`, the
+constructors), since compiled code does not check bounds.
+
 A message with no candidate costs one pass over the occupied cells and no search.
 :class:`PointsAndSets` joins a point matcher and a set matcher of one kind into one
 ``match(messages) -> Deliveries``; :func:`split_set_rows` splits a batch for it.
@@ -34,7 +40,7 @@ A message with no candidate costs one pass over the occupied cells and no search
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numba
 import numpy as np
@@ -42,22 +48,25 @@ import numpy.typing as npt
 
 from roadpubsub.index.kinds import BooleanSubscriptions
 from roadpubsub.index.model import KeywordRows, Messages, Subscriptions
-from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, set_candidates
+from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, SetPostings, set_candidates
 from roadpubsub.index.spatial import PointFacts, SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.algorithm1 import cell_lower_bounds
 from roadpubsub.pruning.deliveries import Deliveries
-from roadpubsub.pruning.edge_rows import csr_gather
 from roadpubsub.pruning.kinds_reference import holds_all_keywords
 from roadpubsub.pruning.set_locations import SetLocations
 from roadpubsub.pruning.set_search import (
+    SetCandidates,
     SetExits,
     SetSearchGraph,
     SetSearchWork,
+    link_exits,
+    set_exit_table,
     set_search_kernel,
+    unlink_exits,
 )
-from roadpubsub.pruning.similarity import delivered, spatio_textual_similarity, text_similarity
-from roadpubsub.roadnet.distance import entry_costs, exit_costs
+from roadpubsub.pruning.similarity import delivered_kernel, sim_kernel, tsim_kernel
+from roadpubsub.roadnet.distance import entry_costs
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.lengths import check_dmax
 from roadpubsub.roadnet.locations import EdgePoints
@@ -66,7 +75,7 @@ from roadpubsub.roadnet.segment_sets import SegmentSets, piece_distances_to_targ
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["PointsAndSets", "SetBooleanMatcher", "SetThresholdMatcher", "SetVerifier",
-           "reach_limits", "split_set_rows"]
+           "reach_limit_kernel", "reach_limits", "split_set_rows"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -93,6 +102,252 @@ def split_set_rows(subs: Rows, locations: SetLocations) -> tuple[Rows, Rows, Seg
             locations.sets.take(order))
 
 
+class _MessageArgs(NamedTuple):
+    """Per message: cell, projected x/y and din_in (the cell bound's inputs), edge and
+    offset on the network, keyword CSR (every value checked by :func:`_checked_messages`)."""
+
+    cell: IntArray
+    x: FloatArray
+    y: FloatArray
+    din_in: FloatArray
+    edge: IntArray
+    offset: FloatArray
+    kw_ptr: IntArray
+    kw_terms: npt.NDArray[np.int32]
+
+
+class _BoundArgs(NamedTuple):
+    """The point index's cell bounds (columns of D and eta_minus by message cell) and the
+    per-message output ``cell_lb``."""
+
+    kappa: float
+    D_t: FloatArray
+    eta_t: FloatArray
+    bbox: FloatArray
+    cell_lb: FloatArray
+
+
+class _NetArgs(NamedTuple):
+    """The edges (for the message's entry costs) and the sets' pieces filed by edge (for
+    the direct runs along the message's own edge): pieces ``piece_ptr[e]:piece_ptr[e+1]``
+    lie on edge e, each of set ``piece_set`` over ``[piece_start, piece_end]``."""
+
+    edge_u: npt.NDArray[np.int32]
+    edge_v: npt.NDArray[np.int32]
+    edge_length: FloatArray
+    edge_twoway: npt.NDArray[np.bool_]
+    piece_ptr: IntArray
+    piece_set: IntArray
+    piece_start: FloatArray
+    piece_end: FloatArray
+
+
+class _RowArgs(NamedTuple):
+    """One kind's rows (set i is row i): ``boolean`` picks the scoring step; ``limit`` is
+    the candidates' bound limit (Dmax, or the largest radius); ``mark`` a term workspace
+    (all 0 between messages), ``tsim`` one per set."""
+
+    boolean: bool
+    alpha: FloatArray
+    tau: FloatArray
+    radius: FloatArray
+    kw_ptr: IntArray
+    kw_terms: npt.NDArray[np.int32]
+    weights: FloatArray
+    dmax: float
+    tolerance: float
+    limit: float
+    mark: IntArray
+    tsim: FloatArray
+
+
+class _Out(NamedTuple):
+    """Deliveries found (message index, row, distance, score) and the counters
+    (candidates, verified, searches, settled)."""
+
+    msg: IntArray
+    row: IntArray
+    distance: FloatArray
+    score: FloatArray
+    stats: IntArray
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def reach_limit_kernel(alpha: float, tau: float, tsim: float, dmax: float,
+                       tolerance: float) -> float:  # pragma: no cover - compiled
+    """A distance beyond which a threshold row is provably not delivered (see
+    :func:`reach_limits`).
+
+    Rounding: SIM(d) = alpha * (1 - d / Dmax) + (1 - alpha) * TSIM is non-increasing in d
+    in floating point too (each operation, rounded to nearest, is monotone in its
+    argument), and so is the rule's ``d <= Dmax``; so the rule failing at the next float
+    above the solved d fails at every larger d, which is all the search needs. The
+    solved d itself may be off by rounding: it is only kept when that check holds.
+    """
+    if not alpha > 0.0:
+        return dmax
+    d = dmax * (1.0 - (tau - tolerance - (1.0 - alpha) * tsim) / alpha)
+    if not np.isfinite(d):
+        d = dmax
+    d = min(max(d, 0.0), dmax)
+    beyond = np.nextafter(d, np.inf)
+    if delivered_kernel(sim_kernel(alpha, beyond, dmax, tsim), tau, beyond, dmax, tolerance):
+        return dmax
+    return d
+
+
+@numba.njit(cache=True, nogil=True)
+def _reach_limits_rows(alpha: FloatArray, tau: FloatArray, tsim: FloatArray, dmax: float,
+                       tolerance: float, out: FloatArray) -> None:  # pragma: no cover
+    for i in range(alpha.size):
+        out[i] = reach_limit_kernel(alpha[i], tau[i], tsim[i], dmax, tolerance)
+
+
+def reach_limits(alpha: FloatArray, tau: FloatArray, tsim: FloatArray, dmax: float,
+                 tolerance: float) -> FloatArray:
+    """Per threshold candidate, a distance beyond which it is provably not delivered.
+
+    Solving SIM(d) = tau - tolerance for d gives the candidate; it is kept only where the
+    delivery rule fails at the next float above it (SIM falls as d grows, also in floating
+    point, so it fails at every larger d); elsewhere (alpha = 0, rounding) Dmax.
+    """
+    a, t, s = (np.ascontiguousarray(v, dtype=np.float64) for v in (alpha, tau, tsim))
+    out = np.empty(a.size)
+    _reach_limits_rows(a, t, s, float(dmax), float(tolerance), out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _direct_run(twoway: bool, target_offset: float, start: float,
+                end: float) -> float:  # pragma: no cover - compiled
+    """dN from a piece [start, end] of the message's own edge to the message along that
+    edge alone: 0 on the piece, else the shorter run from either end (backwards only on
+    a two-way edge). The reference's sums (``distance_to_target_kernel`` with no node
+    reached, :func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target`):
+    one subtraction each, so bit for bit."""
+    if start <= target_offset <= end:
+        return 0.0
+    best = np.inf
+    for p in (start, end):
+        ahead = target_offset - p
+        if ahead >= 0.0:
+            best = min(best, ahead)
+        elif twoway:
+            best = min(best, -ahead)
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _set_match_kernel(  # pragma: no cover - compiled
+    msgs: _MessageArgs, bounds: _BoundArgs, net: _NetArgs, rows: _RowArgs,
+    post: SetPostings, cwork: CandidateWork, exits: SetExits, graph: SetSearchGraph,
+    cand: SetCandidates, swork: SetSearchWork, out: _Out, first: int,
+) -> tuple[int, int]:
+    """Match messages ``first, first + 1, ...`` against the rows' sets until done or until
+    ``out`` could overflow (one message adds at most one delivery per set); returns (the
+    next message, deliveries written). Workspaces are restored."""
+    n_out = 0
+    n_sets = cand.slot.size
+    mark = rows.mark
+    for i in range(first, msgs.edge.size):
+        if n_out + n_sets > out.row.size:
+            return i, n_out
+        # 1. Candidates: LB(S, m) within the limit.
+        c = msgs.cell[i]
+        cell_lower_bounds(c, msgs.x[i], msgs.y[i], msgs.din_in[i], bounds.kappa,
+                          bounds.D_t[c], bounds.eta_t[c], bounds.bbox, bounds.cell_lb)
+        k = set_candidates(post, bounds.cell_lb, rows.limit, cwork)
+        out.stats[0] += k
+        if k == 0:
+            continue
+        # 2. The scoring step's prefilter at distance LB (a lower bound, lowered by the
+        # slack: every test below is monotone in the distance, so passing it is
+        # necessary for delivery at the exact distance).
+        for j in range(msgs.kw_ptr[i], msgs.kw_ptr[i + 1]):
+            mark[msgs.kw_terms[j]] = 1
+        nk = 0
+        for q in range(k):
+            s = cwork.sets[q]
+            lb = cwork.bound[q]
+            if rows.boolean:
+                keep = lb <= rows.radius[s] and holds_all_keywords(
+                    rows.kw_ptr, rows.kw_terms, s, mark, 1)
+                lim = rows.radius[s]
+                ts = 1.0
+            else:
+                ts = tsim_kernel(rows.kw_ptr, rows.kw_terms, rows.weights, s, mark, 1)
+                keep = delivered_kernel(sim_kernel(rows.alpha[s], lb, rows.dmax, ts),
+                                        rows.tau[s], lb, rows.dmax, rows.tolerance)
+                lim = reach_limit_kernel(rows.alpha[s], rows.tau[s], ts, rows.dmax,
+                                         rows.tolerance)
+            if keep:
+                cand.sets[nk] = s
+                cand.slot[s] = nk
+                cand.best[nk] = np.inf
+                cand.limit[nk] = lim
+                rows.tsim[nk] = ts
+                nk += 1
+        for j in range(msgs.kw_ptr[i], msgs.kw_ptr[i + 1]):
+            mark[msgs.kw_terms[j]] = 0
+        if nk == 0:
+            continue
+        out.stats[1] += nk
+        out.stats[2] += 1
+        # 3. Verification: the direct runs first (a message on a set decides it at 0, and
+        # the search stops sooner), then one reverse search seeded with the message's
+        # entry costs (those of roadnet.distance.entry_costs).
+        e = msgs.edge[i]
+        o = msgs.offset[i]
+        twoway = net.edge_twoway[e]
+        for p in range(net.piece_ptr[e], net.piece_ptr[e + 1]):
+            q = cand.slot[net.piece_set[p]]
+            if q >= 0:
+                v = _direct_run(twoway, o, net.piece_start[p], net.piece_end[p])
+                if v < cand.best[q]:
+                    cand.best[q] = v
+        length = net.edge_length[e]
+        swork.seed_nodes[0] = net.edge_u[e]
+        swork.seed_dist[0] = o
+        swork.seed_nodes[1] = net.edge_v[e]
+        swork.seed_dist[1] = (length - o if twoway or (o == length and length > 0.0)
+                              else np.inf)
+        link_exits(exits, cand, nk, swork)
+        out.stats[3] += set_search_kernel(graph, exits, cand, nk, swork, 2)
+        unlink_exits(exits, cand, nk, swork)
+        # 4. The scoring step's rule at the exact distance (beyond a candidate's limit it
+        # provably fails).
+        for q in range(nk):
+            s = cand.sets[q]
+            cand.slot[s] = -1
+            d = cand.best[q]
+            if not d <= cand.limit[q]:
+                continue
+            if rows.boolean:
+                hit = d <= rows.radius[s]
+                score = 1.0
+            else:
+                score = sim_kernel(rows.alpha[s], d, rows.dmax, rows.tsim[q])
+                hit = delivered_kernel(score, rows.tau[s], d, rows.dmax, rows.tolerance)
+            if hit:
+                out.msg[n_out] = i
+                out.row[n_out] = s
+                out.distance[n_out] = d
+                out.score[n_out] = score
+                n_out += 1
+    return msgs.edge.size, n_out
+
+
+def _checked_rows(n: int, kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32],
+                  n_terms: int, what: str) -> None:
+    """Raise InputError unless ``kw_ptr``/``kw_terms`` is a CSR of ``n`` rows of term ids
+    below ``n_terms`` (the kernel indexes with them unchecked)."""
+    ok = (kw_ptr.ndim == 1 and kw_ptr.size == n + 1 and (n + 1 == 0 or kw_ptr[0] == 0)
+          and kw_ptr[-1] == kw_terms.size and bool(np.all(np.diff(kw_ptr) >= 0)))
+    if not ok or (kw_terms.size and not (kw_terms.min() >= 0 and kw_terms.max() < n_terms)):
+        msg = f"{what}: keyword rows must be a CSR of term ids below {n_terms}"
+        raise InputError(msg)
+
+
 class SetVerifier:
     """Candidates and exact distances of segment sets for one message at a time.
 
@@ -113,6 +368,10 @@ class SetVerifier:
         if self.spatial.cells.edge_cell.size != network.n_edges:
             msg = "the spatial index belongs to another network (edge counts differ)"
             raise InputError(msg)
+        edge = sets.edge.astype(np.int64)
+        if edge.size and not (edge.min() >= 0 and edge.max() < network.n_edges):
+            msg = f"segment sets: piece edges must lie in [0, {network.n_edges})"
+            raise InputError(msg)
         #: The sets filed by cell.
         self.index = SetCellIndex.build(self.spatial.cells, sets)
         self._post = self.index.postings()
@@ -121,21 +380,37 @@ class SetVerifier:
         self._D_t = np.ascontiguousarray(b.D.T)
         self._eta_t = np.ascontiguousarray(b.eta_minus.T)
         self._cell_lb = np.empty(self.spatial.cells.n_cells)
+        self._bounds = _BoundArgs(float(b.kappa), self._D_t, self._eta_t,
+                                  np.ascontiguousarray(self.spatial.cells.bbox,
+                                                       dtype=np.float64), self._cell_lb)
         self._work = CandidateWork.of(len(sets))
         rev = network.adjacency(reverse=True)
         self._graph = SetSearchGraph(rev.indptr, rev.indices, rev.weights)
-        self._work_search = SetSearchWork.of(network.n_nodes, int(rev.indices.size))
+        #: Every set's exits (node, cost), built once.
+        self.exits = set_exit_table(network, sets)
+        self._work_search = SetSearchWork.of(network.n_nodes, int(rev.indices.size),
+                                             int(self.exits.node.size))
+        n = len(sets)
+        self._cand = SetCandidates(np.empty(n, np.int64), np.full(n, -1, np.int64),
+                                   np.empty(n), np.empty(n))
+        by_edge = np.argsort(edge, kind="stable")
+        piece_ptr = np.zeros(network.n_edges + 1, dtype=np.int64)
+        np.cumsum(np.bincount(edge, minlength=network.n_edges), out=piece_ptr[1:])
+        self._net = _NetArgs(network.edge_u, network.edge_v, network.edge_length,
+                             network.edge_twoway, piece_ptr,
+                             sets.owner.astype(np.int64)[by_edge],
+                             np.ascontiguousarray(sets.start[by_edge], dtype=np.float64),
+                             np.ascontiguousarray(sets.end[by_edge], dtype=np.float64))
         self._no_nodes = np.full(network.n_nodes, np.inf)  # direct runs only
-        self._piece_ids = np.arange(sets.edge.size, dtype=np.int64)
-        self._sizes = np.diff(sets.ptr)
 
     @property
     def nbytes(self) -> int:
-        """Memory of the set index and the sets' pieces in bytes (not the shared cells)."""
-        s = self.sets
-        return self.index.nbytes + sum(int(a.nbytes) for a in (
-            s.ptr, s.edge, s.start, s.end, self._piece_ids, self._sizes))
-        # (the search workspaces, O(nodes + arcs), are per matcher, not per set)
+        """Memory of the set index, the sets' pieces and exits and the pieces by edge in
+        bytes (not the shared cells, nor the per-matcher search workspaces)."""
+        s, net = self.sets, self._net
+        return self.index.nbytes + self.exits.nbytes + sum(int(a.nbytes) for a in (
+            s.ptr, s.edge, s.start, s.end, net.piece_ptr, net.piece_set, net.piece_start,
+            net.piece_end))
 
     def message_facts(self, messages: Messages) -> PointFacts:
         """Cell, position and din_in of each message."""
@@ -162,80 +437,114 @@ class SetVerifier:
         """(dN from each candidate set to the message at ``point``, +inf where it exceeds
         the candidate's limit; nodes settled by the one search).
 
-        One reverse search (:func:`~roadpubsub.pruning.set_search.set_search_kernel`) that stops
-        once every candidate is decided; the direct runs along the message's own edge
-        come from :func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target` with no node
-        reached.
+        A plain (per message, from Python) use of the search the matchers' kernel runs:
+        the direct runs from
+        :func:`~roadpubsub.roadnet.segment_sets.piece_distances_to_target` with no node
+        reached, then :func:`~roadpubsub.pruning.set_search.set_search_kernel`.
         """
-        sets, net = self.sets, self.network
-        k = cand.size
-        pieces = csr_gather(sets.ptr, self._piece_ids, cand)
-        e, a, b = sets.edge[pieces], sets.start[pieces], sets.end[pieces]
-        owner = np.repeat(np.arange(k, dtype=np.int64), self._sizes[cand])
-        # Both ends of every piece with both their exits: the reference's four values.
-        v1, c1, u1, d1 = exit_costs(net, EdgePoints(e, b))
-        v0, c0, u0, d0 = exit_costs(net, EdgePoints(e, a))
-        node = np.r_[v1, u1, v0, u0]
-        cost = np.r_[c1, d1, c0, d0]
-        who = np.tile(owner, 4)
-        ok = np.isfinite(cost)
-        node, cost, who = node[ok], cost[ok], who[ok]
-        order = np.argsort(node, kind="stable")
+        cand = np.asarray(cand, dtype=np.int64)
+        if np.unique(cand).size != cand.size or (cand.size and not (
+                cand.min() >= 0 and cand.max() < len(self.sets))):
+            msg = f"candidates must be distinct sets of the {len(self.sets)}"
+            raise InputError(msg)
+        sets, net, c, k = self.sets, self.network, self._cand, cand.size
         limits = np.asarray(limits, dtype=np.float64)
-        exits = SetExits(node[order].astype(np.int64), who[order], cost[order], limits)
-        # The direct runs first: a message on a set decides it at once (0), before the
-        # search, which then stops sooner.
-        best = np.full(k, np.inf)
-        on = e == point.edge[0]
-        if on.any():
-            run = piece_distances_to_target(net, self._no_nodes, point, e[on], a[on], b[on])
-            np.minimum.at(best, owner[on], run)
-        ua, ca, ub, cb = entry_costs(net, point)
-        settled = set_search_kernel(self._graph, np.r_[ua, ub].astype(np.int64),
-                                    np.r_[ca, cb], exits, best, self._work_search)
+        c.sets[:k] = cand
+        c.slot[cand] = np.arange(k)
+        c.best[:k] = np.inf
+        c.limit[:k] = limits
+        try:
+            on = np.flatnonzero(sets.edge == point.edge[0])
+            on = on[c.slot[sets.owner[on]] >= 0]
+            if on.size:
+                run = piece_distances_to_target(net, self._no_nodes, point, sets.edge[on],
+                                                sets.start[on], sets.end[on])
+                np.minimum.at(c.best, c.slot[sets.owner[on]], run)
+            ua, ca, ub, cb = entry_costs(net, point)
+            w = self._work_search
+            w.seed_nodes[:] = (ua[0], ub[0])
+            w.seed_dist[:] = (ca[0], cb[0])
+            link_exits(self.exits, c, k, w)
+            settled = set_search_kernel(self._graph, self.exits, c, k, w, 2)
+            unlink_exits(self.exits, c, k, w)
+            best = c.best[:k].copy()
+        finally:
+            c.slot[cand] = -1
         best[best > limits] = np.inf
         return best, int(settled)
 
+    def match(self, messages: Messages, rows: _RowArgs) -> tuple[Deliveries, IntArray]:
+        """Deliveries (subscription ids are row numbers) of ``messages`` to the rows
+        (one kind's, :class:`_RowArgs`) through the one kernel, and the counters
+        (candidates, verified, searches, settled)."""
+        facts = self.message_facts(messages)
+        msgs = _checked_messages(self.network, messages, facts, rows.mark.size)
+        n_sets = len(self.sets)
+        cap = max(2 * n_sets, 4096)
+        out = _Out(np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap),
+                   np.empty(cap), np.zeros(4, np.int64))
+        parts: list[Deliveries] = []
+        first = 0
+        while first < len(messages):
+            first, n = _set_match_kernel(msgs, self._bounds, self._net, rows, self._post,
+                                         self._work, self.exits, self._graph, self._cand,
+                                         self._work_search, out, first)
+            if n:
+                parts.append(Deliveries(messages.ids[out.msg[:n]], out.row[:n].copy(),
+                                        out.distance[:n].copy(), out.score[:n].copy()))
+        return Deliveries.concat(parts), out.stats
 
-@numba.njit(cache=True, nogil=True)
-def _holding_all(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], rows: IntArray,
-                 terms: npt.NDArray[np.int32], mark: IntArray,
-                 out: npt.NDArray[np.bool_]) -> None:  # pragma: no cover - compiled
-    """Whether the message (``terms``) holds every keyword of each row; ``mark`` (all 0)
-    is restored."""
-    for t in terms:
-        mark[t] = 1
-    for i in range(rows.size):
-        out[i] = holds_all_keywords(kw_ptr, kw_terms, rows[i], mark, 1)
-    for t in terms:
-        mark[t] = 0
 
+def _checked_messages(network: RoadNetwork, messages: Messages, facts: PointFacts,
+                      n_terms: int) -> _MessageArgs:
+    """The kernel's message arrays, every index checked (the kernel reads them unchecked).
 
-def reach_limits(alpha: FloatArray, tau: FloatArray, tsim: FloatArray, dmax: float,
-                 tolerance: float) -> FloatArray:
-    """Per threshold candidate, a distance beyond which it is provably not delivered.
-
-    Solving SIM(d) = tau - tolerance for d gives the candidate; it is kept only where the
-    delivery rule fails at the next float above it (SIM falls as d grows, also in floating
-    point, so it fails at every larger d); elsewhere (alpha = 0, rounding) Dmax.
+    Raises
+    ------
+    InputError
+        An edge outside the network, an offset outside its edge, or keyword rows that are
+        not a CSR of term ids (terms beyond ``n_terms`` are unknown: dropped, they match
+        no subscription keyword).
     """
-    out = np.full(alpha.size, float(dmax))
-    pos = alpha > 0
-    if not pos.any():
-        return out
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d = dmax * (1.0 - (tau - tolerance - (1.0 - alpha) * tsim) / alpha)
-    d = np.clip(np.where(np.isfinite(d), d, dmax), 0.0, dmax)
-    beyond = np.nextafter(d, np.inf)
-    fails = ~delivered(spatio_textual_similarity(alpha, beyond, dmax, tsim), tau, beyond,
-                       dmax, tolerance=tolerance)
-    keep = pos & fails
-    out[keep] = d[keep]
-    return out
+    edge = messages.points.edge.astype(np.int64)
+    offset = np.ascontiguousarray(messages.points.offset, dtype=np.float64)
+    n = edge.size
+    if n and not (edge.min() >= 0 and edge.max() < network.n_edges):
+        msg = f"messages: edges must lie in [0, {network.n_edges})"
+        raise InputError(msg)
+    if n and not bool(np.all((offset >= 0.0) & (offset <= network.edge_length[edge]))):
+        msg = "messages: offsets must lie on their edges"
+        raise InputError(msg)
+    kw_ptr = messages.kw_ptr.astype(np.int64)
+    kw_terms = messages.kw_terms.astype(np.int32)
+    _checked_rows(n, kw_ptr, kw_terms, np.iinfo(np.int32).max, "messages")
+    known = (kw_terms >= 0) & (kw_terms < n_terms)
+    if not known.all():  # keep only the known terms, the CSR rebuilt
+        row = np.repeat(np.arange(n), np.diff(kw_ptr))[known]
+        kw_terms = kw_terms[known]
+        kw_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row, minlength=n), out=kw_ptr[1:])
+    return _MessageArgs(facts.cell.astype(np.int64), np.ascontiguousarray(facts.x),
+                        np.ascontiguousarray(facts.y), np.ascontiguousarray(facts.din_in),
+                        edge, offset, kw_ptr, kw_terms)
 
 
 def _stats() -> dict[str, int]:
     return {"messages": 0, "candidates": 0, "verified": 0, "searches": 0, "settled": 0}
+
+
+def _count(stats: dict[str, int], n_messages: int, counters: IntArray) -> None:
+    stats["messages"] += n_messages
+    for name, v in zip(("candidates", "verified", "searches", "settled"), counters,
+                       strict=True):
+        stats[name] += int(v)
+
+
+def _renamed(found: Deliveries, ids: IntArray) -> Deliveries:
+    """``found`` (subscription ids are row numbers) with the rows' ids, sorted."""
+    return Deliveries.concat([Deliveries(found.message_id, ids[found.subscription_id],
+                                         found.distance, found.score)]) if len(found) \
+        else Deliveries.empty()
 
 
 class SetThresholdMatcher:
@@ -274,41 +583,23 @@ class SetThresholdMatcher:
         self.dmax_m = check_dmax(dmax_m)
         self.subs, self.weights, self.tolerance = subs, weights, float(tolerance)
         self.verifier = SetVerifier(network, sets, spatial=spatial)
+        w = np.ascontiguousarray(weights.weights, dtype=np.float64)
+        n = len(subs)
+        kw_ptr, kw_terms = subs.kw_ptr.astype(np.int64), subs.kw_terms.astype(np.int32)
+        _checked_rows(n, kw_ptr, kw_terms, w.size, "threshold subscriptions")
+        self._rows = _RowArgs(False, np.ascontiguousarray(subs.alpha, dtype=np.float64),
+                              np.ascontiguousarray(subs.tau, dtype=np.float64),
+                              np.empty(0), kw_ptr, kw_terms, w, self.dmax_m, self.tolerance,
+                              self.dmax_m, np.zeros(w.size + 1, np.int64), np.empty(n))
         self.stats = _stats()
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id)."""
-        subs, dmax, w, st = self.subs, self.dmax_m, self.weights.weights, self.stats
-        if len(subs) == 0 or len(messages) == 0:
+        if len(self.subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        facts = self.verifier.message_facts(messages)
-        parts: list[Deliveries] = []
-        st["messages"] += len(messages)
-        for i in range(len(messages)):
-            cand, lb = self.verifier.candidates(facts, i, dmax)
-            st["candidates"] += cand.size
-            if cand.size == 0:
-                continue
-            tsim = text_similarity(subs, cand, messages.keywords(i), w)
-            alpha, tau = subs.alpha[cand], subs.tau[cand]
-            # The score at distance LB bounds every score the set can reach.
-            keep = delivered(spatio_textual_similarity(alpha, lb, dmax, tsim), tau, lb, dmax,
-                             tolerance=self.tolerance)
-            if not keep.any():
-                continue
-            cand, tsim, alpha, tau = cand[keep], tsim[keep], alpha[keep], tau[keep]
-            st["verified"] += cand.size
-            st["searches"] += 1
-            limits = reach_limits(alpha, tau, tsim, dmax, self.tolerance)
-            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, limits)
-            st["settled"] += settled
-            score = spatio_textual_similarity(alpha, d, dmax, tsim)
-            hit = delivered(score, tau, d, dmax, tolerance=self.tolerance)
-            if hit.any():
-                k = int(hit.sum())
-                parts.append(Deliveries(np.full(k, messages.ids[i], np.int64),
-                                        subs.ids[cand[hit]], d[hit], score[hit]))
-        return Deliveries.concat(parts)
+        found, counters = self.verifier.match(messages, self._rows)
+        _count(self.stats, len(messages), counters)
+        return _renamed(found, self.subs.ids)
 
 
 class SetBooleanMatcher:
@@ -332,42 +623,23 @@ class SetBooleanMatcher:
             raise InputError(msg)
         self.subs, self.weights = subs, weights
         self.verifier = SetVerifier(network, sets, spatial=spatial)
-        self._limit = float(subs.radius.max(initial=0.0))
-        self._mark = np.zeros(len(weights) + 1, dtype=np.int64)
+        n = len(subs)
+        kw_ptr, kw_terms = subs.kw_ptr.astype(np.int64), subs.kw_terms.astype(np.int32)
+        _checked_rows(n, kw_ptr, kw_terms, len(weights) + 1, "boolean subscriptions")
+        radius = np.ascontiguousarray(subs.radius, dtype=np.float64)
+        self._rows = _RowArgs(True, np.empty(0), np.empty(0), radius, kw_ptr, kw_terms,
+                              np.empty(0), self.dmax_m, 0.0,
+                              float(radius.max(initial=0.0)),
+                              np.zeros(len(weights) + 1, np.int64), np.empty(n))
         self.stats = _stats()
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id)."""
-        subs, st, mark = self.subs, self.stats, self._mark
-        if len(subs) == 0 or len(messages) == 0:
+        if len(self.subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        facts = self.verifier.message_facts(messages)
-        parts: list[Deliveries] = []
-        st["messages"] += len(messages)
-        for i in range(len(messages)):
-            cand, lb = self.verifier.candidates(facts, i, self._limit)
-            st["candidates"] += cand.size
-            if cand.size == 0:
-                continue
-            cand = cand[lb <= subs.radius[cand]]
-            terms = messages.keywords(i)
-            terms = terms[(terms >= 0) & (terms < mark.size)]
-            holds = np.empty(cand.size, dtype=bool)
-            _holding_all(subs.kw_ptr, subs.kw_terms, cand, terms, mark, holds)
-            cand = cand[holds]
-            if cand.size == 0:
-                continue
-            st["verified"] += cand.size
-            st["searches"] += 1
-            radius = subs.radius[cand]
-            d, settled = self.verifier.distances(messages.points[i:i + 1], cand, radius)
-            st["settled"] += settled
-            hit = d <= radius
-            if hit.any():
-                k = int(hit.sum())
-                parts.append(Deliveries(np.full(k, messages.ids[i], np.int64),
-                                        subs.ids[cand[hit]], d[hit], np.ones(k)))
-        return Deliveries.concat(parts)
+        found, counters = self.verifier.match(messages, self._rows)
+        _count(self.stats, len(messages), counters)
+        return _renamed(found, self.subs.ids)
 
 
 class PointsAndSets:

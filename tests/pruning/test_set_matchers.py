@@ -38,6 +38,7 @@ from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, set_candidat
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.brute import BruteMatcher
+from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
 from roadpubsub.pruning.mixed import MixedMatcher
@@ -102,7 +103,9 @@ def big_scenarios(draw: st.DrawFn) -> tuple:
     of every size and more messages on them."""
     network = tiny_network(draw)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    weights = TermWeights({t: float(w) for t, w in zip(VOCAB, rng.uniform(0.2, 3, 6),
+    # Weights of one magnitude, or spread over fifteen orders (TSIM's sums then round).
+    scale = 10.0 ** rng.choice([0, 3, 6, 12], 6) if rng.random() < 0.3 else np.ones(6)
+    weights = TermWeights({t: float(w) for t, w in zip(VOCAB, rng.uniform(0.2, 3, 6) * scale,
                                                        strict=True)})
     n = int(rng.integers(1, 10))
     points = random_points(rng, network, n)
@@ -331,3 +334,123 @@ def test_one_way_streets_bound_and_search_direction() -> None:
         got = MixedMatcher.build(net, _only(subs), w, dmax_m=500.0, spatial=spatial,
                                  threshold_sets=loc).deliver(messages)
         assert_same(got, want)
+
+
+def _sets_of_every_size(net: RoadNetwork, main: np.ndarray,
+                        rng: np.random.Generator) -> dict[int, SegmentSet]:
+    """Row -> set: a point-sized piece, one whole segment, a piece ending exactly at a
+    node, routes through 2 to 200 waypoints (up to thousands of pieces), a small and a
+    large area (thousands of segments) and every edge of the network."""
+    sets: dict[int, SegmentSet] = {}
+    e = int(rng.choice(main))
+    sets[0] = SegmentSet.of(net, [e], [0.3 * net.edge_length[e]], [0.3 * net.edge_length[e]])
+    e = int(rng.choice(main))
+    sets[1] = SegmentSet.of(net, [e], [0.0], [net.edge_length[e]])
+    e = int(rng.choice(main))
+    sets[2] = SegmentSet.of(net, [e], [0.5 * net.edge_length[e]], [net.edge_length[e]])
+    row = 3
+    for k in (2, 5, 40, 200):
+        for _ in range(10):  # a one-way dead end may leave no route: draw again
+            w = rng.choice(main, k)
+            try:
+                sets[row] = route_through_points(
+                    net, EdgePoints.of(w, rng.random(k) * net.edge_length[w]))
+                break
+            except InvalidLocationError:
+                continue
+        row += 1
+    lon0, lat0 = float(np.median(net.node_lon)), float(np.median(net.node_lat))
+    for h in (0.004, 0.08):
+        box = {"type": "Polygon", "coordinates": [[[lon0 - h, lat0 - h], [lon0 + h, lat0 - h],
+                                                   [lon0 + h, lat0 + h], [lon0 - h, lat0 + h],
+                                                   [lon0 - h, lat0 - h]]]}
+        sets[row] = area_from_geojson(net, box)
+        row += 1
+    every = np.arange(net.n_edges)
+    sets[row] = SegmentSet.of(net, every, np.zeros(every.size), net.edge_length[every])
+    return sets
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_andorra_sets_of_every_size_at_the_edges_of_the_rules(andorra: RoadNetwork,
+                                                              directed: bool) -> None:
+    """Sets from one point to the whole network (thousands of segments) on a real network,
+    directed and undirected, with messages on the sets and at their pieces' ends, Dmax
+    exactly at a set's distance, tau exactly at scores, alpha in {0, 1}, term weights of
+    magnitudes 1e-3 to 1e12, boolean radii exactly at distances: both kinds of the index
+    equal the pair-by-pair reference."""
+    net = andorra.with_direction(directed=directed)
+    rng = np.random.default_rng(11)
+    labels = net.components()[1]
+    main = np.flatnonzero(labels[net.edge_u] == np.bincount(labels).argmax())
+    sets = _sets_of_every_size(net, main, rng)
+    sizes = sorted(len(s) for s in sets.values())
+    assert sizes[0] == 1 and sizes[-1] > 1000 and sizes[-2] > 1000, sizes
+    n = max(sets) + 1 + 4  # four point rows as well
+    points = EdgePoints.of(*(lambda e: (e, rng.random(n) * net.edge_length[e]))(
+        rng.choice(main, n)))
+    weights = TermWeights({t: float(w) for t, w in zip(
+        VOCAB, [1e-3, 1.0, 7.5, 3e5, 1e9, 1e12], strict=True)})
+    k = 10
+    messages = messages_on_sets(rng, sets, main, k, weights)
+    # Two more messages at a piece's end exactly (offset = start, offset = end).
+    s = sets[4]
+    ends = EdgePoints.of([s.edge[0], s.edge[-1]], [s.start[0], s.end[-1]])
+    msg_kw = [list(rng.choice(VOCAB, 3, replace=False)) for _ in range(2 * k + 2)]
+    messages = Messages.from_rows(
+        ids=np.arange(2 * k + 2), points=EdgePoints.of(np.r_[messages.points.edge, ends.edge],
+                                                       np.r_[messages.points.offset,
+                                                             ends.offset]),
+        keywords=msg_kw, weights=weights)
+    d = distances(net, points, sets, messages)
+    set_d = d[sorted(sets)]
+    near = set_d[np.isfinite(set_d) & (set_d > 0) & (set_d < 3000)]
+    dmax = float(np.sort(near)[near.size // 2])  # exactly a set's distance
+    keywords = [list(rng.choice(VOCAB, rng.integers(1, 4), replace=False)) for _ in range(n)]
+    alpha = rng.choice([0.0, 1.0, 0.5], n)
+    # The row and message at exactly Dmax: delivered by both kinds (alpha 0, TSIM 1).
+    r0, j0 = (int(v[0]) for v in np.nonzero(d == dmax))
+    keywords[r0], alpha[r0] = msg_kw[j0][:1], 0.0
+    subs = Subscriptions.from_rows(ids=np.arange(n) + 1, points=points, keywords=keywords,
+                                   alpha=alpha, tau=np.full(n, 1e-6), weights=weights)
+    subs = taus_at_scores(subs, messages, weights, d, dmax, rng)
+    radius = np.array([rng.choice(row[np.isfinite(row) & (row <= dmax)])
+                       if np.any(np.isfinite(row) & (row <= dmax)) else dmax for row in d])
+    radius[r0] = dmax
+    radius[r0] = dmax
+    bsubs = BooleanSubscriptions(subs.ids + 1000, points, radius, subs.kw_ptr, subs.kw_terms)
+    loc = _locations(sets)
+    kinds = SubscriptionSet(subs, bsubs, TopkSubscriptions.empty())
+    spatial = SpatialIndex.build(net)
+    got = MixedMatcher.build(net, kinds, weights, dmax_m=dmax, spatial=spatial,
+                             threshold_sets=loc, boolean_sets=loc).deliver(messages)
+    want_t = expected_threshold(subs, messages, weights, d, dmax)
+    want_b = BooleanBruteMatcher(net, bsubs, weights, dmax_m=dmax,
+                                 set_locations=loc).match(messages)
+    assert_same(got, Deliveries.concat([want_t, want_b]))
+    # The edges of the rules are really exercised.
+    assert np.any(want_t.distance == dmax) and np.any(want_b.distance == dmax)
+    assert set(np.unique(subs.tau)) & set(want_t.score.tolist())  # tau at a score
+    assert np.any(want_t.distance == 0.0)
+    assert len(want_b) > 0
+
+
+def test_hostile_messages_are_refused_before_the_kernel(andorra: RoadNetwork) -> None:
+    """The kernel reads indexes unchecked: a message on an edge outside the network or
+    off its edge is refused with InputError, and unknown term ids are dropped."""
+    w = TermWeights({"a": 1.0})
+    subs = Subscriptions.from_rows(ids=[1], points=EdgePoints.of([0], [0.0]),
+                                   keywords=[["a"]], alpha=[0.5], tau=[0.1], weights=w)
+    s = SegmentSet.of(andorra, [3], [0.0], [1.0])
+    m = SetThresholdMatcher(andorra, subs, SegmentSets.of_sets([s]), w, dmax_m=500.0)
+    good = Messages.from_rows(ids=[1], points=EdgePoints.of([3], [0.5]), keywords=[["a"]],
+                              weights=w)
+    assert m.match(good).subscription_id.tolist() == [1]
+    off = Messages(np.array([1]), EdgePoints(np.array([3], np.int32),
+                                             np.array([andorra.edge_length[3] + 5.0])),
+                   np.array([0, 1]), np.array([0], np.int32))
+    with pytest.raises(InputError, match="offsets must lie on their edges"):
+        m.match(off)
+    unknown = Messages(np.array([1]), EdgePoints(np.array([3], np.int32), np.array([0.5])),
+                       np.array([0, 2]), np.array([0, 70000], np.int32))
+    assert m.match(unknown).subscription_id.tolist() == [1]
