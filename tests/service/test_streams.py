@@ -343,8 +343,9 @@ def test_map_events_carry_each_delivery_seq(serve: Any, workload: Workload,
 
 
 def _chunk(first: int, n: int) -> Chunk:
-    ids = np.arange(first, first + n, dtype=np.int64)
-    return Chunk(first, first, ids, ids, np.ones(n), np.ones(n))
+    ids = np.arange(first, first + n, dtype=np.int64)  # every row to a webhook
+    return Chunk(first, first, ids, ids, np.ones(n), np.ones(n),
+                 (np.arange(n), ["http://x/h"] * n))
 
 
 def test_journal_age_bound_keeps_what_the_webhook_feeder_has_not_queued() -> None:
