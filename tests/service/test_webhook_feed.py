@@ -11,13 +11,12 @@ or that delivery never reaches its endpoint although its publish was answered 20
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hooks import Receiver, secret_file
+from hooks import Receiver, secret_file, wait_for
 from live import message_rows, subscription_rows
 
 from roadpubsub.index.workload import Workload
@@ -27,13 +26,6 @@ from roadpubsub.service.journal import Chunk, DeliveryJournal
 FLAGS = ("--webhook-allow-private", "--webhook-max-attempts", "1000",
          "--webhook-backoff-base", "0.05", "--webhook-backoff-cap", "0.5",
          "--webhook-timeout", "2.0", "--webhook-batch-max", "50")
-
-
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _metric(text: str, name: str) -> float:
@@ -84,7 +76,7 @@ def test_count_retention_never_drops_what_the_feeder_has_not_queued(
         # the feeder never found a delivery gone before it queued it
         assert b"not queued again" not in server.log.read_bytes()
         receiver.start()
-        _wait(lambda: len(receiver.deduplicated()) >= head, 240, "every delivery")
+        wait_for(lambda: len(receiver.deduplicated()) >= head, 240, "every delivery")
         assert receiver.deduplicated() == list(range(1, head + 1))  # once each, in order
         assert receiver.bad_signatures == 0
         metrics = c.get("/metrics").text
