@@ -14,14 +14,17 @@ look-up of chunk references (chunks are never changed once appended).
 
 Retention, by count and by age together: the chunks of at least the last ``retain``
 deliveries are kept (:attr:`~roadpubsub.roadnet.settings.Settings.stream_retention_deliveries`),
-older
-ones are dropped whole; and with ``retain_s`` > 0
+older ones are dropped whole; and with ``retain_s`` > 0
 (:attr:`~roadpubsub.roadnet.settings.Settings.stream_retention_s`) a chunk is dropped too once it
-has
-been held that many seconds (counted from when the service applied it, or from the start
-for the deliveries read back from the log at a start), except one the webhook feeder has
-not queued yet (:attr:`DeliveryJournal.hold`: its deliveries would never reach the
-outbox). Asking for ``after`` below :meth:`DeliveryJournal.oldest` - 1 is refused with
+has been held that many seconds (counted from when the service applied it, or from the start
+for the deliveries read back from the log at a start). Neither bound drops a chunk holding a
+delivery to a webhook that the feeder has not queued yet (:attr:`DeliveryJournal.hold`): its
+deliveries would never reach the outbox although their publish was answered. The feeder
+runs after a record is durable, on another thread than the apply thread, so it lags by the
+records in flight, and by more while the outbox is slow or failing; what is held for it
+beyond the bounds is counted in :meth:`DeliveryJournal.status` (``/health``'s ``stream``,
+``/metrics``' ``roadpubsub_stream_held_for_webhooks``) and dropped once it is queued.
+Asking for ``after`` below :meth:`DeliveryJournal.oldest` - 1 is refused with
 :class:`ResumeTooOldError` (the HTTP answer 410 names the oldest ``seq`` still held).
 """
 
@@ -107,7 +110,9 @@ class DeliveryJournal:
     ----------
     hold
         The seq through which the webhook feeder has queued deliveries in the outbox (None:
-        no feeder); the age bound never drops a chunk holding a later one.
+        no feeder); neither bound drops a chunk holding a later one that has webhook rows.
+    hooked_dropped
+        The last seq of the last chunk with webhook rows dropped (0: none).
     """
 
     def __init__(self, *, retain: int, next_seq: int = 1, retain_s: float = 0.0,
@@ -115,6 +120,7 @@ class DeliveryJournal:
         self.retain = max(1, int(retain))
         self.retain_s = max(0.0, float(retain_s))
         self.hold: int | None = None
+        self.hooked_dropped = 0  # the last seq of the last dropped chunk with webhook rows
         self._clock = clock
         self._chunks: list[Chunk] = []
         self._firsts: list[int] = []
@@ -125,26 +131,34 @@ class DeliveryJournal:
 
     def renewed(self, *, next_seq: int) -> DeliveryJournal:
         """An empty journal with the same bounds, clock and hold, starting at ``next_seq``
-        (the state's reload)."""
+        (the state's load: the deliveries before it count as dropped)."""
         fresh = DeliveryJournal(retain=self.retain, next_seq=next_seq, retain_s=self.retain_s,
                                 clock=self._clock)
         fresh.hold = self.hold
+        fresh.hooked_dropped = next_seq - 1  # not read back: any of them may have had one
         return fresh
 
     def _drop_first(self) -> None:
+        if self._chunks[0].hooks is not None:
+            self.hooked_dropped = self._chunks[0].last
         self._held -= len(self._chunks[0])
         del self._chunks[0]
         del self._firsts[0]
         del self._added[0]
 
-    def _expire(self) -> None:
-        """Drop the chunks older than ``retain_s`` (under the lock)."""
-        if not self.retain_s or not self._chunks:
-            return
-        limit = self._clock() - self.retain_s
-        hold = self.hold
-        while self._chunks and self._added[0] < limit and (
-                hold is None or self._chunks[0].last <= hold):
+    def _droppable(self, chunk: Chunk) -> bool:
+        """Whether the webhook feeder is done with ``chunk``, or has nothing to queue from
+        it (under the lock)."""
+        return self.hold is None or chunk.last <= self.hold or chunk.hooks is None
+
+    def _trim(self) -> None:
+        """Drop the first chunks past the count bound or the age bound, except those the
+        webhook feeder still needs (under the lock)."""
+        chunks = self._chunks
+        limit = self._clock() - self.retain_s if self.retain_s else None
+        while chunks and self._droppable(chunks[0]) and (
+                (len(chunks) > 1 and self._held - len(chunks[0]) >= self.retain)
+                or (limit is not None and self._added[0] < limit)):
             self._drop_first()
 
     # ------------------------------------------------------------ apply thread
@@ -161,9 +175,7 @@ class DeliveryJournal:
             self._added.append(self._clock())
             self._held += len(chunk)
             self._next = chunk.last + 1
-            while len(self._chunks) > 1 and self._held - len(self._chunks[0]) >= self.retain:
-                self._drop_first()
-            self._expire()
+            self._trim()
 
     # ------------------------------------------------------------ readers
     @property
@@ -174,8 +186,26 @@ class DeliveryJournal:
     def oldest(self) -> int:
         """The oldest seq held (``next_seq`` when none is)."""
         with self._lock:
-            self._expire()
+            self._trim()
             return self._chunks[0].first if self._chunks else self._next
+
+    def status(self) -> dict[str, int | None]:
+        """What is held: ``held`` deliveries from seq ``oldest``, ``next_seq``, the seq the
+        webhook feeder queued through (``fed_through``, None without webhooks), and
+        ``held_for_webhooks``: the deliveries held only because the feeder has not queued
+        them yet (the bounds alone would have dropped them)."""
+        with self._lock:
+            self._trim()
+            held = self._held
+            oldest = self._chunks[0].first if self._chunks else self._next
+            keep = 0  # the deliveries the bounds alone keep: the last chunks, whole
+            limit = self._clock() - self.retain_s if self.retain_s else None
+            for k in range(len(self._chunks) - 1, -1, -1):
+                if keep >= self.retain or (limit is not None and self._added[k] < limit):
+                    break
+                keep += len(self._chunks[k])
+            return {"held": held, "oldest": oldest, "next_seq": self._next,
+                    "fed_through": self.hold, "held_for_webhooks": held - keep}
 
     def check_after(self, after: int) -> None:
         """Refuse (410) a resume point older than what is held."""

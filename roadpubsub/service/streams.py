@@ -191,10 +191,11 @@ class WebhookFeeder:
         with self._lock:
             journal = self.state.journal
             oldest = journal.oldest()
-            if self.fed < oldest - 1:  # dropped from memory long since: fed before
+            if self.fed < journal.hooked_dropped:  # not held since a start or a reload
                 print(f"roadpubsub serve: webhook deliveries {self.fed + 1}-{oldest - 1} are "
                       "older than the stream retention and are not queued again",
                       file=sys.stderr, flush=True)
+            if self.fed < oldest - 1:  # dropped: queued, or without a webhook row
                 self.fed = oldest - 1
             chunks = journal.chunks_after(self.fed, self.state.wal.durable_seq)
             entries: list[OutboxEntry] = []

@@ -19,9 +19,18 @@ from ports import free_port
 
 from roadpubsub.service.webhooks import verify_signature
 
-__all__ = ["SECRET", "Receiver", "secret_file"]
+__all__ = ["SECRET", "Receiver", "secret_file", "wait_for"]
 
 SECRET = b"test-secret-0123456789"
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, *,
+             every: float = 0.02) -> None:
+    """Poll ``condition`` every ``every`` seconds; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
 
 
 def secret_file(folder: Path) -> Path:

@@ -4,12 +4,15 @@ Every route and the WebSocket streams, for each caller (admin, publisher, subscr
 no token, an unknown token, a token revoked while the server runs), on own, foreign
 (subscriber B's), admin-made and absent ids, against a real server on loopback. A
 refusal of a foreign id and of an absent one must be the same answer (403): neither
-tells whether the id exists.
+tells whether the id exists. The rows must cover the app's route table
+(:data:`roadpubsub.service.app.ROUTES`, each path's methods as the server names them in
+``Allow``): a route added without a row fails the matrix.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,12 +21,14 @@ import httpx
 import pytest
 import websockets.sync.client as websockets_sync
 from live import location_of, message_rows, subscription_rows
+from starlette.routing import Route, WebSocketRoute
 from websockets.exceptions import InvalidStatus
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.access import TokenStore
+from roadpubsub.service.app import ROUTES
 
 # ids of the scene: A's bound id and the one A creates, B's, the admin's, an absent one
 A_BOUND, A_MADE, A_NEW, B_MADE, ADMIN_MADE, ABSENT = 101, 102, 103, 201, 301, 999_999
@@ -74,6 +79,42 @@ def _row(admin: int, publisher: int, a: int) -> dict[str, int]:
             "revoked": 401}
 
 
+def _open_row() -> dict[str, int]:
+    """An open route (the map's page and script): every caller, any token, is answered."""
+    return dict.fromkeys(CALLERS, 200)
+
+
+def _template(path: str, kind: type[Route] | type[WebSocketRoute]) -> str:
+    """The route of the app's table that serves ``path`` (its query left out), as the
+    router picks it: the first that matches."""
+    bare = path.partition("?")[0]
+    for route in ROUTES:
+        if isinstance(route, kind) and route.path_regex.match(bare):
+            return route.path
+    raise AssertionError(f"{path} is served by no route of the app's table")
+
+
+def _route_table(c: httpx.Client, token: str | None) -> set[tuple[str, str]]:
+    """(method, path) of every route of the app's table: HTTP methods as the server
+    names them in ``Allow`` (HEAD and OPTIONS aside: every GET has them, see
+    test_access_head.py), WebSocket routes as "WS"."""
+    table = set()
+    for route in ROUTES:
+        if isinstance(route, WebSocketRoute):
+            table.add(("WS", route.path))
+            continue
+        assert isinstance(route, Route), route
+        concrete = re.sub(r"\{[^}]+\}", "1", route.path)
+        allow = c.options(concrete, headers=_h(token)).headers["allow"]
+        table |= {(m.strip(), route.path) for m in allow.split(",")
+                  if m.strip() not in ("HEAD", "OPTIONS")}
+    return table
+
+
+#: Routes whose 200 is an endless stream: its body is never read by the matrix.
+_STREAMS = {"/deliveries/stream"}
+
+
 def test_http_access_matrix(scene: dict[str, Any], workload: Workload, andorra: RoadNetwork,
                             move_points: EdgePoints) -> None:
     server, tokens = scene["server"], scene["tokens"]
@@ -107,6 +148,22 @@ def test_http_access_matrix(scene: dict[str, Any], workload: Workload, andorra: 
         ("DELETE", f"/subscriptions/{ABSENT}", None, _row(404, 403, 403)),
         ("POST", "/messages", msgs[0], _row(200, 200, 403)),
         ("GET", f"/messages/{msgs[0]['id']}", None, _row(200, 200, 403)),
+        # resumable streams (SSE): a subscriber reads its own ids only, as WS /deliveries
+        ("GET", "/deliveries/stream?after=0", None, _row(200, 403, 200)),
+        ("GET", f"/deliveries/stream?after=0&subscription={A_BOUND}", None,
+         _row(200, 403, 200)),
+        ("GET", f"/deliveries/stream?subscription={B_MADE}", None, _row(200, 403, 403)),
+        ("GET", f"/deliveries/stream?after=0&subscription={ABSENT}", None,
+         _row(200, 403, 403)),
+        # the WebSocket paths asked in plain HTTP: refused after the token check
+        ("GET", "/deliveries", None, _row(426, 426, 426)),
+        ("GET", "/events", None, _row(426, 426, 426)),
+        # the dead letters: the admin's alone
+        ("GET", "/webhooks/dead", None, _row(200, 403, 403)),
+        ("POST", "/webhooks/replay", {"ids": [1]}, _row(200, 403, 403)),
+        ("GET", "/", None, _open_row()),
+        ("GET", "/static/map.js", None, _open_row()),
+        ("GET", "/health", None, _open_row()),
     ]
     failures = []
     with server.client() as c:
@@ -116,16 +173,23 @@ def test_http_access_matrix(scene: dict[str, Any], workload: Workload, andorra: 
                     continue  # the admin's delete of B's id is checked last
                 if caller == "publisher" and path.startswith("/messages"):
                     continue  # the publisher's own messages: below
-                got = c.request(method, path, json=body, headers=_h(tokens[caller]))
+                with c.stream(method, path, json=body, headers=_h(tokens[caller])) as got:
+                    if got.status_code != 200 or _template(path, Route) not in _STREAMS:
+                        got.read()
                 if got.status_code != want[caller]:
                     failures.append((caller, method, path, want[caller], got.status_code,
-                                     got.text[:200]))
+                                     got.text[:200] if got.is_stream_consumed else ""))
                 if got.status_code == 401:
                     assert got.headers["www-authenticate"] == "Bearer"
                 if got.status_code in (401, 403):  # never names whether the id exists
                     assert "unknown" not in got.json()["error"] or caller in (
                         "none", "unknown", "revoked")
         assert not failures, "\n".join(map(str, failures))
+        # every route of the app's table has its rows here (or, WebSocket, below)
+        covered = {(method, _template(path, Route)) for method, path, _, _ in cells}
+        covered |= {("WS", _template(path, WebSocketRoute)) for path, _ in WS_CELLS}
+        missing = _route_table(c, tokens["admin"]) - covered
+        assert not missing, f"routes without a row in the access matrix: {sorted(missing)}"
 
         # A creates a new id of its own; B's ids and A's stay apart in the listing
         assert c.post("/subscriptions", json=_sub(workload, andorra, A_NEW, 4),
@@ -214,20 +278,27 @@ def _ws_status(url: str, token: str | None, *, subprotocol: bool = False) -> int
         return int(exc.response.status_code)
 
 
+#: The WebSocket routes' rows: live, and resumed from a seq (``after``).
+WS_CELLS = [
+    ("/deliveries", _row(101, 403, 101)),
+    (f"/deliveries?subscription={A_BOUND}", _row(101, 403, 101)),
+    (f"/deliveries?subscription={B_MADE}", _row(101, 403, 403)),
+    (f"/deliveries?subscription={ABSENT}", _row(101, 403, 403)),
+    ("/deliveries?after=0", _row(101, 403, 101)),
+    (f"/deliveries?after=0&subscription={A_BOUND}", _row(101, 403, 101)),
+    (f"/deliveries?after=0&subscription={B_MADE}", _row(101, 403, 403)),
+    (f"/deliveries?after=0&subscription={ABSENT}", _row(101, 403, 403)),
+    ("/events", _row(101, 403, 403)),
+]
+
+
 def test_websocket_access_matrix(scene: dict[str, Any], workload: Workload,
                                  andorra: RoadNetwork) -> None:
     server, tokens = scene["server"], scene["tokens"]
     ws = server.url.replace("http", "ws")
-    cells = [
-        ("/deliveries", _row(101, 403, 101)),
-        (f"/deliveries?subscription={A_BOUND}", _row(101, 403, 101)),
-        (f"/deliveries?subscription={B_MADE}", _row(101, 403, 403)),
-        (f"/deliveries?subscription={ABSENT}", _row(101, 403, 403)),
-        ("/events", _row(101, 403, 403)),
-    ]
     failures = []
     for caller in CALLERS:
-        for path, want in cells:
+        for path, want in WS_CELLS:
             for sub in (False, True):
                 got = _ws_status(ws + path, tokens[caller], subprotocol=sub)
                 if got != want[caller]:

@@ -110,6 +110,14 @@ class _Reader(threading.Thread):
                     return
 
     def _sse(self, budget: int) -> None:
+        try:
+            self._sse_once(budget)
+        except httpx.ReadTimeout:
+            # the answer's head not within 0.5 s (a loaded server): a cut like any other;
+            # the next connection resumes after the last seq taken
+            return
+
+    def _sse_once(self, budget: int) -> None:
         params = {} if self.subscription is None else {"subscription": self.subscription}
         headers = {"Last-Event-ID": str(self.last), **_h(self.token)}
         deadline = time.monotonic() + self.rng.random() * 2
@@ -171,7 +179,7 @@ def test_streams_resume_after_random_cuts(serve: Any, workload: Workload,
     for r in readers:
         r.target = mine if r.subscription is not None else head
     for r in readers:
-        r.join(120)
+        r.join(600)  # a loaded machine: each resume costs a connection
         assert not r.is_alive() and r.error is None, (r.sse, r.subscription, r.error,
                                                       r.last, r.target, r.resumes)
     server.stop()
@@ -343,8 +351,9 @@ def test_map_events_carry_each_delivery_seq(serve: Any, workload: Workload,
 
 
 def _chunk(first: int, n: int) -> Chunk:
-    ids = np.arange(first, first + n, dtype=np.int64)
-    return Chunk(first, first, ids, ids, np.ones(n), np.ones(n))
+    ids = np.arange(first, first + n, dtype=np.int64)  # every row to a webhook
+    return Chunk(first, first, ids, ids, np.ones(n), np.ones(n),
+                 (np.arange(n), ["http://x/h"] * n))
 
 
 def test_journal_age_bound_keeps_what_the_webhook_feeder_has_not_queued() -> None:

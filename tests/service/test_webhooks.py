@@ -17,13 +17,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
-from hooks import SECRET, Receiver
+from hooks import SECRET, Receiver, wait_for
 from ports import free_port
 
 from roadpubsub.roadnet.settings import DEFAULTS
@@ -46,14 +45,6 @@ FAST = replace(DEFAULTS, webhook_batch_max=5, webhook_timeout_s=2.0, webhook_max
 def _entries(seqs: range, url: str) -> list[OutboxEntry]:
     return [OutboxEntry(seq=s, subscription_id=s % 7, message_id=2**40 + s,
                         distance=float(s), score=0.25, url=url) for s in seqs]
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_down_500_429_slow_receiver_gets_everything_in_order_once(
@@ -80,8 +71,8 @@ def test_down_500_429_slow_receiver_gets_everything_in_order_once(
         assert first.accepted == []
         assert sender.metrics()[first.url]["retried"] > 0
         first.start()
-        _wait(lambda: len(first.deduplicated()) == 100 and len(second.deduplicated()) == 100,
-              60, "all deliveries")
+        wait_for(lambda: len(first.deduplicated()) == 100 and len(second.deduplicated()) == 100,
+                 60, "all deliveries")
         expected_first = [s for i in range(10) for s in range(1 + 20 * i, 11 + 20 * i)]
         assert first.deduplicated() == expected_first
         assert second.deduplicated() == [s for s in range(1, 201) if s not in expected_first]
@@ -90,7 +81,7 @@ def test_down_500_429_slow_receiver_gets_everything_in_order_once(
         assert first.bad_signatures == second.bad_signatures == 0
         assert any(r["ids"] and len(r["ids"]) > 1 for r in first.requests)  # batched
         assert max(len(r["ids"]) for r in first.requests) <= FAST.webhook_batch_max
-        _wait(lambda: sender.metrics()[first.url]["sent"] == 100, 10, "acknowledgements")
+        wait_for(lambda: sender.metrics()[first.url]["sent"] == 100, 10, "acknowledgements")
         metrics = sender.metrics()[first.url]
         assert metrics["sent"] == 100 and metrics["dead"] == 0 and metrics["retried"] > 0
         assert metrics["oldest_queued_age_s"] == 0.0
@@ -108,7 +99,7 @@ def test_retry_after_is_honoured(tmp_path: Path, receivers: list[Receiver]) -> N
     sender.start()
     try:
         box.append(_entries(range(1, 3), receiver.url))
-        _wait(lambda: len(receiver.requests) == 2, 10, "the retry")
+        wait_for(lambda: len(receiver.requests) == 2, 10, "the retry")
         gap = receiver.requests[1]["at"] - receiver.requests[0]["at"]
         assert gap >= 0.95  # base backoff is 0.05 s: only Retry-After explains the wait
     finally:
@@ -166,7 +157,7 @@ def test_kill_9_in_the_middle_then_resume(tmp_path: Path, receivers: list[Receiv
     # Restart on the same folder, queueing nothing more (count 0).
     worker = _worker(folder, receiver.url, 0)
     try:
-        _wait(lambda: len(receiver.deduplicated()) >= queued, 60, "the queued deliveries")
+        wait_for(lambda: len(receiver.deduplicated()) >= queued, 60, "the queued deliveries")
     finally:
         worker.kill()
         worker.wait(10)
@@ -199,15 +190,15 @@ def test_dead_endpoint_goes_to_dead_letters_and_does_not_slow_a_healthy_one(
                        + _entries(range(2 + 3 * i, 3 + 3 * i), refused_url)
                        + _entries(range(3 + 3 * i, 4 + 3 * i), healthy.url))
             sent_at = time.monotonic()
-            _wait(lambda i=i: 3 + 3 * i in healthy.accepted, 5, "the healthy delivery")
+            wait_for(lambda i=i: 3 + 3 * i in healthy.accepted, 5, "the healthy delivery")
             latencies.append(time.monotonic() - sent_at)
         assert max(latencies) < 1.0, latencies  # the dead endpoint's 2 s timeouts never show
-        _wait(lambda: sender.metrics()[refused_url]["dead"] == rounds, 30,
-              "the refused endpoint given up")
+        wait_for(lambda: sender.metrics()[refused_url]["dead"] == rounds, 30,
+                 "the refused endpoint given up")
         refused = [row for row in sender.dead_letters() if row["url"] == refused_url]
         assert [row["seq"] for row in refused] == list(range(2, 3 * rounds, 3))
         assert "connection failed" in refused[0]["reason"] and "3 attempt" in refused[0]["reason"]
-        _wait(lambda: sender.metrics()[healthy.url]["sent"] == rounds, 5, "acknowledgements")
+        wait_for(lambda: sender.metrics()[healthy.url]["sent"] == rounds, 5, "acknowledgements")
         metrics = sender.metrics()
         assert metrics[refused_url]["dead"] == rounds and metrics[refused_url]["queued"] == 0
         assert metrics[dead_url]["queued"] > 0 and metrics[dead_url]["oldest_queued_age_s"] > 0
@@ -226,7 +217,7 @@ def test_dead_endpoint_goes_to_dead_letters_and_does_not_slow_a_healthy_one(
     try:
         ids = [row["id"] for row in box.dead_letters() if row["url"] == refused_url]
         assert sender.replay(ids) == rounds
-        _wait(lambda: len(back.deduplicated()) == rounds, 20, "the replayed deliveries")
+        wait_for(lambda: len(back.deduplicated()) == rounds, 20, "the replayed deliveries")
         assert back.deduplicated() == list(range(2, 3 * rounds, 3))
         assert not [row for row in sender.dead_letters() if row["url"] == refused_url]
     finally:
@@ -242,7 +233,7 @@ def test_non_retryable_answer_is_dead_at_once(tmp_path: Path,
     sender.start()
     try:
         box.append(_entries(range(1, 4), receiver.url))
-        _wait(lambda: len(sender.dead_letters()) == 3, 10, "dead letters")
+        wait_for(lambda: len(sender.dead_letters()) == 3, 10, "dead letters")
         assert len(receiver.requests) == 1
         assert sender.dead_letters()[0]["reason"].startswith("HTTP 404")
     finally:
@@ -326,7 +317,7 @@ def test_rebinding_is_refused_at_send_time(tmp_path: Path, receivers: list[Recei
     sender.start()
     try:
         box.append(_entries(range(1, 3), url))
-        _wait(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
+        wait_for(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
         assert "loopback" in sender.dead_letters()[0]["reason"]
         assert receiver.requests == []
     finally:
@@ -344,7 +335,7 @@ def test_connection_goes_to_the_checked_address_with_the_url_host(
     sender.start()
     try:
         box.append(_entries(range(1, 2), url))
-        _wait(lambda: receiver.accepted == [1], 10, "the delivery")
+        wait_for(lambda: receiver.accepted == [1], 10, "the delivery")
         assert receiver.requests[0]["host"] == f"hook.example:{receiver.port}"
     finally:
         sender.stop()
@@ -380,14 +371,14 @@ def test_webhook_service_facade(tmp_path: Path, receivers: list[Receiver]) -> No
     service.start()
     try:
         service.queue(_entries(range(1, 8), url))
-        _wait(lambda: receiver.deduplicated() == list(range(1, 8)), 10, "the deliveries")
+        wait_for(lambda: receiver.deduplicated() == list(range(1, 8)), 10, "the deliveries")
         body = receiver.requests[0]["body"]
         first = orjson.loads(body)["deliveries"][0]
         # the delivery object of every other answer: integer ids, the same keys in order
         assert list(first.items()) == [("seq", 1), ("message_id", 2**40 + 1),
                                        ("subscription_id", 1), ("distance", 1.0),
                                        ("score", 0.25)]
-        _wait(lambda: service.metrics()[url]["sent"] == 7, 10, "acknowledgements")
+        wait_for(lambda: service.metrics()[url]["sent"] == 7, 10, "acknowledgements")
         assert service.metrics()[url]["queued"] == 0
         assert service.dead_letters() == [] and service.replay([1]) == 0
     finally:
@@ -406,7 +397,7 @@ def test_age_limit_moves_old_deliveries_to_dead_letters(tmp_path: Path) -> None:
     try:
         started = time.monotonic()
         box.append(_entries(range(1, 3), refused_url))
-        _wait(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
+        wait_for(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
         assert 0.5 <= time.monotonic() - started < 3.0
         assert sender.metrics()[refused_url]["retried"] >= 2
     finally:
@@ -440,7 +431,7 @@ def test_hostile_answers_are_failures_not_crashes(tmp_path: Path, answer: bytes)
     sender.start()
     try:
         box.append(_entries(range(1, 3), url))
-        _wait(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
+        wait_for(lambda: len(sender.dead_letters()) == 2, 10, "dead letters")
         assert "2 attempt" in sender.dead_letters()[0]["reason"]
         assert sender.metrics()[url]["sent"] == 0
     finally:
@@ -468,8 +459,8 @@ def test_https_goes_to_the_checked_address_with_the_url_name_for_tls(
     sender.start()
     try:
         box.append(_entries(range(1, 3), good) + _entries(range(3, 4), wrong))
-        _wait(lambda: receiver.deduplicated() == [1, 2], 10, "the TLS deliveries")
-        _wait(lambda: len(sender.dead_letters()) == 1, 10, "the refused certificate")
+        wait_for(lambda: receiver.deduplicated() == [1, 2], 10, "the TLS deliveries")
+        wait_for(lambda: len(sender.dead_letters()) == 1, 10, "the refused certificate")
         assert "CERTIFICATE_VERIFY_FAILED" in sender.dead_letters()[0]["reason"]
         assert receiver.requests[0]["host"] == f"hook.example:{receiver.port}"
     finally:

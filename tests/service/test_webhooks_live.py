@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
-from hooks import Receiver, secret_file
+from hooks import Receiver, secret_file, wait_for
 from live import message_rows, subscription_rows
 
 from roadpubsub.index.workload import Workload
@@ -33,13 +33,6 @@ def _log_rows(folder: Path) -> list[tuple[int, int, int]]:
             t = pq.read_table(p).to_pydict()
             rows += list(zip(t["seq"], t["message_id"], t["subscription_id"], strict=True))
     return sorted(rows)
-
-
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 FLAGS = ("--webhook-allow-private", "--webhook-max-attempts", "1000",
@@ -83,7 +76,7 @@ def test_webhooks_arrive_once_in_order_across_kill(serve: Any, service_dir: Path
         good[0].start()
         for k in range(150, 250, 10):
             assert c.post("/messages", json=msgs[k:k + 10]).status_code == 200
-        _wait(lambda: len(good[0].accepted) > 50, 60, "the first deliveries")
+        wait_for(lambda: len(good[0].accepted) > 50, 60, "the first deliveries")
     server.kill()  # with deliveries queued, batches in flight and a receiver down
     good[1].start()
     server = serve(*flags)
@@ -105,8 +98,8 @@ def test_webhooks_arrive_once_in_order_across_kill(serve: Any, service_dir: Path
     assert all(len(v) > 100 for v in want.values()), {k: len(v) for k, v in want.items()}
     server = serve(*flags)  # the outbox resumes after a clean stop too
     for r in good:
-        _wait(lambda r=r: len(r.deduplicated()) >= len(want[r.url]), 240,
-              f"every delivery at {r.url}")
+        wait_for(lambda r=r: len(r.deduplicated()) >= len(want[r.url]), 240,
+                 f"every delivery at {r.url}")
         got = r.deduplicated()
         assert got == want[r.url]  # each once after dedupe, in seq order
         assert len(r.accepted) > len(got) or r is good[1]  # some came twice (timeouts)
@@ -145,8 +138,8 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
                 answered[d["seq"]] = list(d.items())
             mine = sent[healthy.url]
             if mine:
-                _wait(lambda mine=mine: len(healthy.deduplicated()) >= len(mine), 30,
-                      "the healthy endpoint")
+                wait_for(lambda mine=mine: len(healthy.deduplicated()) >= len(mine), 30,
+                         "the healthy endpoint")
                 lag.append(time.monotonic() - t0)
         assert healthy.deduplicated() == sent[healthy.url]
         # a webhook body holds the publish answer's delivery objects: same keys in the same
@@ -159,8 +152,8 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
         assert max(lag) < 5.0, max(lag)
         n_dead = len(sent[dead.url])
         assert n_dead > 50
-        _wait(lambda: len(c.get("/webhooks/dead").json()["dead"]) == n_dead, 600,
-              "the dead letters")
+        wait_for(lambda: len(c.get("/webhooks/dead").json()["dead"]) == n_dead, 600,
+                 "the dead letters", every=0.1)
         letters = c.get("/webhooks/dead").json()["dead"]
         assert [x["seq"] for x in letters] == sent[dead.url]
         assert all("HTTP 503" in x["reason"] for x in letters)
@@ -173,7 +166,7 @@ def test_dead_endpoint_goes_to_dead_letters_without_slowing_others(
         dead.script = lambda n: (200, {}, 0.0)
         r = c.post("/webhooks/replay", json={"ids": [x["id"] for x in letters]})
         assert r.json() == {"replayed": n_dead}
-        _wait(lambda: len(dead.deduplicated()) >= n_dead, 60, "the replayed letters")
+        wait_for(lambda: len(dead.deduplicated()) >= n_dead, 60, "the replayed letters")
         assert dead.deduplicated() == sent[dead.url]
         assert c.get("/webhooks/dead").json() == {"dead": []}
         assert c.post("/webhooks/replay", json={"ids": "x"}).status_code == 400

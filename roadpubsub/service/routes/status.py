@@ -40,7 +40,7 @@ async def health(request: Request) -> Response:
         "grouped_requests": applier.grouped_requests, "groups": applier.groups,
         "apply_cpu_seconds": {k: round(v, 4) for k, v in applier.cpu_seconds.items()},
         "apply_requests": dict(applier.requests), "thread_cpu_seconds": thread_cpu(),
-        "fsyncs": state.wal.fsyncs,
+        "fsyncs": state.wal.fsyncs, "stream": state.journal.status(),
         "network": state.manifest.get("network"), "dmax_m": state.index.dmax_m},
         status_code=503 if status == "failed" else 200)
 

@@ -73,4 +73,13 @@ def webhook_metrics(webhooks: WebhookService | None, feeder: WebhookFeeder | Non
                    "outbox")
         out.append("# TYPE roadpubsub_webhook_fed_seq gauge")
         out.append(f"roadpubsub_webhook_fed_seq {feeder.fed}")
+        held = feeder.state.journal.status()
+        for name, key, text in (
+                ("held_deliveries", "held", "deliveries the stream journal holds"),
+                ("held_for_webhooks", "held_for_webhooks", "deliveries the stream journal "
+                 "holds beyond its retention because the webhook feeder has not queued "
+                 "them yet")):
+            out.append(f"# HELP roadpubsub_stream_{name} {text}")
+            out.append(f"# TYPE roadpubsub_stream_{name} gauge")
+            out.append(f"roadpubsub_stream_{name} {held[key]}")
     return "\n".join(out) + "\n"
