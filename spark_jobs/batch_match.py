@@ -32,6 +32,14 @@ runs :class:`roadpubsub.pruning.topk.TopkIndexMatcher` over the whole message st
 exact because top-k state is per subscription; their events go to ``--topk-out``. See
 :mod:`roadpubsub.spark_jobs.batch_kinds`.
 
+Routes and areas (issue 32): under ``roadpubsub spark batch-match``, a local
+subscriptions file with a GeoJSON ``geometry`` column (as ``roadpubsub match`` reads it)
+is read on the driver by the command line's reader, which resolves every route and area
+once; the point rows then go through steps 2-5 and the set rows through a stage of
+their own (:mod:`roadpubsub.spark_jobs.batch_sets`; the driver builds the cell bounds the
+set matchers need, ``--bounds`` is used for the point rows only). The script entry
+point (``spark-submit``) does not read geometry columns.
+
 The bound table is a DataFrame throughout (a table directory read by the executors, or
 computed on Spark when none is given), shuffled to the partitions that need each row
 (:mod:`roadpubsub.spark_jobs.bound_frames`); it is never broadcast.
