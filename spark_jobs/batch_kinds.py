@@ -104,6 +104,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Broadcast
     from pyspark.sql import DataFrame, SparkSession
 
+    from roadpubsub.pruning.set_locations import SetLocations
+
 __all__ = [
     "TOPK_EVENT_SCHEMA",
     "batch_match_kinds",
@@ -226,6 +228,7 @@ def match_set_frames(
     timer: Any = None,
     phases: dict[str, float] | None = None,
     counts: dict[str, int] | None = None,
+    sets: DataFrame | None = None,
 ) -> tuple[Deliveries, TopkEvents] | None:
     """Match a subscription set frame
     (:data:`roadpubsub.spark_jobs.cell_frames.SUBSCRIPTION_SET_SCHEMA`) against an ordered message
@@ -235,6 +238,8 @@ def match_set_frames(
     subscriptions) to ``topk_out`` (default :func:`topk_out_name`), both replaced
     atomically at the end; else collect both: (deliveries sorted by message and
     subscription, events in canonical order). ``counts``: the rows per kind when known.
+    ``sets``: the deliveries to route and area subscriptions
+    (:func:`roadpubsub.spark_jobs.batch_sets.set_deliveries_frame`), joined to the others.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -260,6 +265,8 @@ def match_set_frames(
                                      boolean=boo if counts["boolean"] else None)
         else:  # top-k only: no deliveries (the file is still written, as the CLI does)
             frame = spark.createDataFrame([], DELIVERY_SCHEMA)
+        if sets is not None:
+            frame = frame.unionByName(sets)
         events = None
         if top_stats is not None:
             # The same number of partitions: the same aligned keys (no second key job).
@@ -309,6 +316,8 @@ def batch_match_kinds(
     dmax_m: float = DEFAULTS.dmax_m,
     tolerance: float = DEFAULTS.score_tolerance,
     n_partitions: int | None = None,
+    threshold_sets: SetLocations | None = None,
+    boolean_sets: SetLocations | None = None,
 ) -> tuple[Deliveries, TopkEvents]:
     """Deliveries and top-k events of objects held in memory, computed on Spark.
 
@@ -316,16 +325,27 @@ def batch_match_kinds(
     :class:`~roadpubsub.pruning.boolean.BooleanIndexMatcher`'s, and to
     ``TopkIndexMatcher(..., window=window).push(messages)`` (``messages`` in stream
     order). The inputs are shipped from the driver (for notebooks and tests); the job
-    reads files on the executors instead.
+    reads files on the executors instead. ``threshold_sets``, ``boolean_sets``: rows on
+    routes and areas, as ``MixedMatcher.build`` takes them (issue 32; the deliveries
+    equal ``roadpubsub match``'s, see :mod:`roadpubsub.spark_jobs.batch_sets`).
     """
+    from roadpubsub.spark_jobs.batch_sets import set_deliveries_frame, split_sets
+
+    split = split_sets(subs, threshold_sets=threshold_sets, boolean_sets=boolean_sets)
+    points = split.points
+    msgs = messages_frame(spark, messages, spatial.cells, ordered=True)
+    sets = None
+    if len(split):
+        sets = set_deliveries_frame(
+            spark, spatial, weights, split, msgs, dmax_m=dmax_m, tolerance=tolerance,
+            n_partitions=n_partitions or spark.sparkContext.defaultParallelism)
     result = match_set_frames(
         spark, spatial.network, spatial.cells, weights,
-        subscription_set_frame(spark, subs, spatial.cells, dmax_m=dmax_m, tolerance=tolerance),
-        messages_frame(spark, messages, spatial.cells, ordered=True),
-        bounds_frame(spark, spatial.bounds), window=window, dmax_m=dmax_m,
+        subscription_set_frame(spark, points, spatial.cells, dmax_m=dmax_m,
+                               tolerance=tolerance),
+        msgs, bounds_frame(spark, spatial.bounds), window=window, dmax_m=dmax_m,
         tolerance=tolerance, n_partitions=n_partitions, counts={
-            "threshold": len(subs.threshold), "boolean": len(subs.boolean),
-            "topk": len(subs.topk)})
+            "threshold": len(points.threshold), "boolean": len(points.boolean),
+            "topk": len(points.topk)}, sets=sets)
     assert result is not None
     return result
-

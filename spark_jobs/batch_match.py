@@ -32,6 +32,14 @@ runs :class:`roadpubsub.pruning.topk.TopkIndexMatcher` over the whole message st
 exact because top-k state is per subscription; their events go to ``--topk-out``. See
 :mod:`roadpubsub.spark_jobs.batch_kinds`.
 
+Routes and areas (issue 32): under ``roadpubsub spark batch-match``, a local
+subscriptions file with a GeoJSON ``geometry`` column (as ``roadpubsub match`` reads it)
+is read on the driver by the command line's reader, which resolves every route and area
+once; the point rows then go through steps 2-5 and the set rows through a stage of
+their own (:mod:`roadpubsub.spark_jobs.batch_sets`; the driver builds the cell bounds the
+set matchers need, ``--bounds`` is used for the point rows only). The script entry
+point (``spark-submit``) does not read geometry columns.
+
 The bound table is a DataFrame throughout (a table directory read by the executors, or
 computed on Spark when none is given), shuffled to the partitions that need each row
 (:mod:`roadpubsub.spark_jobs.bound_frames`); it is never broadcast.
@@ -90,6 +98,7 @@ from roadpubsub.spark_jobs.cell_frames import (
     cell_stats,
     kind_counts,
     messages_frame,
+    subscription_set_frame,
     subscriptions_frame,
 )
 from roadpubsub.spark_jobs.dijkstra_engine import dijkstra_rows
@@ -237,10 +246,16 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
 
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    with storage.local_copies(storage.network_files(args.network), spark=spark) as files:
-        network = load_network(files[0], directed=args.directed)
-    with storage.local_copy(args.weights, spark=spark) as local:
-        weights = read_weights(local)
+    # Routes and areas (issue 32): resolved on the driver by the caller, with the
+    # network and weights it read (``args.sets``; see :func:`run`).
+    resolved = getattr(args, "sets", None)
+    if resolved is not None:
+        network, weights = resolved[0], resolved[1]
+    else:
+        with storage.local_copies(storage.network_files(args.network), spark=spark) as files:
+            network = load_network(files[0], directed=args.directed)
+        with storage.local_copy(args.weights, spark=spark) as local:
+            weights = read_weights(local)
     cells = build_cells(network, capacity=args.capacity)
     phases["driver: network, weights, cells"] = time.perf_counter() - t0
     log(f"read {network.name} ({cells.n_cells} cells) and {len(weights)} weights in "
@@ -252,10 +267,21 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
         bounds = dijkstra_rows(spark, network, cells)
     phases["driver: bound table metadata"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
-        subs = read_subscription_set_frame(spark, args.subscriptions, network, cells,
-                                           weights, dmax_m=args.dmax, timer=timer)
-        counts = kind_counts(subs)
+    split = None
+    if resolved is not None:
+        from roadpubsub.spark_jobs.batch_sets import split_sets
+
+        located = resolved[3]
+        split = split_sets(resolved[2], threshold_sets=located.threshold,
+                           boolean_sets=located.boolean)
+        subs = subscription_set_frame(spark, split.points, cells, dmax_m=args.dmax)
+        counts = split.points.counts()
+        log(f"routes and areas: {len(split)} subscriptions, resolved on the driver")
+    else:
+        with stage(spark, f"batch-match: read and locate {args.subscriptions}"):
+            subs = read_subscription_set_frame(spark, args.subscriptions, network, cells,
+                                               weights, dmax_m=args.dmax, timer=timer)
+            counts = kind_counts(subs)
     phases["read and locate subscriptions"] = time.perf_counter() - t0
     log(f"subscriptions per kind: {counts}")
     t0 = time.perf_counter()
@@ -265,7 +291,16 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
                                        timer=timer, ordered=counts["topk"] > 0)
     phases["read and locate messages"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if counts["boolean"] == counts["topk"] == 0:
+    sets = None
+    if split is not None and len(split):
+        from roadpubsub.spark_jobs.batch_sets import set_deliveries_frame
+
+        spatial = SpatialIndex.build(network, capacity=args.capacity, cells=cells)
+        sets = set_deliveries_frame(spark, spatial, weights, split, messages, dmax_m=args.dmax,
+                                    tolerance=DEFAULTS.score_tolerance,
+                                    n_partitions=(args.partitions
+                                                  or spark.sparkContext.defaultParallelism))
+    if sets is None and counts["boolean"] == counts["topk"] == 0:
         threshold = subs.select(*(c.split()[0] for c in SUBSCRIPTION_SCHEMA.split(", ")))
         match_frames(spark, network, cells, weights, threshold, messages, bounds,
                      out=args.out, dmax_m=args.dmax, n_partitions=args.partitions,
@@ -278,7 +313,7 @@ def write_deliveries_frame(spark: SparkSession, args: argparse.Namespace, *,
                          topk_out=getattr(args, "topk_out", None), dmax_m=args.dmax,
                          n_partitions=args.partitions,
                          bounds_name=args.bounds or "bound table", timer=timer,
-                         phases=phases, counts=counts)
+                         phases=phases, counts=counts, sets=sets)
     phases["plan, route, match and write"] = time.perf_counter() - t0
     spark.catalog.clearCache()  # the frames kept for the two passes over them
     return phases
@@ -375,6 +410,9 @@ def run(args: argparse.Namespace) -> int:
         if local is not None and not local.exists():
             msg = f"{name} not found: {path}"
             raise FileNotFoundError(msg)
+    read_sets = getattr(args, "read_sets", None)
+    if read_sets is not None:  # the command line's reader of routes and areas (issue 32)
+        args.sets = read_sets(args)
     spark = session_from_args(args, app_name="roadpubsub batch-match")
     for what, path in outputs:
         if storage_paths.local_path(path) is None:

@@ -52,3 +52,22 @@ def register(subparsers: Any) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(child)
         child.set_defaults(func=spark_errors(module.run))  # one line for JVM failures
+        if name == "batch-match":  # routes and areas, resolved as 'roadpubsub match' does
+            child.set_defaults(read_sets=_read_sets)
+
+
+def _read_sets(args: argparse.Namespace) -> tuple[Any, ...] | None:
+    """(network, weights, subscriptions, sets) of a local subscriptions file with a
+    GeoJSON ``geometry`` column (issue 32), read by ``roadpubsub match``'s reader; None
+    for any other file (the job reads it on the executors)."""
+    from roadpubsub.cli.match_sets import has_set_geometry, read_set_sources
+    from roadpubsub.roadnet.settings import DEFAULTS
+    from roadpubsub.spark_jobs.storage_paths import local_path
+
+    local = local_path(args.subscriptions)
+    if local is None or not local.is_file() or not has_set_geometry(local):
+        return None
+    ns = argparse.Namespace(network=args.network, directed=args.directed,
+                            subscriptions=str(local), weights=args.weights, corpus=None,
+                            max_snap=DEFAULTS.snap_distance_m, exact_keywords=False)
+    return read_set_sources(ns, args.dmax, kinds=True)
