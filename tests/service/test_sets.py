@@ -432,3 +432,42 @@ def test_sets_expire_as_points_do(sets_server: Server, andorra: RoadNetwork,
             time.sleep(0.1)
         assert c.post("/messages", json={**msg, "id": 3}).json()["deliveries"] == []
         assert c.get("/subscriptions/90").status_code == 404
+
+
+def test_set_deliveries_reach_websocket_readers(sets_server: Server, andorra: RoadNetwork,
+                                                tweets: list[list[str]]) -> None:
+    """A route subscription's deliveries reach a WebSocket reader of its own stream as
+    they are matched (the delivery object of the publish's answer, seq included), and
+    again from the durable stream after kill -9 (resumed with ``after=``)."""
+    import json
+
+    import websockets.sync.client as websockets_sync
+
+    word = tweets[0][0]
+    server = sets_server
+    url = server.url.replace("http", "ws") + "/deliveries?subscription=7&after=0"
+    with server.client() as c:
+        row = {"id": 7, "keywords": [word], "alpha": 0.5, "tau": 0.2,
+               "geometry": _route(andorra, 10, 400)}
+        assert c.post("/subscriptions", json=row).status_code == 201
+        # a point subscription beside it: the reader of 7 must not get its deliveries
+        seg = c.get("/subscriptions/7").json()["geometry"]["segments"][1]
+        point = {"id": 8, "keywords": [word], "alpha": 0.5, "tau": 0.2, "u": seg["u"],
+                 "v": seg["v"], "offset": seg["start_m"]}
+        assert c.post("/subscriptions", json=point).status_code == 201
+        with websockets_sync.connect(url, open_timeout=30) as ws:
+            msg = {"id": 1, "keywords": [word], "u": seg["u"], "v": seg["v"],
+                   "offset": seg["start_m"]}
+            answer = c.post("/messages", json=msg).json()["deliveries"]
+            assert {d["subscription_id"] for d in answer} == {7, 8}
+            mine = [d for d in answer if d["subscription_id"] == 7]
+            assert json.loads(ws.recv(timeout=30)) == mine[0]
+    server.kill()
+    server.start()
+    with websockets_sync.connect(url, open_timeout=30) as ws:
+        assert json.loads(ws.recv(timeout=30)) == mine[0]
+        try:
+            extra = ws.recv(timeout=1)
+        except TimeoutError:
+            extra = None
+        assert extra is None, extra
