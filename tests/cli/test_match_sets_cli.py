@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyproj import Transformer
+from set_rows import lonlat, mixed_rows, point_drawer
 
 from roadpubsub.cli import main
 from roadpubsub.index.io import read_deliveries, read_messages, read_weights
@@ -30,18 +30,10 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
 from roadpubsub.pruning.set_locations import SetLocations
 from roadpubsub.roadnet.io import load_network
-from roadpubsub.roadnet.locations import EdgePoints, point_xy
-from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.segment_sets import SegmentSet
 
 VOCAB = ["a", "b", "c", "d"]
 DMAX = 1500.0
-
-
-def _lonlat(net: RoadNetwork, points: EdgePoints) -> np.ndarray:
-    xy = point_xy(net, points)
-    tr = Transformer.from_crs(net.crs, "EPSG:4326", always_xy=True)
-    return np.column_stack(tr.transform(xy[:, 0], xy[:, 1]))
 
 
 @pytest.fixture(scope="module")
@@ -51,43 +43,13 @@ def files(tmp_path_factory: pytest.TempPathFactory,
     net = load_network(path)
     out = tmp_path_factory.mktemp("sets")
     rng = np.random.default_rng(3)
-    labels = net.components()[1]
-    main_edges = np.flatnonzero(labels[net.edge_u] == np.bincount(labels).argmax())
-
-    def points(k: int) -> EdgePoints:
-        e = rng.choice(main_edges, k)
-        return EdgePoints.of(e, rng.random(k) * net.edge_length[e])
-
-    rows = []
-    n = 90
-    ll = _lonlat(net, points(n))
-    route_ll = []
-    for i in range(n):
-        row: dict = {"id": 1000 + i, "keywords": list(rng.choice(VOCAB, 2, replace=False)),
-                     "kind": "boolean" if i % 2 else "threshold",
-                     "alpha": None if i % 2 else 0.5, "tau": None if i % 2 else 0.2,
-                     "radius": float(rng.uniform(100, DMAX)) if i % 2 else None,
-                     "lon": float(ll[i, 0]), "lat": float(ll[i, 1]), "geometry": None}
-        if i % 3 == 1:  # a route through 2-6 waypoints
-            wp = _lonlat(net, points(int(rng.integers(2, 7))))
-            route_ll.append(wp)
-            row["geometry"] = json.dumps({"type": "LineString", "coordinates": wp.tolist()})
-            row["lon"] = row["lat"] = None
-        elif i % 9 == 2:  # an area around a point: a Polygon or a MultiPolygon
-            x, y = ll[i]
-            h = 0.003
-            ring = [[x - h, y - h], [x + h, y - h], [x + h, y + h], [x - h, y + h],
-                    [x - h, y - h]]
-            geom = ({"type": "Polygon", "coordinates": [ring]} if i % 2 else
-                    {"type": "MultiPolygon", "coordinates": [[ring]]})
-            row["geometry"] = json.dumps(geom)
-            row["lon"] = row["lat"] = None
-        rows.append(row)
+    points = point_drawer(net, rng)
+    rows, route_ll = mixed_rows(net, rng, points, VOCAB, n=90, tau=0.2, dmax=DMAX)
     with (out / "subscriptions.jsonl").open("w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     # Messages: half on a route's waypoint, half anywhere.
     m = 60
-    mll = _lonlat(net, points(m))
+    mll = lonlat(net, points(m))
     for j in range(0, m, 2):
         wp = route_ll[j % len(route_ll)]
         mll[j] = wp[j % wp.shape[0]]

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyproj import Transformer
 from pyspark.sql import SparkSession
+from set_rows import lonlat, mixed_rows, point_drawer
 
 from roadpubsub.cli import main as cli_main
 from roadpubsub.cli.match_sets import read_set_sources
@@ -29,20 +29,12 @@ from roadpubsub.index.io import read_deliveries, read_messages
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.io import load_network
-from roadpubsub.roadnet.locations import EdgePoints, point_xy
-from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.spark_jobs.batch_kinds import batch_match_kinds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DMAX = 1500.0
-
-
-def _lonlat(net: RoadNetwork, points: EdgePoints) -> np.ndarray:
-    xy = point_xy(net, points)
-    tr = Transformer.from_crs(net.crs, "EPSG:4326", always_xy=True)
-    return np.column_stack(tr.transform(xy[:, 0], xy[:, 1]))
 
 
 def _tweets(path: Path, n: int) -> list[list[str]]:
@@ -58,47 +50,17 @@ def files(tmp_path_factory: pytest.TempPathFactory, shared: Callable[[str], Path
     net = load_network(path)
     out = tmp_path_factory.mktemp("spark-sets")
     rng = np.random.default_rng(5)
-    labels = net.components()[1]
-    main_edges = np.flatnonzero(labels[net.edge_u] == np.bincount(labels).argmax())
+    points = point_drawer(net, rng)
     tweets = _tweets(tweets_csv, 400)
     vocab = [w for w, _ in Counter(w for t in tweets for w in set(t)).most_common(12)]
-
-    def points(k: int) -> EdgePoints:
-        e = rng.choice(main_edges, k)
-        return EdgePoints.of(e, rng.random(k) * net.edge_length[e])
-
-    rows = []
-    n = 90
-    ll = _lonlat(net, points(n))
-    route_ll = []
-    for i in range(n):
-        row: dict = {"id": 1000 + i, "keywords": list(rng.choice(vocab, 2, replace=False)),
-                     "kind": "boolean" if i % 2 else "threshold",
-                     "alpha": None if i % 2 else 0.5, "tau": None if i % 2 else 0.1,
-                     "radius": float(rng.uniform(100, DMAX)) if i % 2 else None,
-                     "lon": float(ll[i, 0]), "lat": float(ll[i, 1]), "geometry": None}
-        if i % 3 == 1:  # a route through 2-6 waypoints
-            wp = _lonlat(net, points(int(rng.integers(2, 7))))
-            route_ll.append(wp)
-            row["geometry"] = json.dumps({"type": "LineString", "coordinates": wp.tolist()})
-            row["lon"] = row["lat"] = None
-        elif i % 9 == 2:  # an area around a point
-            x, y = ll[i]
-            h = 0.003
-            ring = [[x - h, y - h], [x + h, y - h], [x + h, y + h], [x - h, y + h],
-                    [x - h, y - h]]
-            geom = ({"type": "Polygon", "coordinates": [ring]} if i % 2 else
-                    {"type": "MultiPolygon", "coordinates": [[ring]]})
-            row["geometry"] = json.dumps(geom)
-            row["lon"] = row["lat"] = None
-        rows.append(row)
+    rows, route_ll = mixed_rows(net, rng, points, vocab, n=90, tau=0.1, dmax=DMAX)
     with (out / "subscriptions.jsonl").open("w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     # Messages: real tweets' words (those of the vocabulary), half on a route's waypoint.
     words = [[w for w in dict.fromkeys(t) if w in vocab] for t in tweets]
     words = [w for w in words if w][:80]
     m = len(words)
-    mll = _lonlat(net, points(m))
+    mll = lonlat(net, points(m))
     for j in range(0, m, 2):
         wp = route_ll[j % len(route_ll)]
         mll[j] = wp[j % wp.shape[0]]
