@@ -14,7 +14,7 @@ subscription is matched by exactly one of the two, and both are exact.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -28,10 +28,77 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.locations import EdgePoints
 
-__all__ = ["LiveBoolean"]
+__all__ = ["BaseAndDelta", "LiveBoolean"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+class _Matches(Protocol):
+    def match(self, messages: Messages) -> Deliveries: ...
+
+
+class BaseAndDelta:
+    """A matcher over an earlier version of the rows (the base) minus its retired ids, plus
+    a matcher over the rows changed since (the delta): the live kinds' one way to answer
+    for the current rows without rebuilding after every change.
+
+    Exact when each live row is answered by exactly one of the two (a subscription's
+    deliveries depend on its own row only: threshold and boolean kinds): every id the delta
+    holds, and every id removed since the base, is retired.
+
+    Parameters
+    ----------
+    base, delta
+        Matchers with ``match(messages) -> Deliveries`` (None: no rows).
+    retired
+        Ids whose base deliveries are dropped (any order; ids the base lacks are harmless).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> class Fixed:
+    ...     def __init__(self, sid): self.sid = np.asarray(sid)
+    ...     def match(self, messages):
+    ...         n = self.sid.size
+    ...         return Deliveries(np.ones(n, np.int64), self.sid, np.zeros(n), np.ones(n))
+    >>> both = BaseAndDelta(Fixed([3, 5, 8]), retired=np.array([5, 8]), delta=Fixed([8]))
+    >>> both.match(None).subscription_id.tolist()
+    [3, 8]
+    """
+
+    def __init__(self, base: _Matches | None, *, retired: npt.ArrayLike,
+                 delta: _Matches | None) -> None:
+        self.base, self.delta = base, delta
+        self.retired = np.unique(np.asarray(retired, dtype=np.int64))
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The two matchers' ``stats`` counters added up (empty when they keep none)."""
+        total: dict[str, int] = {}
+        for m in (self.base, self.delta):
+            counters = getattr(m, "stats", None)
+            if isinstance(counters, dict):
+                for k, v in counters.items():
+                    total[k] = total.get(k, 0) + int(v)
+        return total
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries of the current rows, sorted by (message_id, subscription_id)."""
+        parts: list[Deliveries] = []
+        if self.base is not None:
+            found = self.base.match(messages)
+            if self.retired.size and len(found):
+                at = np.searchsorted(self.retired, found.subscription_id)
+                at[at == self.retired.size] = 0
+                found = found.take(self.retired[at] != found.subscription_id)
+            parts.append(found)
+        if self.delta is not None:
+            parts.append(self.delta.match(messages))
+        parts = [p for p in parts if len(p)]
+        if len(parts) == 1:
+            return parts[0]
+        return Deliveries.concat(parts)
 
 
 def empty_boolean() -> BooleanSubscriptions:
@@ -183,20 +250,17 @@ class LiveBoolean:
         if changed > max(self.rebuild_min, self.rebuild_ratio * len(self._base)):
             self._set_base(self.subscriptions())
             self.rebuilds += 1
-        parts = []
+        base = None
         if len(self._base) > self._n_dead:
             if self._base_matcher is None:
                 self._base_matcher = self._matcher(self._base)
-            found = self._base_matcher.match(messages)
-            if self._n_dead:
-                found = found.take(~np.isin(found.subscription_id,
-                                            self._base.ids[self._dead]))
-            parts.append(found)
-        if len(self._delta):
-            if self._delta_matcher is None:
-                self._delta_matcher = self._matcher(self._delta)
-            parts.append(self._delta_matcher.match(messages))
-        return Deliveries.concat(parts)
+            base = self._base_matcher
+        if len(self._delta) and self._delta_matcher is None:
+            self._delta_matcher = self._matcher(self._delta)
+        retired = self._base.ids[self._dead] if self._n_dead else np.empty(0, np.int64)
+        return BaseAndDelta(base, retired=retired,
+                            delta=self._delta_matcher if len(self._delta) else None
+                            ).match(messages)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The live subscriptions as arrays (for snapshots; :meth:`from_arrays` reads them)."""

@@ -239,6 +239,14 @@ class Settings:
     service_set_batch_points
         Most waypoints, vertices and nodes all the ``geometry`` fields of one request may
         carry together (>= 2): bounds the shortest-path searches one request costs.
+    service_set_sync_pieces
+        The live service rebuilds its route and area matchers whole after a change while
+        they hold at most this many pieces (>= 0); beyond, changed rows go to a delta
+        matcher and the whole is rebuilt on a worker thread
+        (:class:`~roadpubsub.service.live_sets.LiveSets`).
+    service_set_delta_share
+        A new whole set matcher is built once the delta holds more than this share of its
+        pieces (and more than ``service_set_sync_pieces``), >= 0.
     """
 
     snap_distance_m: float = 250.0
@@ -333,6 +341,9 @@ class Settings:
     service_set_max_points: int = 1_000
     service_set_max_pieces: int = 50_000
     service_set_batch_points: int = 20_000
+    # --- live route and area matchers under changes (issue 32, service) ---
+    service_set_sync_pieces: int = 20_000
+    service_set_delta_share: float = 0.1
 
 
 DEFAULTS = Settings()

@@ -5,7 +5,9 @@ with an empty cache (a fresh install, a new version) the kernels would instead c
 the first events, for a minute or more while the events wait. :func:`warm_kernels` runs
 the hot paths once on a made-up message and move, without changing anything: the
 location of a move and the matching of a message (the index update, the log and the
-other kinds still compile at their first use). With a warm cache it takes milliseconds.
+other kinds still compile at their first use), and builds the route and area matchers
+(:meth:`~roadpubsub.service.live_sets.LiveSets.matchers`: about 0.6 s per 1,000 routes on
+Rome). With a warm cache and no routes it takes milliseconds.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def warm_kernels(state: Any, parser: Any) -> float:
         state.matcher.match(Messages.from_rows(ids=batch.ids, points=batch.points,
                                                keywords=batch.keywords,
                                                weights=state.index.weights))
+        if len(state.sets):  # routes and areas: their whole build, not at the first publish
+            state.sets.matchers()
     except Exception:  # an optimisation only
         pass
     return time.perf_counter() - t0
