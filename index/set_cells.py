@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.segment_sets import SegmentSets
 
 __all__ = ["CandidateWork", "SetCellIndex", "SetPostings", "SetTermPostings", "set_candidates",
@@ -110,7 +111,7 @@ class SetCellIndex:
 
         Raises
         ------
-        ValueError
+        InputError
             Arrays of the wrong shape, or a term id outside ``[0, n_terms)``.
         """
         n_sets, n_cells = self.n_sets, int(self.cell_ptr.size - 1)
@@ -122,7 +123,7 @@ class SetCellIndex:
                 or (term_set.size and not (term_set.min() >= 0
                                            and term_set.max() < n_terms))):
             msg = f"set terms must be a CSR of {n_sets} sets of term ids below {n_terms}"
-            raise ValueError(msg)
+            raise InputError(msg)
         # Unique (set, term) pairs, then one (term, cell, set) entry per cell of the set.
         owner = np.repeat(np.arange(n_sets, dtype=np.int64), np.diff(term_ptr))
         key = np.unique(owner * max(n_terms, 1) + term_set)
