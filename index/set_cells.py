@@ -15,6 +15,14 @@ cannot lie within it, and the pruning stays provably safe. :func:`set_candidates
 for one message, each set with LB within a limit exactly once (with its LB), by walking
 the cells that hold any set (the cell -> sets postings).
 
+**By keyword** (:meth:`SetCellIndex.term_postings`, :func:`set_term_candidates`): the
+matchers file each set under a few of its keywords (the caller decides which: those a
+message must share with the set for it to be deliverable at all, argued there) and, when
+a set could be delivered sharing no keyword, in its cells' *always* lists. A message then
+walks only the postings of its own terms and the always lists, in the cells within the
+limit; the minimum over those cells is still LB(S, m) (a set is filed under a term in
+every one of its cells), so a set it lists carries the same bound as above.
+
 Columnar: a CSR of set -> cells and its inverse, cell -> sets; no object per set.
 """
 
@@ -28,9 +36,11 @@ import numpy as np
 import numpy.typing as npt
 
 from roadpubsub.roadnet.cells import Cells
+from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.segment_sets import SegmentSets
 
-__all__ = ["CandidateWork", "SetCellIndex", "SetPostings", "set_candidates"]
+__all__ = ["CandidateWork", "SetCellIndex", "SetPostings", "SetTermPostings", "set_candidates",
+           "set_term_candidates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -92,6 +102,53 @@ class SetCellIndex:
         """The arrays :func:`set_candidates` reads."""
         return SetPostings(self.cell_ptr, self.cell_set, self.occupied)
 
+    def term_postings(self, term_ptr: IntArray, term_set: IntArray, always: npt.NDArray[np.bool_],
+                      n_terms: int) -> SetTermPostings:
+        """The postings :func:`set_term_candidates` reads: set s filed under each term of
+        ``term_set[term_ptr[s]:term_ptr[s + 1]]`` (term ids below ``n_terms``, one entry
+        per (term, cell, set) even when a term repeats) in every cell of s, and in the
+        always lists of its cells where ``always[s]``; a set with neither is filed nowhere.
+
+        Raises
+        ------
+        InputError
+            Arrays of the wrong shape, or a term id outside ``[0, n_terms)``.
+        """
+        n_sets, n_cells = self.n_sets, int(self.cell_ptr.size - 1)
+        term_ptr = np.asarray(term_ptr, dtype=np.int64)
+        term_set = np.asarray(term_set, dtype=np.int64)
+        always = np.asarray(always, dtype=bool)
+        if (term_ptr.shape != (n_sets + 1,) or always.shape != (n_sets,) or term_ptr[0] != 0
+                or term_ptr[-1] != term_set.size or np.any(np.diff(term_ptr) < 0)
+                or (term_set.size and not (term_set.min() >= 0
+                                           and term_set.max() < n_terms))):
+            msg = f"set terms must be a CSR of {n_sets} sets of term ids below {n_terms}"
+            raise InputError(msg)
+        # Unique (set, term) pairs, then one (term, cell, set) entry per cell of the set.
+        owner = np.repeat(np.arange(n_sets, dtype=np.int64), np.diff(term_ptr))
+        key = np.unique(owner * max(n_terms, 1) + term_set)
+        owner, term = key // max(n_terms, 1), key % max(n_terms, 1)
+        per = np.diff(self.set_ptr)[owner]
+        start = np.repeat(self.set_ptr[owner] - np.r_[0, np.cumsum(per)[:-1]], per)
+        cell = self.set_cell[np.arange(int(per.sum()), dtype=np.int64) + start]
+        term, owner = np.repeat(term, per), np.repeat(owner, per)
+        order = np.argsort(term * n_cells + cell, kind="stable")  # sets stay ascending
+        term, cell, owner = term[order], cell[order], owner[order]
+        head = np.ones(term.size, dtype=bool)
+        head[1:] = (term[1:] != term[:-1]) | (cell[1:] != cell[:-1])
+        first = np.flatnonzero(head)
+        ent_ptr = np.r_[first, term.size].astype(np.int64)
+        tptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term[first], minlength=n_terms), out=tptr[1:])
+        # The always lists: the cell -> sets postings of the always sets.
+        keep = always[self.cell_set]
+        cell_of = np.repeat(np.arange(n_cells, dtype=np.int64), np.diff(self.cell_ptr))
+        zptr = np.zeros(n_cells + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cell_of[keep], minlength=n_cells), out=zptr[1:])
+        return SetTermPostings(tptr, cell[first].astype(np.int64), ent_ptr, owner,
+                               zptr, self.cell_set[keep].copy(),
+                               np.flatnonzero(np.diff(zptr) > 0).astype(np.int64))
+
     def lower_bounds(self, cell_bound: FloatArray) -> FloatArray:
         """LB(S, m) of every set, given every cell's bound to the message (the module
         docstring's bound; a plain reference of what :func:`set_candidates` computes)."""
@@ -105,6 +162,27 @@ class SetPostings(NamedTuple):
     cell_ptr: IntArray
     cell_set: IntArray
     occupied: IntArray
+
+
+class SetTermPostings(NamedTuple):
+    """Sets by keyword and cell (:meth:`SetCellIndex.term_postings`): term t's entries are
+    ``term_ptr[t]:term_ptr[t + 1]``, entry e in cell ``ent_cell[e]`` holding sets
+    ``ent_set[ent_ptr[e]:ent_ptr[e + 1]]``; cell c's always list is
+    ``always_set[always_ptr[c]:always_ptr[c + 1]]``, ``always_occupied`` the cells with one.
+    """
+
+    term_ptr: IntArray
+    ent_cell: IntArray
+    ent_ptr: IntArray
+    ent_set: IntArray
+    always_ptr: IntArray
+    always_set: IntArray
+    always_occupied: IntArray
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the postings in bytes."""
+        return sum(int(a.nbytes) for a in self)
 
 
 class CandidateWork(NamedTuple):
@@ -146,6 +224,55 @@ def set_candidates(  # pragma: no cover - compiled
                 best[s] = lb
             elif lb < best[s]:
                 best[s] = lb
+    for i in range(k):
+        s = out[i]
+        work.bound[i] = max(0.0, best[s] - BOUND_SLACK_M)
+        best[s] = np.inf
+    return k
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _offer(best: FloatArray, out: IntArray, k: int, s: int,
+           lb: float) -> int:  # pragma: no cover - compiled
+    """Record bound ``lb`` of set s (listed once, at its first offer); returns k."""
+    if best[s] == np.inf:
+        out[k] = s
+        k += 1
+        best[s] = lb
+    elif lb < best[s]:
+        best[s] = lb
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def set_term_candidates(  # pragma: no cover - compiled
+    post: SetTermPostings, cell_bound: FloatArray, limit: float,
+    msg_terms: npt.NDArray[np.int32], lo: int, hi: int, work: CandidateWork,
+) -> int:
+    """As :func:`set_candidates`, over the sets filed under the message's terms
+    ``msg_terms[lo:hi]`` (each below ``post.term_ptr.size - 1``: the caller checks) or in
+    the always lists: each such set with LB(S, m) <= limit once, with its LB lowered by
+    :data:`BOUND_SLACK_M`. A repeated term only walks its postings again. ``work.best``
+    is restored to +inf."""
+    best = work.best
+    out = work.sets
+    k = 0
+    lim = limit + BOUND_SLACK_M
+    for i in range(post.always_occupied.size):
+        c = post.always_occupied[i]
+        lb = cell_bound[c]
+        if not lb <= lim:  # also drops NaN and +inf (unreachable)
+            continue
+        for j in range(post.always_ptr[c], post.always_ptr[c + 1]):
+            k = _offer(best, out, k, post.always_set[j], lb)
+    for j in range(lo, hi):
+        t = msg_terms[j]
+        for e in range(post.term_ptr[t], post.term_ptr[t + 1]):
+            lb = cell_bound[post.ent_cell[e]]
+            if not lb <= lim:
+                continue
+            for x in range(post.ent_ptr[e], post.ent_ptr[e + 1]):
+                k = _offer(best, out, k, post.ent_set[x], lb)
     for i in range(k):
         s = out[i]
         work.bound[i] = max(0.0, best[s] - BOUND_SLACK_M)

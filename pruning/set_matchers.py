@@ -7,10 +7,14 @@ adjacency and exit costs, the scores of :mod:`roadpubsub.pruning.similarity`).
 
 Per message m:
 
-1. **Candidates** (:func:`~roadpubsub.index.set_cells.set_candidates`): every set whose lower bound
-   LB(S, m), the minimum over the set's cells of the point index's cell bound
+1. **Candidates** (:func:`~roadpubsub.index.set_cells.set_term_candidates`): every set filed
+   under one of m's keywords, or in an always list, whose lower bound LB(S, m), the
+   minimum over the set's cells of the point index's cell bound
    (:func:`~roadpubsub.pruning.algorithm1.cell_lower_bounds`), is within the limit (Dmax; for
-   boolean subscriptions the largest radius), each once.
+   boolean subscriptions the largest radius), each once. Which keywords file a set
+   (:func:`_threshold_filing`, :func:`_boolean_filing`) is decided once per batch so that
+   every set left out would fail step 2 anyway: the keywords are the lever, since a
+   cell bound lets a large share of long routes and large areas through.
 2. **Pruning** without a search: a threshold subscription is dropped when even at distance
    LB it would not be delivered (SIM falls as the distance grows, also in floating point,
    so the test with LB is an upper bound: :func:`~roadpubsub.pruning.similarity.delivered`); a
@@ -48,7 +52,13 @@ import numpy.typing as npt
 
 from roadpubsub.index.kinds import BooleanSubscriptions
 from roadpubsub.index.model import KeywordRows, Messages, Subscriptions
-from roadpubsub.index.set_cells import CandidateWork, SetCellIndex, SetPostings, set_candidates
+from roadpubsub.index.set_cells import (
+    CandidateWork,
+    SetCellIndex,
+    SetTermPostings,
+    set_candidates,
+    set_term_candidates,
+)
 from roadpubsub.index.spatial import PointFacts, SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.algorithm1 import cell_lower_bounds
@@ -65,7 +75,12 @@ from roadpubsub.pruning.set_search import (
     set_search_kernel,
     unlink_exits,
 )
-from roadpubsub.pruning.similarity import delivered_kernel, sim_kernel, tsim_kernel
+from roadpubsub.pruning.similarity import (
+    delivered_kernel,
+    sim_kernel,
+    tsim_kernel,
+    tsim_span_kernel,
+)
 from roadpubsub.roadnet.distance import entry_costs
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.lengths import check_dmax
@@ -240,7 +255,7 @@ def _direct_run(twoway: bool, target_offset: float, start: float,
 @numba.njit(cache=True, nogil=True)
 def _set_match_kernel(  # pragma: no cover - compiled
     msgs: _MessageArgs, bounds: _BoundArgs, net: _NetArgs, rows: _RowArgs,
-    post: SetPostings, cwork: CandidateWork, exits: SetExits, graph: SetSearchGraph,
+    post: SetTermPostings, cwork: CandidateWork, exits: SetExits, graph: SetSearchGraph,
     cand: SetCandidates, swork: SetSearchWork, out: _Out, first: int,
 ) -> tuple[int, int]:
     """Match messages ``first, first + 1, ...`` against the rows' sets until done or until
@@ -252,11 +267,13 @@ def _set_match_kernel(  # pragma: no cover - compiled
     for i in range(first, msgs.edge.size):
         if n_out + n_sets > out.row.size:
             return i, n_out
-        # 1. Candidates: LB(S, m) within the limit.
+        # 1. Candidates: filed under one of the message's terms (or always), LB(S, m)
+        # within the limit.
         c = msgs.cell[i]
         cell_lower_bounds(c, msgs.x[i], msgs.y[i], msgs.din_in[i], bounds.kappa,
                           bounds.D_t[c], bounds.eta_t[c], bounds.bbox, bounds.cell_lb)
-        k = set_candidates(post, bounds.cell_lb, rows.limit, cwork)
+        k = set_term_candidates(post, bounds.cell_lb, rows.limit, msgs.kw_terms,
+                                msgs.kw_ptr[i], msgs.kw_ptr[i + 1], cwork)
         out.stats[0] += k
         if k == 0:
             continue
@@ -335,6 +352,145 @@ def _set_match_kernel(  # pragma: no cover - compiled
                 out.score[n_out] = score
                 n_out += 1
     return msgs.edge.size, n_out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fails_at_zero(alpha: float, tau: float, tsim: float, dmax: float,
+                   tolerance: float) -> bool:  # pragma: no cover - compiled
+    """Whether a threshold row of TSIM at most ``tsim`` is provably never delivered.
+
+    At distance 0 the score is the largest it can be: SIM(d) is non-increasing in d in
+    floating point (:func:`reach_limit_kernel`), and non-decreasing in TSIM (a product by
+    1 - alpha >= 0 and a sum, each rounded monotonically). So a score below tau -
+    tolerance here fails step 2's prefilter (``delivered_kernel`` at LB >= 0) for every
+    distance and every TSIM up to ``tsim``. A NaN score (a row whose weights sum to 0)
+    is not claimed to fail: such a row is filed as if it could be delivered.
+    """
+    return sim_kernel(alpha, 0.0, dmax, tsim) < tau - tolerance
+
+
+@numba.njit(cache=True, nogil=True)
+def _threshold_filing(  # pragma: no cover - compiled
+    alpha: FloatArray, tau: FloatArray, kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32],
+    weights: FloatArray, dmax: float, tolerance: float, freq: IntArray, mark: IntArray,
+    posted: npt.NDArray[np.bool_], always: npt.NDArray[np.bool_],
+) -> None:
+    """Which keywords file each threshold row (``posted``, per keyword entry) and which
+    rows go in the always lists (``always``); ``mark`` (all 0) is restored.
+
+    Safety: a row sharing no keyword with the message has TSIM as summed with nothing
+    marked; when that fails :func:`_fails_at_zero` the row needs a shared keyword. The
+    keywords left unfiled, U, are grown greedily (the most frequent first: they cost
+    the most postings) while a message sharing *all* of U still fails. TSIM sums the
+    row's weights in the row's order, and a sum of non-negative floats in one order
+    over a subset of the marked terms is at most the sum over all of them (each partial
+    sum is, rounding being monotone), so any message sharing only keywords of U has a
+    TSIM at most TSIM(U) and fails too: a message the row can be delivered to shares a
+    filed keyword, and the row is listed. A row with every keyword in U is never
+    delivered and is filed nowhere (step 2 would drop it for every message).
+    """
+    stamp = 1
+    order = np.empty(kw_terms.size, np.int64)
+    for s in range(alpha.size):
+        a, b = kw_ptr[s], kw_ptr[s + 1]
+        ts = tsim_span_kernel(kw_terms, weights, a, b, mark, stamp)
+        if not _fails_at_zero(alpha[s], tau[s], ts, dmax, tolerance):
+            always[s] = True
+            continue
+        # The row's entries by frequency, most frequent first (ties: lower term first).
+        n = b - a
+        for j in range(n):
+            order[j] = a + j
+        for j in range(1, n):
+            x = order[j]
+            q = j
+            while q > 0 and (freq[kw_terms[order[q - 1]]] < freq[kw_terms[x]] or (
+                    freq[kw_terms[order[q - 1]]] == freq[kw_terms[x]]
+                    and kw_terms[order[q - 1]] > kw_terms[x])):
+                order[q] = order[q - 1]
+                q -= 1
+            order[q] = x
+        for q in range(n):
+            j = order[q]
+            t = kw_terms[j]
+            if mark[t] == stamp:  # a repeated keyword already left in U
+                continue
+            mark[t] = stamp
+            ts = tsim_span_kernel(kw_terms, weights, a, b, mark, stamp)
+            if not _fails_at_zero(alpha[s], tau[s], ts, dmax, tolerance):
+                mark[t] = 0
+                posted[j] = True
+        for j in range(a, b):
+            mark[kw_terms[j]] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _boolean_filing(  # pragma: no cover - compiled
+    kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], freq: IntArray,
+    posted: npt.NDArray[np.bool_], always: npt.NDArray[np.bool_],
+) -> None:
+    """Each boolean row filed under its rarest keyword (ties: the lower term id): it is
+    delivered only to messages holding every one of its keywords
+    (``holds_all_keywords`` in step 2), so such a message holds that one. A row without
+    keywords holds them all vacuously: always."""
+    for s in range(kw_ptr.size - 1):
+        a, b = kw_ptr[s], kw_ptr[s + 1]
+        if a == b:
+            always[s] = True
+            continue
+        best = a
+        for j in range(a + 1, b):
+            t, u = kw_terms[j], kw_terms[best]
+            if freq[t] < freq[u] or (freq[t] == freq[u] and t < u):
+                best = j
+        posted[best] = True
+
+
+def _file_rows(index: SetCellIndex, rows: _RowArgs) -> SetTermPostings:
+    """The keyword postings of one kind's rows (:func:`_threshold_filing`,
+    :func:`_boolean_filing`), term ids below ``rows.mark.size``."""
+    n, n_terms = rows.kw_ptr.size - 1, int(rows.mark.size)
+    freq = np.bincount(rows.kw_terms, minlength=n_terms).astype(np.int64)
+    posted = np.zeros(rows.kw_terms.size, dtype=bool)
+    always = np.zeros(n, dtype=bool)
+    if rows.boolean:
+        _boolean_filing(rows.kw_ptr, rows.kw_terms, freq, posted, always)
+    else:
+        _threshold_filing(rows.alpha, rows.tau, rows.kw_ptr, rows.kw_terms, rows.weights,
+                          rows.dmax, rows.tolerance, freq, rows.mark, posted, always)
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(rows.kw_ptr))
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner[posted], minlength=n), out=ptr[1:])
+    return index.term_postings(ptr, rows.kw_terms[posted].astype(np.int64), always, n_terms)
+
+
+def _checked_term_postings(post: SetTermPostings, n_terms: int, n_cells: int,
+                           n_sets: int) -> SetTermPostings:
+    """``post`` after checking every index the kernel reads with it (term ids of the
+    messages are below ``n_terms``; cells index the cell bounds; sets the workspaces).
+
+    Raises
+    ------
+    InputError
+        Postings that do not fit the rows, cells or sets.
+    """
+    def csr(ptr: IntArray, size: int, n: int) -> bool:
+        return (ptr.ndim == 1 and ptr.size == n + 1 and int(ptr[0]) == 0
+                and int(ptr[-1]) == size and bool(np.all(np.diff(ptr) >= 0)))
+
+    def within(a: IntArray, n: int) -> bool:
+        return a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < n)
+
+    ok = (csr(post.term_ptr, post.ent_cell.size, n_terms)
+          and csr(post.ent_ptr, post.ent_set.size, post.ent_cell.size)
+          and csr(post.always_ptr, post.always_set.size, n_cells)
+          and within(post.ent_cell, n_cells) and within(post.ent_set, n_sets)
+          and within(post.always_set, n_sets) and within(post.always_occupied, n_cells))
+    if not ok:
+        msg = (f"set keyword postings must fit {n_terms} terms, {n_cells} cells and "
+               f"{n_sets} sets")
+        raise InputError(msg)
+    return post
 
 
 def _checked_rows(n: int, kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32],
@@ -473,10 +629,19 @@ class SetVerifier:
         best[best > limits] = np.inf
         return best, int(settled)
 
-    def match(self, messages: Messages, rows: _RowArgs) -> tuple[Deliveries, IntArray]:
+    def term_postings(self, rows: _RowArgs) -> SetTermPostings:
+        """The rows' sets filed by keyword and cell (one kind's rows, set i is row i),
+        checked for :meth:`match`."""
+        post = _file_rows(self.index, rows)
+        return _checked_term_postings(post, int(rows.mark.size),
+                                      self.spatial.cells.n_cells, len(self.sets))
+
+    def match(self, messages: Messages, rows: _RowArgs,
+              post: SetTermPostings) -> tuple[Deliveries, IntArray]:
         """Deliveries (subscription ids are row numbers) of ``messages`` to the rows
-        (one kind's, :class:`_RowArgs`) through the one kernel, and the counters
-        (candidates, verified, searches, settled)."""
+        (one kind's, :class:`_RowArgs`, filed as ``post`` by :meth:`term_postings`)
+        through the one kernel, and the counters (candidates, verified, searches,
+        settled)."""
         facts = self.message_facts(messages)
         msgs = _checked_messages(self.network, messages, facts, rows.mark.size)
         n_sets = len(self.sets)
@@ -486,7 +651,7 @@ class SetVerifier:
         parts: list[Deliveries] = []
         first = 0
         while first < len(messages):
-            first, n = _set_match_kernel(msgs, self._bounds, self._net, rows, self._post,
+            first, n = _set_match_kernel(msgs, self._bounds, self._net, rows, post,
                                          self._work, self.exits, self._graph, self._cand,
                                          self._work_search, out, first)
             if n:
@@ -568,8 +733,9 @@ class SetThresholdMatcher:
     Attributes
     ----------
     stats
-        Work since the start: messages, candidates (sets within the bound), verified (left
-        after the score bound), searches, settled nodes.
+        Work since the start: messages, candidates (sets filed under one of the
+        message's keywords or always, within the bound), verified (left after the score
+        bound), searches, settled nodes.
     """
 
     name = "sets"
@@ -591,13 +757,15 @@ class SetThresholdMatcher:
                               np.ascontiguousarray(subs.tau, dtype=np.float64),
                               np.empty(0), kw_ptr, kw_terms, w, self.dmax_m, self.tolerance,
                               self.dmax_m, np.zeros(w.size + 1, np.int64), np.empty(n))
+        #: The sets filed by keyword and cell.
+        self.term_postings = self.verifier.term_postings(self._rows)
         self.stats = _stats()
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id)."""
         if len(self.subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        found, counters = self.verifier.match(messages, self._rows)
+        found, counters = self.verifier.match(messages, self._rows, self.term_postings)
         _count(self.stats, len(messages), counters)
         return _renamed(found, self.subs.ids)
 
@@ -631,13 +799,15 @@ class SetBooleanMatcher:
                               np.empty(0), self.dmax_m, 0.0,
                               float(radius.max(initial=0.0)),
                               np.zeros(len(weights) + 1, np.int64), np.empty(n))
+        #: The sets filed by keyword and cell.
+        self.term_postings = self.verifier.term_postings(self._rows)
         self.stats = _stats()
 
     def match(self, messages: Messages) -> Deliveries:
         """Deliveries sorted by (message_id, subscription_id)."""
         if len(self.subs) == 0 or len(messages) == 0:
             return Deliveries.empty()
-        found, counters = self.verifier.match(messages, self._rows)
+        found, counters = self.verifier.match(messages, self._rows, self.term_postings)
         _count(self.stats, len(messages), counters)
         return _renamed(found, self.subs.ids)
 

@@ -12,8 +12,10 @@ tau; messages uniform over the network, a share of them on the routes. It times
 * ``reference``: the reference matchers (``index="brute"`` with the set locations) on
   the first ``n_brute`` messages, whose deliveries must equal the indexed ones there;
 
-and reports messages per second, candidates and verified sets per message (before and
-after the score bound), nodes settled per searched message, and the set index's memory.
+and reports messages per second, candidates (sets filed under one of the message's
+keywords, or always, whose cell bound is within Dmax) and verified sets per message
+(before and after the score bound), candidates per delivery to a set, nodes settled per
+searched message, and the set index's memory.
 Not a test: a measurement, run by hand (``python -c "from roadpubsub.bench.sets import
 run_sets_bench; print(run_sets_bench())"``).
 """
@@ -280,5 +282,6 @@ def run_sets_bench(*, network: str | None = None, n_points: int = 100_000,
                            "exits": set_matcher.verifier.exits.nbytes,
                            "per_set": round(nbytes / max(n_sets, 1), 1),
                            "cell_postings": set_matcher.verifier.index.nbytes,
+                           "keyword_postings": set_matcher.term_postings.nbytes,
                            "pieces": int(pieces.sum())}
     return out

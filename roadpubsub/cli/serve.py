@@ -233,11 +233,39 @@ _BODY_LIMITS = {
 }
 
 
+#: The route and area limits' flags (issue 32): ServiceOptions field -> (Settings field,
+#: flag, help); positive integers, checked when parsed.
+_SET_LIMITS = {
+    "set_max_points": ("service_set_max_points", "--set-max-points",
+                       "most positions in one route or area geometry"),
+    "set_max_pieces": ("service_set_max_pieces", "--set-max-pieces",
+                       "most road pieces a route or area resolves to"),
+    "set_batch_points": ("service_set_batch_points", "--set-batch-points",
+                         "most geometry positions in one request body"),
+}
+
+
+def _positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type: one clear error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be a positive integer, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _add_body_limit_arguments(p: argparse.ArgumentParser) -> None:
     v = p.add_argument_group("limits on request bodies")
     for name, (flag, metavar, text) in _BODY_LIMITS.items():
         default = getattr(DEFAULTS, name)
         v.add_argument(flag, dest=name, type=int, default=default, metavar=metavar,
+                       help=f"{text} (default {default:,})")
+    for name, (field, flag, text) in _SET_LIMITS.items():
+        default = getattr(DEFAULTS, field)
+        v.add_argument(flag, dest=name, type=_positive_int, default=default, metavar="N",
                        help=f"{text} (default {default:,})")
 
 
@@ -593,6 +621,7 @@ def run(args: argparse.Namespace) -> int:
                              background_compaction=not args.inline_compaction,
                              compact_delta=args.compact_delta,
                              **{name: getattr(args, name) for name in _BODY_LIMITS},
+                             **{name: getattr(args, name) for name in _SET_LIMITS},
                              max_log_bytes=args.max_log_bytes,
                              stream_retention=args.stream_retention,
                              stream_retention_s=args.stream_retention_seconds)

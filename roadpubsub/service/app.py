@@ -252,7 +252,10 @@ def build_app(state: ServiceState, *, group_max: int = 64,
     parser = BodyParser(state.index.network, max_snap_m=opts.max_snap_m, kinds=True,
                         dmax_m=state.index.dmax_m, max_keywords=opts.max_keywords,
                         max_keyword_bytes=opts.max_keyword_bytes,
-                        max_batch_rows=opts.max_batch_rows)
+                        max_batch_rows=opts.max_batch_rows,
+                        max_set_points=opts.set_max_points,
+                        max_set_pieces=opts.set_max_pieces,
+                        max_set_batch_points=opts.set_batch_points)
     applier = Applier(state, parser, group_max=group_max)
     guard = Guard(state, parser, gate.store if gate is not None else None)
     feeder = None if webhooks is None else \

@@ -50,6 +50,10 @@ class ServiceOptions:
     stream_retention_s
         Seconds a delivery stays held for resumable streams, at most (0: no age bound;
         ``DEFAULTS.stream_retention_s``).
+    set_max_points, set_max_pieces, set_batch_points
+        Limits of route and area ``geometry`` fields (issue 32; all >= 1): positions per
+        geometry, pieces per resolved set, positions per request
+        (``DEFAULTS.service_set_max_points`` etc.).
     """
 
     snapshot_every: int = DEFAULTS.snapshot_every
@@ -71,3 +75,7 @@ class ServiceOptions:
     # --- push (issue 30) ---
     stream_retention: int = DEFAULTS.stream_retention_deliveries
     stream_retention_s: float = DEFAULTS.stream_retention_s
+    # --- set limits (issue 32) ---
+    set_max_points: int = DEFAULTS.service_set_max_points
+    set_max_pieces: int = DEFAULTS.service_set_max_pieces
+    set_batch_points: int = DEFAULTS.service_set_batch_points

@@ -471,3 +471,50 @@ def test_set_deliveries_reach_websocket_readers(sets_server: Server, andorra: Ro
         except TimeoutError:
             extra = None
         assert extra is None, extra
+
+
+def test_serve_set_limit_flags(andorra: RoadNetwork, tweets: list[list[str]],
+                               tmp_path: Path, servers: list[Server]) -> None:
+    """``serve --set-max-points/--set-max-pieces/--set-batch-points`` lower the geometry
+    limits of a real server: a geometry over each is refused with one 422 naming the row,
+    the field and the limit, nothing applied, and one under them is taken; a flag that is
+    not a positive integer stops ``serve`` with one clear line (exit 2)."""
+    import subprocess
+    import sys
+
+    folder = _folder(tmp_path, andorra, tweets, 3000.0)
+    for flag, value in (("--set-max-points", "0"), ("--set-max-pieces", "-3"),
+                        ("--set-batch-points", "many")):
+        done = subprocess.run([sys.executable, "-m", "roadpubsub", "serve", "--state",
+                               str(folder), "--quiet", flag, value],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert f"{flag}: must be a positive integer, got '{value}'" in done.stderr, \
+            done.stderr
+    server = Server(folder, "--set-max-points", "3", "--set-max-pieces", "4",
+                    "--set-batch-points", "5")
+    servers.append(server)
+    server.start()
+    net, word = andorra, tweets[0][0]
+    nodes = _main_nodes(net)
+    far = [[float(net.node_lon[i]), float(net.node_lat[i])] for i in nodes[[10, 400]]]
+    row = {"id": 70, "keywords": [word], "alpha": 0.5, "tau": 0.2}
+    three = {"type": "LineString", "coordinates": [far[0], far[0], far[1]]}
+    with server.client() as c:
+        r = c.post("/subscriptions", json={**row, "geometry": {
+            "type": "LineString", "coordinates": [far[0]] * 3 + [far[1]]}})
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert "id 70" in err and "field 'geometry'" in err and "limit of 3" in err, err
+        r = c.post("/subscriptions", json={**row, "geometry": three})  # a long route
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert "field 'geometry'" in err and "road pieces, more than the limit of 4" in err
+        two = [{**row, "id": 71 + i, "geometry": three} for i in range(2)]  # 6 > 5
+        r = c.post("/subscriptions", json=two)
+        assert r.status_code == 422 and "more than the limit of 5" in r.json()["error"]
+        assert c.get("/subscriptions/71").status_code == 404  # nothing applied
+        e = int(np.flatnonzero(np.isin(net.edge_u, nodes) & (net.edge_u != net.edge_v))[0])
+        short = {"type": "NodePath", "nodes": [int(net.node_ids[net.edge_u[e]]),
+                                               int(net.node_ids[net.edge_v[e]])]}
+        assert c.post("/subscriptions", json={**row, "geometry": short}).status_code == 201
