@@ -188,5 +188,5 @@ def test_rows_changed_while_a_base_builds_stay_in_the_delta(andorra: RoadNetwork
     live.finish()  # adopts the new base
     messages = world.messages(live, 15)
     got = _deliveries(live, messages)
-    assert live.builds == 2 and live.changed() >= {4, 9, 12}
+    assert live.builds >= 2 and live.changed() >= {4, 9, 12}  # a third may be under way
     assert_same(got, _deliveries(_whole(world, live), messages))
