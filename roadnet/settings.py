@@ -239,6 +239,10 @@ class Settings:
     service_set_batch_points
         Most waypoints, vertices and nodes all the ``geometry`` fields of one request may
         carry together (>= 2): bounds the shortest-path searches one request costs.
+    webhook_recover_batch
+        Webhook deliveries queued in the outbox per write when a start or a reload queues
+        the logged ones the outbox lacks, read back from the deliveries log one segment at
+        a time (>= 1): bounds the memory of that catch-up.
     """
 
     snap_distance_m: float = 250.0
@@ -333,6 +337,8 @@ class Settings:
     service_set_max_points: int = 1_000
     service_set_max_pieces: int = 50_000
     service_set_batch_points: int = 20_000
+    # --- webhook recovery (issue 30 follow-up) ---
+    webhook_recover_batch: int = 10_000
 
 
 DEFAULTS = Settings()
