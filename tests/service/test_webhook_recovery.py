@@ -110,8 +110,8 @@ def test_kill_9_between_log_and_outbox_queues_every_logged_delivery_once(
     with server.client() as c:
         text = c.get("/metrics").text  # the first answer: queued already, at the start
         assert _metric(text, "roadpubsub_webhook_fed_seq") == len(want)
-        assert _metric(text, "roadpubsub_webhook_recovered_total") > 0
         wait_for(lambda: len(receiver.deduplicated()) >= len(want), 120, "every delivery")
+        assert _metric(text, "roadpubsub_webhook_recovered_total") > 0
     assert receiver.deduplicated() == want  # every seq, in order
     assert sorted(receiver.accepted) == want  # each sent once: queued once
     assert receiver.bad_signatures == 0
@@ -170,6 +170,22 @@ def test_reload_after_a_full_disk_queues_what_the_failing_outbox_did_not(
     assert receiver.deduplicated() == want
     assert sorted(receiver.accepted) == want
     assert b"not queued again" not in server.log.read_bytes()
+
+
+def test_a_reload_keeps_the_journal_hold_of_the_webhook_feeder(service_dir: Path) -> None:
+    """The reloaded journal holds what the feeder has not queued, as the one it replaces
+    did (the bounds would otherwise drop new chunks with webhook rows before their log
+    segment exists)."""
+    from roadpubsub.service.state import ServiceState
+
+    state = ServiceState.open(service_dir)
+    try:
+        state.journal.hold = 7
+        state.failed = OSError("a log write failed")  # what the watchman reloads after
+        assert state.recover()
+        assert state.journal.hold == 7
+    finally:
+        state.close()
 
 
 def _segments(folder: Path, sizes: list[int]) -> tuple[DeliveriesLog, list[int]]:
