@@ -205,12 +205,14 @@ class DeliveriesLog:
         dseq = np.concatenate(dseqs)[order] if dseqs else np.empty(0, np.int64)
         return published, deliveries, dseq, last
 
-    def deliveries_after(self, after: int) -> Iterator[tuple[npt.NDArray[np.int64],
-                                                             Deliveries]]:
+    def deliveries_after(self, after: int, *, from_log_seq: int = 0
+                         ) -> Iterator[tuple[npt.NDArray[np.int64], Deliveries]]:
         """The logged deliveries with a sequence number above ``after``, one segment at a
         time in log order (its seqs and its rows, both in seq order): what a start or a
         reload queues for webhooks beyond the outbox. Each file read is checked as
-        :meth:`read_all` checks it; nothing is deleted or skipped.
+        :meth:`read_all` checks it; nothing is deleted or skipped. ``from_log_seq``: the
+        log seq of the record holding delivery ``after + 1`` when known (segments wholly
+        before it are not read: their deliveries are numbered lower).
 
         Raises
         ------
@@ -218,9 +220,18 @@ class DeliveriesLog:
             A segment or its checksum record is missing or damaged.
         """
         counted = 0
+        skipped = False
         for first, end, path in self._ranges():
+            if end < from_log_seq:
+                skipped = True
+                continue
             what = f"the deliveries of the messages of seq {first + 1}-{end}"
             dl = read_checked(path, what=what, legacy=self.legacy, columns=DELIVERY_COLUMNS)
+            if skipped and "seq" not in dl.column_names:
+                # written before delivery numbers (so are all before it): numbered by
+                # counting from the first segment
+                yield from self.deliveries_after(after)
+                return
             if "seq" in dl.column_names:
                 dseq = _ints(dl, "seq")
             else:  # written before delivery numbers: numbered by their rule

@@ -202,6 +202,16 @@ class WebhookFeeder:
         self.fed = max(self.fed, entries[-1].seq)
         self.state.journal.hold = self.fed
 
+    def _log_seq_of(self, seq: int) -> int:
+        """The log seq of the record holding delivery ``seq`` (0: not known): that of the
+        message whose first delivery is the last at or before it."""
+        best, message = 0, None
+        for m, first in list(self.state.dseq_of.items()):  # a copy: the apply thread adds
+            if best < first <= seq:
+                best, message = first, m
+        known = None if message is None else self.state.messages.get(message)
+        return 0 if known is None else int(known[0])
+
     def _from_log(self, through: int) -> None:
         """Queue the logged webhook deliveries of seqs ``fed + 1`` to ``through`` (the
         journal dropped them before they were fed), read from the deliveries log, one
@@ -224,7 +234,8 @@ class WebhookFeeder:
             self.fed = through
             self.state.journal.hold = self.fed
             return
-        for seqs, d in self.state.dlog.deliveries_after(self.fed):
+        for seqs, d in self.state.dlog.deliveries_after(
+                self.fed, from_log_seq=self._log_seq_of(self.fed + 1)):
             n = int(np.searchsorted(seqs, through, side="right"))
             entries: list[OutboxEntry] = []
             for k, (seq, sid) in enumerate(zip(seqs[:n].tolist(),

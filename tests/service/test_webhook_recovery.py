@@ -188,58 +188,81 @@ def test_a_reload_keeps_the_journal_hold_of_the_webhook_feeder(service_dir: Path
         state.close()
 
 
-def _segments(folder: Path, sizes: list[int]) -> tuple[DeliveriesLog, list[int]]:
-    """A deliveries log of one segment per size (message k delivered to subscriptions
-    ``k*10 ...``), and the subscription id of each seq (seq 1 first)."""
+def _segments(folder: Path, sizes: list[int]) -> tuple[DeliveriesLog, list[int], Any]:
+    """A deliveries log of one segment per size (message k, of log seq k + 1, delivered to
+    subscriptions ``k*10 ...``), the subscription id of each seq (seq 1 first), and the
+    state's view of it (``dseq_of``, ``messages``)."""
     dlog = DeliveriesLog(folder)
     seq, sids = 1, []
+    view = SimpleNamespace(dseq_of={}, messages={})
     for k, n in enumerate(sizes):
-        log_seq = k
         sid = np.arange(k * 10, k * 10 + n, dtype=np.int64)
         d = Deliveries(np.full(n, k, np.int64), sid, np.ones(n), np.ones(n))
-        dlog.write(log_seq, log_seq + 1,
-                   Published(np.asarray([k]), np.asarray([log_seq + 1]), np.zeros(1)), d,
-                   np.arange(seq, seq + n, dtype=np.int64))
+        dlog.write(k, k + 1, Published(np.asarray([k]), np.asarray([k + 1]), np.zeros(1)),
+                   d, np.arange(seq, seq + n, dtype=np.int64))
+        view.messages[k] = (k + 1, 0.0, d)
+        if n:
+            view.dseq_of[k] = seq
         seq += n
         sids += sid.tolist()
-    return dlog, sids
+    return dlog, sids, view
+
+
+def _feeder(dlog: DeliveriesLog, view: Any, hooked: dict[int, str], head: int,
+            high_seq: int, writes: list[list[OutboxEntry]], **kw: Any) -> WebhookFeeder:
+    """A feeder on a state as a start leaves it: the journal holds none of 1..head."""
+    journal = DeliveryJournal(retain=1).renewed(next_seq=head + 1)
+    state = SimpleNamespace(journal=journal, dlog=dlog, webhook_of=hooked,
+                            wal=SimpleNamespace(durable_seq=0), dseq_of=view.dseq_of,
+                            messages=view.messages)
+    return WebhookFeeder(state, lambda e: writes.append(list(e)),  # type: ignore[arg-type]
+                         high_seq=high_seq, **kw)
+
+
+def _damage(dlog: DeliveriesLog, k: int) -> Path:
+    """Flip a byte in the middle of the k-th deliveries segment."""
+    path = sorted(p for p in dlog.dir.glob("*.parquet")
+                  if not p.name.endswith(".published.parquet"))[k]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
 
 
 def test_feeder_reads_back_in_bounded_batches_from_the_outbox_high_seq(tmp_path: Path
                                                                        ) -> None:
-    dlog, sids = _segments(tmp_path / "deliveries", [9, 0, 12, 7])
+    dlog, sids, view = _segments(tmp_path / "deliveries", [9, 0, 12, 7])
     head = len(sids)
     hooked = {s: f"http://127.0.0.1:9/{s % 3}" for s in sids if s % 4 != 1}
-    journal = DeliveryJournal(retain=1).renewed(next_seq=head + 1)  # as a start leaves it
-    state = SimpleNamespace(journal=journal, dlog=dlog, webhook_of=hooked,
-                            wal=SimpleNamespace(durable_seq=10))
     writes: list[list[OutboxEntry]] = []
-    feeder = WebhookFeeder(state, lambda e: writes.append(list(e)), high_seq=5,  # type: ignore[arg-type]
-                           batch=4)
+    feeder = _feeder(dlog, view, hooked, head, 5, writes, batch=4)
     assert feeder.feed() == sum(len(w) for w in writes)
     got = [e.seq for w in writes for e in w]
     assert got == [q for q in range(6, head + 1) if sids[q - 1] in hooked]  # once, in order
     assert all(0 < len(w) <= 4 for w in writes)  # bounded writes
     assert all(e.url == hooked[e.subscription_id] for w in writes for e in w)
-    assert feeder.fed == head and journal.hold == head and feeder.recovered == len(got)
+    assert feeder.fed == head and feeder.state.journal.hold == head
+    assert feeder.recovered == len(got)
     writes.clear()
     assert feeder.feed() == 0 and not writes  # nothing queued twice
 
 
-def test_a_damaged_log_segment_is_reported_not_skipped(tmp_path: Path) -> None:
-    dlog, sids = _segments(tmp_path / "deliveries", [5, 6])
-    second = sorted(p for p in dlog.dir.glob("*.parquet")
-                    if not p.name.endswith(".published.parquet"))[1]
-    data = bytearray(second.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    second.write_bytes(bytes(data))
-    journal = DeliveryJournal(retain=1).renewed(next_seq=len(sids) + 1)
-    state = SimpleNamespace(journal=journal, dlog=dlog, webhook_of=dict.fromkeys(sids, "u"),
-                            wal=SimpleNamespace(durable_seq=2))
+def test_feeder_reads_only_the_segments_after_the_outbox_high_seq(tmp_path: Path) -> None:
+    dlog, sids, view = _segments(tmp_path / "deliveries", [9, 12, 7])
+    _damage(dlog, 0)  # not read: every delivery in it is in the outbox already
     writes: list[list[OutboxEntry]] = []
-    feeder = WebhookFeeder(state, lambda e: writes.append(list(e)), high_seq=0)  # type: ignore[arg-type]
+    feeder = _feeder(dlog, view, dict.fromkeys(sids, "u"), len(sids), 15, writes)
+    feeder.feed()
+    assert [e.seq for w in writes for e in w] == list(range(16, len(sids) + 1))
+
+
+def test_a_damaged_log_segment_is_reported_not_skipped(tmp_path: Path) -> None:
+    dlog, sids, view = _segments(tmp_path / "deliveries", [5, 6])
+    second = _damage(dlog, 1)
+    writes: list[list[OutboxEntry]] = []
+    feeder = _feeder(dlog, view, dict.fromkeys(sids, "u"), len(sids), 0, writes)
     with pytest.raises(StateDamageError, match=second.name):
         feeder.feed()
     assert [e.seq for w in writes for e in w] == [1, 2, 3, 4, 5]  # the intact part only
-    assert feeder.fed == 5 and journal.hold == 5  # the rest waits: retried, reported again
+    assert feeder.fed == 5 and feeder.state.journal.hold == 5  # the rest waits (retried)
     assert second.exists()  # the evidence stays
