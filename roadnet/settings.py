@@ -247,6 +247,10 @@ class Settings:
     service_set_delta_share
         A new whole set matcher is built once the delta holds more than this share of its
         pieces (and more than ``service_set_sync_pieces``), >= 0.
+    webhook_recover_batch
+        Webhook deliveries queued in the outbox per write when a start or a reload queues
+        the logged ones the outbox lacks, read back from the deliveries log one segment at
+        a time (>= 1): bounds the memory of that catch-up.
     """
 
     snap_distance_m: float = 250.0
@@ -344,6 +348,8 @@ class Settings:
     # --- live route and area matchers under changes (issue 32, service) ---
     service_set_sync_pieces: int = 20_000
     service_set_delta_share: float = 0.1
+    # --- webhook recovery (issue 30 follow-up) ---
+    webhook_recover_batch: int = 10_000
 
 
 DEFAULTS = Settings()

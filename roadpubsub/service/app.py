@@ -73,6 +73,7 @@ from roadpubsub.service.applier import Applier
 from roadpubsub.service.context import JSONAnswer, Service, refuse
 from roadpubsub.service.dispatch import Dispatch
 from roadpubsub.service.fanout import Fanout
+from roadpubsub.service.integrity import StateDamageError
 from roadpubsub.service.metrics import Metrics
 from roadpubsub.service.mqtt import MqttConnector
 from roadpubsub.service.resilience import Watchman
@@ -182,6 +183,9 @@ async def _feed_webhooks(state: ServiceState, feeder: WebhookFeeder) -> None:
             except OSError as exc:
                 print(f"roadpubsub serve: the webhook outbox could not be written "
                       f"({exc}); retried in a second", file=sys.stderr, flush=True)
+            except StateDamageError as exc:  # reported, never skipped: retried, as is
+                print(f"roadpubsub serve: webhook deliveries cannot be read back ({exc}); "
+                      "retried in a second", file=sys.stderr, flush=True)
         await asyncio.sleep(1.0)
 
 

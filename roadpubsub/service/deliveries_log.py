@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +204,53 @@ class DeliveriesLog:
                                 _floats(dl, "score")[order])
         dseq = np.concatenate(dseqs)[order] if dseqs else np.empty(0, np.int64)
         return published, deliveries, dseq, last
+
+    def deliveries_after(self, after: int, *, from_log_seq: int = 0
+                         ) -> Iterator[tuple[npt.NDArray[np.int64], Deliveries]]:
+        """The logged deliveries with a sequence number above ``after``, one segment at a
+        time in log order (its seqs and its rows, both in seq order): what a start or a
+        reload queues for webhooks beyond the outbox. Each file read is checked as
+        :meth:`read_all` checks it; nothing is deleted or skipped. ``from_log_seq``: the
+        log seq of the record holding delivery ``after + 1`` when known (segments wholly
+        before it are not read: their deliveries are numbered lower).
+
+        Raises
+        ------
+        StateDamageError
+            A segment or its checksum record is missing or damaged.
+        """
+        counted = 0
+        skipped = False
+        for first, end, path in self._ranges():
+            if end < from_log_seq:
+                skipped = True
+                continue
+            what = f"the deliveries of the messages of seq {first + 1}-{end}"
+            dl = read_checked(path, what=what, legacy=self.legacy, columns=DELIVERY_COLUMNS)
+            if skipped and "seq" not in dl.column_names:
+                # written before delivery numbers (so are all before it): numbered by
+                # counting from the first segment
+                yield from self.deliveries_after(after)
+                return
+            if "seq" in dl.column_names:
+                dseq = _ints(dl, "seq")
+            else:  # written before delivery numbers: numbered by their rule
+                pub = read_checked(path.with_name(path.stem + ".published.parquet"),
+                                   what=what, legacy=self.legacy,
+                                   columns=("message_id", "seq", "time"))
+                dseq = _legacy_numbers(_ints(pub, "message_id"), _ints(pub, "seq"),
+                                       _ints(dl, "message_id"), counted)
+            if not dseq.size:
+                continue
+            counted = max(counted, int(dseq.max()))
+            if counted <= after:
+                continue
+            keep = np.flatnonzero(dseq > after)
+            keep = keep[np.argsort(dseq[keep], kind="stable")]
+            yield dseq[keep], Deliveries(_ints(dl, "message_id")[keep],
+                                         _ints(dl, "subscription_id")[keep],
+                                         _floats(dl, "distance")[keep],
+                                         _floats(dl, "score")[keep])
 
     def write(self, first: int, last: int, published: Published,
               deliveries: Deliveries, seq: npt.NDArray[np.int64] | None = None) -> Path:

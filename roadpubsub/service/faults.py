@@ -12,7 +12,12 @@ leaves behind. The points, in the order a request passes them:
 
 The crash tests (tests/service/test_fault_points.py) drive requests, note which were
 answered, restart without the variable and check that every answered event was recovered.
-A test hook only: never set it on a service that matters.
+
+``ROADPUBSUB_FAIL_OUTBOX=<file>`` (read once, at import) makes every write of the webhook
+outbox fail with EIO while that file exists, before anything is written: a disk failing
+under the outbox alone (tests/service/test_webhook_recovery.py).
+
+Test hooks only: never set them on a service that matters.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import os
 import sys
 import threading
 
-__all__ = ["FAULT_ENV", "FAULT_EXIT", "FAULT_POINTS", "armed", "fault"]
+__all__ = ["FAIL_OUTBOX_ENV", "FAULT_ENV", "FAULT_EXIT", "FAULT_POINTS", "armed", "fault",
+           "outbox_fails"]
 
 FAULT_ENV = "ROADPUBSUB_FAULT"
 #: The exit status of a process stopped at a fault point.
@@ -45,6 +51,15 @@ def _parse(spec: str) -> tuple[str, int]:
 _spec = os.environ.get(FAULT_ENV)
 if _spec:
     _point, _left = _parse(_spec)
+
+FAIL_OUTBOX_ENV = "ROADPUBSUB_FAIL_OUTBOX"
+_outbox_flag = os.environ.get(FAIL_OUTBOX_ENV) or None
+
+
+def outbox_fails() -> bool:
+    """Whether the outbox's writes are made to fail now (the flag file exists)."""
+    return _outbox_flag is not None and os.path.exists(_outbox_flag)
+
 
 #: Whether a fault point is armed (callers test it first: no call on the hot path).
 armed = _point is not None

@@ -24,6 +24,9 @@ runs after a record is durable, on another thread than the apply thread, so it l
 records in flight, and by more while the outbox is slow or failing; what is held for it
 beyond the bounds is counted in :meth:`DeliveryJournal.status` (``/health``'s ``stream``,
 ``/metrics``' ``roadpubsub_stream_held_for_webhooks``) and dropped once it is queued.
+A start or a reload rebuilds the journal with the last ``retain`` deliveries only (a reload
+keeps :attr:`DeliveryJournal.hold`); the feeder reads the older ones it has not queued back
+from the deliveries log (:class:`~roadpubsub.service.streams.WebhookFeeder`).
 Asking for ``after`` below :meth:`DeliveryJournal.oldest` - 1 is refused with
 :class:`ResumeTooOldError` (the HTTP answer 410 names the oldest ``seq`` still held).
 """

@@ -40,6 +40,7 @@ Dead letters are kept in memory (they are few: an operator replays or ignores th
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -55,6 +56,7 @@ import orjson
 
 from roadpubsub.roadnet.errors import RoadPubSubError
 from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.service import faults
 
 __all__ = ["Outbox", "OutboxDamagedError", "OutboxEntry", "Queued", "check_outbox"]
 
@@ -405,6 +407,9 @@ class Outbox:
         """
         if not entries:
             return
+        if faults.outbox_fails():  # a test hook: nothing is written
+            msg = f"injected outbox write failure ({faults.FAIL_OUTBOX_ENV})"
+            raise OSError(errno.EIO, msg)
         now = time.time()
         with self._lock:
             queued = [Queued(pos=self._next_pos + i, queued_at=now, entry=e)

@@ -300,6 +300,9 @@ class StateOpening(StateUpkeep):
         fresh = type(self).open(self.dir, self.options, lock=self._lock)
         old, recoveries = self.snapshots, self.recoveries + 1
         fresh.check_webhook = self.check_webhook  # the service's, not the folder's
+        # the webhook feeder's mark: the bounds keep holding what it has not queued (what
+        # the reload dropped already it reads back from the deliveries log)
+        fresh.journal.hold = self.journal.hold
         self.__dict__.update(fresh.__dict__)
         self.snapshots = SnapshotWorker(self.dir, self._snapshot_done)  # bound to self
         self.snapshots.configure(retry_s=self.options.snapshot_retry_s,

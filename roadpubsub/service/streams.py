@@ -17,8 +17,10 @@ whatever happens (publishes applied from the broker, a reload after a log failur
 :class:`WebhookFeeder` moves the deliveries to subscriptions with a ``webhook`` from the
 journal to the durable outbox (:mod:`roadpubsub.service.outbox`), in seq order, once their
 record is durable; a publish is answered only after its webhook deliveries are in the
-outbox. At a start it queues whatever the journal holds beyond the outbox's highest seq (a
-crash between the log's fsync and the outbox's). Receivers deduplicate on the seq.
+outbox. At a start and after a reload it first queues every logged delivery to a webhook
+above the outbox's highest seq (a crash between the log's fsync and the outbox's, or an
+outbox that failed), read back from the deliveries log where the journal no longer holds
+it, whatever the retention. Receivers deduplicate on the seq.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
+
 from roadpubsub.index.events import RequestError, parse_ids
+from roadpubsub.roadnet.settings import DEFAULTS
+from roadpubsub.service.integrity import StateDamageError
 from roadpubsub.service.journal import ResumeTooOldError, Want
 from roadpubsub.service.outbox import OutboxEntry
 from roadpubsub.service.state import ServiceState
@@ -168,33 +174,119 @@ class WebhookFeeder:
     """Queues durable deliveries to webhook subscriptions in the outbox, in seq order.
 
     ``queue``: the outbox's durable append (``WebhookService.queue``); ``high_seq``: the
-    highest seq the outbox ever held (where feeding resumes after a start).
+    highest seq the outbox ever held (where feeding resumes after a start); ``batch``:
+    deliveries per outbox write when catching up from the deliveries log.
+
+    At a start and after a reload (:meth:`~roadpubsub.service.state_open.StateOpening.
+    recover`) the journal holds only the last deliveries; those above :attr:`fed` it no
+    longer holds (logged durably, but a crash or an outbox failure came before they were
+    queued) are read back from the deliveries log, one segment at a time, and queued
+    first, in seq order: each seq once, however many there are.
     """
 
     def __init__(self, state: ServiceState, queue: Callable[[list[OutboxEntry]], None],
-                 high_seq: int) -> None:
+                 high_seq: int, *, batch: int = DEFAULTS.webhook_recover_batch) -> None:
         self.state = state
         self._queue = queue
         self.fed = int(high_seq)  # every delivery <= fed is in the outbox or needs none
         state.journal.hold = self.fed  # the age bound keeps what is not fed yet
         self._lock = threading.Lock()
+        self._batch = max(1, int(batch))
         self.queued = 0
+        self.recovered = 0  # of :attr:`queued`: read back from the deliveries log
 
-    def feed(self) -> int:
-        """Queue what is durable beyond :attr:`fed` (blocking: fsyncs; any thread).
+    def _put(self, entries: list[OutboxEntry]) -> None:
+        """Queue ``entries`` (in seq order) and count them fed (under the lock)."""
+        self._queue(entries)
+        self.queued += len(entries)
+        self.fed = max(self.fed, entries[-1].seq)
+        self.state.journal.hold = self.fed
+
+    def _log_seq_of(self, seq: int) -> int:
+        """The log seq of the record holding delivery ``seq`` (0: not known): that of the
+        message whose first delivery is the last at or before it."""
+        best, message = 0, None
+        for m, first in list(self.state.dseq_of.items()):  # a copy: the apply thread adds
+            if best < first <= seq:
+                best, message = first, m
+        known = None if message is None else self.state.messages.get(message)
+        return 0 if known is None else int(known[0])
+
+    def _from_log(self, through: int) -> None:
+        """Queue the logged webhook deliveries of seqs ``fed + 1`` to ``through`` (the
+        journal dropped them before they were fed), read from the deliveries log, one
+        segment and at most ``batch`` deliveries at a time (under the lock).
+
+        The URL is the subscription's webhook now (a start or a reload rebuilt it from the
+        snapshot and the log); a subscription removed since has none any more, and its
+        deliveries are not queued (as those of a subscription without a webhook).
 
         Raises
         ------
         OSError
-            The outbox could not be written (nothing is counted as fed).
+            The outbox could not be written (what was queued before is counted).
+        StateDamageError
+            A segment of the deliveries log is damaged (nothing is skipped).
+        """
+        start, hooks = self.fed, self.state.webhook_of
+        before = self.queued
+        if not hooks:  # no subscription has a webhook: nothing to read back
+            self.fed = through
+            self.state.journal.hold = self.fed
+            return
+        for seqs, d in self.state.dlog.deliveries_after(
+                self.fed, from_log_seq=self._log_seq_of(self.fed + 1)):
+            n = int(np.searchsorted(seqs, through, side="right"))
+            entries: list[OutboxEntry] = []
+            for k, (seq, sid) in enumerate(zip(seqs[:n].tolist(),
+                                               d.subscription_id[:n].tolist(), strict=True)):
+                url = hooks.get(sid)
+                if url is None:  # no webhook (or removed since: its URL is gone)
+                    continue
+                entries.append(OutboxEntry(seq=seq, subscription_id=sid,
+                                           message_id=int(d.message_id[k]),
+                                           distance=float(d.distance[k]),
+                                           score=float(d.score[k]), url=url))
+                if len(entries) >= self._batch:
+                    self._put(entries)
+                    entries = []
+            if entries:
+                self._put(entries)
+            if n:
+                self.fed = max(self.fed, int(seqs[n - 1]))
+            if n < seqs.size:
+                break
+        self.recovered += self.queued - before
+        if self.queued > before:
+            print(f"roadpubsub serve: queued {self.queued - before} webhook deliveries of "
+                  f"seq {start + 1}-{through} read back from the deliveries log (logged, "
+                  "not yet in the outbox)", file=sys.stderr, flush=True)
+        if self.fed < through:  # never guessed: the log must hold what the journal dropped
+            print(f"roadpubsub serve: the deliveries log ends at seq {self.fed}; webhook "
+                  f"deliveries {self.fed + 1}-{through} are not in it and are not queued",
+                  file=sys.stderr, flush=True)
+            self.fed = through
+        self.state.journal.hold = self.fed
+
+    def feed(self) -> int:
+        """Queue what is durable beyond :attr:`fed` (blocking: fsyncs; any thread): first
+        what the journal no longer holds (read back from the deliveries log), then the
+        journal's chunks.
+
+        Raises
+        ------
+        OSError
+            The outbox could not be written (nothing more is counted as fed).
+        StateDamageError
+            A segment of the deliveries log to read back is damaged.
         """
         with self._lock:
             journal = self.state.journal
-            oldest = journal.oldest()
+            journal.hold = self.fed  # a reload's journal holds from here on too
+            before = self.queued
             if self.fed < journal.hooked_dropped:  # not held since a start or a reload
-                print(f"roadpubsub serve: webhook deliveries {self.fed + 1}-{oldest - 1} are "
-                      "older than the stream retention and are not queued again",
-                      file=sys.stderr, flush=True)
+                self._from_log(journal.hooked_dropped)
+            oldest = journal.oldest()
             if self.fed < oldest - 1:  # dropped: queued, or without a webhook row
                 self.fed = oldest - 1
             chunks = journal.chunks_after(self.fed, self.state.wal.durable_seq)
@@ -212,12 +304,11 @@ class WebhookFeeder:
                             distance=float(c.distance[r]), score=float(c.score[r]),
                             url=url))
             if entries:
-                self._queue(entries)
-                self.queued += len(entries)
+                self._put(entries)
             if chunks:
                 self.fed = max(self.fed, chunks[-1].last)
             journal.hold = self.fed
-            return len(entries)
+            return self.queued - before
 
     def feed_through(self, seq: int) -> None:
         """:meth:`feed` unless every delivery up to ``seq`` is fed already."""
@@ -230,8 +321,9 @@ class WebhookFeeder:
         Raises
         ------
         RequestError
-            503: the outbox could not be written (the deliveries are logged; the next
-            start queues them).
+            503: the outbox could not be written (the deliveries are logged; they are
+            queued once it can be, every second, at a reload and at the next start), or a
+            segment of the deliveries log to read back is damaged (named).
         """
         if self.fed >= seq:
             return
@@ -239,5 +331,10 @@ class WebhookFeeder:
             await asyncio.to_thread(self.feed_through, seq)
         except OSError as exc:
             msg = (f"the message is logged, but its webhook deliveries could not be queued "
-                   f"({exc}); the next start of the service queues them")
+                   f"({exc}); they are queued once the outbox can be written (retried "
+                   "every second, and at the next start of the service)")
+            raise RequestError(msg, status=503) from exc
+        except StateDamageError as exc:
+            msg = (f"the message is logged, but earlier webhook deliveries could not be read "
+                   f"back from the deliveries log: {exc}")
             raise RequestError(msg, status=503) from exc

@@ -73,6 +73,10 @@ def webhook_metrics(webhooks: WebhookService | None, feeder: WebhookFeeder | Non
                    "outbox")
         out.append("# TYPE roadpubsub_webhook_fed_seq gauge")
         out.append(f"roadpubsub_webhook_fed_seq {feeder.fed}")
+        out.append("# HELP roadpubsub_webhook_recovered_total webhook deliveries a start or "
+                   "a reload read back from the deliveries log and queued")
+        out.append("# TYPE roadpubsub_webhook_recovered_total counter")
+        out.append(f"roadpubsub_webhook_recovered_total {feeder.recovered}")
         held = feeder.state.journal.status()
         for name, key, text in (
                 ("held_deliveries", "held", "deliveries the stream journal holds"),
