@@ -66,7 +66,7 @@ _EAGER = (_config, _workloads, _machine, _measure, _figures, _plots, _throughput
 #: API modules imported on first use of one of their names: ``live``, ``fleet`` and ``push``
 #: run as ``python -m roadpubsub.bench.live`` (and so on), which must not find them
 #: imported here.
-_LAZY = ("live", "fleet", "push", "sets", "floor")
+_LAZY = ("live", "fleet", "push", "sets", "floor", "set_changes")
 
 
 def _api_modules() -> tuple[ModuleType, ...]:
