@@ -62,6 +62,7 @@ import orjson
 
 from roadpubsub.index.events import RequestError, parse_ids
 from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.service.applier import MoveBundle
 from roadpubsub.service.bodies import decode_body
 from roadpubsub.service.dispatch import Dispatch, Event
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
@@ -111,6 +112,39 @@ class _Event:
 
     def done(self) -> bool:
         return self.settled
+
+
+class _Events:
+    """The reply of a bundle of move events (:class:`MoveBundle`): one answer for all,
+    one wake-up of the out thread."""
+
+    __slots__ = ("conn", "events", "settled")
+
+    def __init__(self, conn: MqttConnector, events: list[_Event]) -> None:
+        self.conn = conn
+        self.events = events
+        self.settled = False
+
+    def set_result(self, applied: Applied) -> None:
+        for e in self.events:
+            e.applied = applied
+            e.settled = True
+        self.settled = True
+        self.conn._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        for e in self.events:
+            e.error = exc
+            e.settled = True
+        self.settled = True
+        self.conn._wake()
+
+    def done(self) -> bool:
+        return self.settled
+
+
+#: Most vehicle topics whose ids are remembered (their ids parsed once).
+_TOPIC_IDS_MAX = 1 << 17
 
 
 class MqttConnector:
@@ -167,6 +201,7 @@ class MqttConnector:
                         p + b"subscriptions": "subscriptions",
                         p + b"unsubscriptions": "unsubscriptions"}
         self._own_moves = p + b"moves/"
+        self._topic_ids: dict[bytes, int] = {}  # a vehicle's topic -> its id
         self._deliveries_topic = p + b"deliveries/"
         # A persistent session named after the service's folder: after a crash the broker
         # redelivers to the restarted service what it had not acknowledged.
@@ -267,18 +302,66 @@ class MqttConnector:
             return  # stopping: not acknowledged, so the broker keeps them for next time
         now = time.monotonic()
         events: list[_Event] = []
+        # One-object moves on the vehicles' own topics go to the apply thread as one
+        # bundle per read (one queue item and one reply instead of one per event); a
+        # repeated vehicle or any other event closes the bundle, so each vehicle's moves
+        # keep their order.
+        rows: list[dict[str, Any]] = []
+        bundled: list[_Event] = []
+        ids: set[int] = set()
+        own = self._own_moves
+        depth = self.state.options.max_json_depth
         for topic, payload, pid, qos in pubs:
             ev = _Event(self, topic, pid, qos, now)
+            events.append(ev)
             try:
+                sid = self._topic_ids.get(topic)
+                if sid is None and topic.startswith(own):
+                    sid = self._own_id(topic)
+                if sid is not None:
+                    body = decode_body(payload, max_depth=depth)
+                    if isinstance(body, dict) and body.get("id", sid) == sid:
+                        if sid in ids:
+                            self._bundle(rows, bundled)
+                            rows, bundled, ids = [], [], set()
+                        body["id"] = sid
+                        rows.append(body)
+                        bundled.append(ev)
+                        ids.add(sid)
+                        continue
+                    if rows:
+                        self._bundle(rows, bundled)
+                        rows, bundled, ids = [], [], set()
+                    self.dispatch.submit(self._own_event(topic, sid, body), ev)
+                    continue
+                if rows:
+                    self._bundle(rows, bundled)
+                    rows, bundled, ids = [], [], set()
                 self._submit(topic, payload, ev)
             except _REFUSALS as exc:
                 ev.error = exc
                 ev.settled = True
-            events.append(ev)
+        if rows:
+            self._bundle(rows, bundled)
         self.received += len(events)
         with self._cond:
             self._pending.extend(events)
             self._cond.notify()
+
+    def _bundle(self, rows: list[dict[str, Any]], events: list[_Event]) -> None:
+        if len(events) == 1:  # alone: its own request, its own reply
+            self.dispatch.submit(Event("move", rows[0]), events[0])
+            return
+        bundle = MoveBundle(rows, list(events), _Events(self, events))
+        self.dispatch.submit(Event("move", bundle), bundle.reply)
+
+    def _own_id(self, topic: bytes) -> int:
+        """The subscription id of a vehicle's topic (remembered)."""
+        sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
+        if len(self._topic_ids) >= _TOPIC_IDS_MAX:
+            self._topic_ids.clear()
+        self._topic_ids[topic] = sid
+        return sid
 
     def _submit(self, topic: bytes, payload: bytes, ev: _Event) -> None:
         self.dispatch.submit(self._event(topic, payload), ev)
@@ -292,15 +375,8 @@ class MqttConnector:
             return Event("move", body)
         if kind == "messages":
             return Event("publish", body)
-        if topic.startswith(self._own_moves):  # one vehicle's own topic: its id only
-            sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
-            if isinstance(body, dict):
-                return Event("move", body, path_id=sid)
-            rows = body if isinstance(body, list) else [body]
-            if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
-                msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
-                raise RequestError(msg, status=403)
-            return Event("move", [{**r, "id": sid} for r in rows])
+        if topic.startswith(self._own_moves):
+            return self._own_event(topic, self._own_id(topic), body)
         if kind == "subscriptions":
             return Event("subscribe", body, concurrent=False)
         if kind == "unsubscriptions":
@@ -314,6 +390,16 @@ class MqttConnector:
             return Event("unsubscribe", ids, concurrent=False)
         msg = f"unknown topic {topic.decode('utf-8', 'replace')!r}"
         raise RequestError(msg, status=404)
+
+    def _own_event(self, topic: bytes, sid: int, body: Any) -> Event:
+        """A move on one vehicle's own topic: its id only."""
+        if isinstance(body, dict):
+            return Event("move", body, path_id=sid)
+        rows = body if isinstance(body, list) else [body]
+        if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
+            msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
+            raise RequestError(msg, status=403)
+        return Event("move", [{**r, "id": sid} for r in rows])
 
     def _on_puback(self, pids: list[int]) -> None:
         with self._ack_cond:
