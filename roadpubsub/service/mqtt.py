@@ -61,15 +61,16 @@ import numpy as np
 import orjson
 
 from roadpubsub.index.events import RequestError, parse_ids
+from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.errors import InputError, format_error
 from roadpubsub.service.applier import MoveBundle
 from roadpubsub.service.bodies import decode_body
 from roadpubsub.service.dispatch import Dispatch, Event
-from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
-from roadpubsub.service.results import Applied, deliveries_json
+from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish1
+from roadpubsub.service.results import Applied
 from roadpubsub.service.topk_found import topk_json
 
-__all__ = ["MqttConnector", "parse_broker"]
+__all__ = ["MqttConnector", "delivery_payloads", "parse_broker"]
 
 #: Refusals that are the event's fault: acknowledged (the event can never succeed).
 _REFUSALS = (RequestError, InputError, ValueError)
@@ -82,6 +83,30 @@ def parse_broker(text: str) -> tuple[str, int]:
         msg = f"--mqtt must be HOST:PORT, got {text!r}"
         raise InputError(msg)
     return host, int(port)
+
+
+def _json_items(values: np.ndarray) -> list[bytes]:
+    """Each value of a column as orjson writes it (one call for the column)."""
+    return orjson.dumps(values.tolist())[1:-1].split(b",")
+
+
+def delivery_payloads(d: Deliveries, seq: np.ndarray | None, base: bytes
+                      ) -> list[tuple[bytes, bytes]]:
+    """(topic, payload) of each delivery: the topic ``base`` + its subscription id, the
+    payload the bytes of ``orjson.dumps`` of its :func:`deliveries_json` object, made a
+    column at a time (one ``dumps`` per column, not one per delivery)."""
+    n = len(d)
+    if n == 0:
+        return []
+    mid, sid = _json_items(d.message_id), _json_items(d.subscription_id)
+    dist, score = _json_items(d.distance), _json_items(d.score)
+    if seq is None:
+        return [(base + s, b'{"message_id":%b,"subscription_id":%b,"distance":%b,'
+                           b'"score":%b}' % (m, s, x, y))
+                for m, s, x, y in zip(mid, sid, dist, score, strict=True)]
+    return [(base + s, b'{"seq":%b,"message_id":%b,"subscription_id":%b,"distance":%b,'
+                       b'"score":%b}' % (q, m, s, x, y))
+            for q, m, s, x, y in zip(_json_items(seq), mid, sid, dist, score, strict=True)]
 
 
 class _Event:
@@ -459,7 +484,7 @@ class MqttConnector:
                       file=sys.stderr, flush=True)
         errors: list[bytes] = []
         acks: list[bytes] = []
-        rows: list[dict[str, Any]] = []
+        packets: list[tuple[bytes, bytes]] = []
         announce: list[Applied] = []
         for e in done:
             if e.error is not None:
@@ -476,14 +501,14 @@ class MqttConnector:
                 applied = e.applied
                 assert applied is not None
                 if applied.deliveries is not None and len(applied.deliveries):
-                    rows += deliveries_json(applied.deliveries, applied.delivery_seq)
+                    packets += delivery_payloads(applied.deliveries, applied.delivery_seq,
+                                                 self._deliveries_topic)
                 if applied.topk is not None and len(applied.topk):
-                    rows += topk_json(applied.topk)
+                    packets += self._encode(topk_json(applied.topk))
                 if self.on_applied is not None and applied.messages is not None:
                     announce.append(applied)
             if e.qos:
                 acks.append(puback(e.pid))
-        packets = self._encode(rows)
         packets += [(self.prefix.encode() + b"/errors", m) for m in errors]
         self._send_tracked(packets, b"".join(acks))
         self.acknowledged += len(acks)
@@ -518,7 +543,7 @@ class MqttConnector:
                     pid = pid % 65535 + 1
                     while pid in inflight:
                         pid = pid % 65535 + 1
-                    pkt = publish_packet(topic, payload, pid)
+                    pkt = publish1(topic, payload, pid)
                     inflight[pid] = (pkt, now)
                     out.append(pkt)
                 self._next_pid = pid
