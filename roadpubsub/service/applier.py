@@ -48,7 +48,35 @@ from roadpubsub.service.results import Applied
 from roadpubsub.service.state import ServiceState
 from roadpubsub.service.topk_found import TopkFound, topk_json
 
-__all__ = ["Applier"]
+__all__ = ["Applier", "MoveBundle"]
+
+
+class MoveBundle:
+    """Many one-row move events that arrived together (a transport's read), queued as one
+    request: one queue item, one reply, one answer object for all of them.
+
+    Parameters
+    ----------
+    rows
+        One move object per event, each with its subscription's ``"id"``; no id twice.
+    replies
+        Each event's own reply (``set_result``, ``set_exception``, ``done``): used only
+        when the bundle cannot be applied as a whole (a bad row, an unknown id), so that
+        each event gets its own answer, as if it had been queued alone.
+    reply
+        The bundle's reply: ``set_result`` gets one :class:`Applied` for every event.
+    """
+
+    __slots__ = ("replies", "reply", "rows")
+
+    def __init__(self, rows: list[dict[str, Any]], replies: list[Any], reply: Any) -> None:
+        self.rows = rows
+        self.replies = replies
+        self.reply = reply
+
+    def ids(self) -> list[Any]:
+        """The rows' ids."""
+        return [r["id"] for r in self.rows]
 
 
 @dataclass
@@ -105,6 +133,9 @@ class Applier:
     def move(self, body: Any, *, path_id: int | None = None, reply: Any = None,
              concurrent: bool = False) -> Future[Applied]:
         """A move request (one or a batch)."""
+        if isinstance(body, MoveBundle):  # its own reply; its rows carry their ids
+            self._queue.put(_Item("move", body, body.reply, concurrent=concurrent))
+            return body.reply  # type: ignore[no-any-return]
         fut: Future[Applied] = Future() if reply is None else reply
         self._queue.put(_Item("move", body, fut, path_id, concurrent=concurrent))
         return fut
@@ -165,7 +196,39 @@ class Applier:
             i = j
 
     def _moves(self, run: list[_Item]) -> None:
-        if len(run) > 1 and self._moves_together(run):
+        if not any(isinstance(it.payload, MoveBundle) for it in run):
+            self._moves_run(run)
+            return
+        # Runs of bundles in which no id repeats (applied in order, each as one batch:
+        # the same as one by one); any other request on its own run.
+        seen: set[Any] = set()
+        part: list[_Item] = []
+        for it in run:
+            bundle = it.payload if isinstance(it.payload, MoveBundle) else None
+            ids = bundle.ids() if bundle is not None else None
+            if part and (ids is None or not seen.isdisjoint(ids)):
+                self._moves_run(part)
+                part, seen = [], set()
+            part.append(it)
+            if ids is None:
+                self._moves_run(part)
+                part, seen = [], set()
+            else:
+                seen.update(ids)
+        if part:
+            self._moves_run(part)
+
+    def _moves_run(self, run: list[_Item]) -> None:
+        if (len(run) > 1 or isinstance(run[0].payload, MoveBundle)) \
+                and self._moves_together(run):
+            return
+        if len(run) > 1 and isinstance(run[0].payload, MoveBundle):
+            # bundles with no id in common (see _moves): each on its own, so that a bad
+            # row costs its own bundle only
+            run = [it for it in run if not self._moves_together([it])]
+        # one by one: each event of a bundle as if it had been queued alone
+        run = [one for it in run for one in _unbundled(it)]
+        if not run:
             return
         batches: list[tuple[_Item, MoveBatch]] = []
         for it in run:
@@ -344,6 +407,15 @@ def by_kind(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _unbundled(it: _Item) -> list[_Item]:
+    """A bundle's events as their own requests (anything else: itself)."""
+    bundle = it.payload
+    if not isinstance(bundle, MoveBundle):
+        return [it]
+    return [_Item("move", row, reply, concurrent=it.concurrent)
+            for row, reply in zip(bundle.rows, bundle.replies, strict=True)]
+
+
 def _rows_of(run: list[_Item]) -> tuple[list[Any] | None, list[int]]:
     """The rows of a run's bodies as one batch, and each request's count; None when a
     body is not a plain object or array of objects, or a path id disagrees with the
@@ -352,7 +424,10 @@ def _rows_of(run: list[_Item]) -> tuple[list[Any] | None, list[int]]:
     sizes: list[int] = []
     for it in run:
         body = it.payload
-        if it.path_id is not None:
+        if isinstance(body, MoveBundle):
+            rows.extend(body.rows)
+            sizes.append(len(body.rows))
+        elif it.path_id is not None:
             if not isinstance(body, dict) or body.get("id", it.path_id) != it.path_id:
                 return None, []
             rows.append({**body, "id": it.path_id})

@@ -61,14 +61,16 @@ import numpy as np
 import orjson
 
 from roadpubsub.index.events import RequestError, parse_ids
+from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.service.applier import MoveBundle
 from roadpubsub.service.bodies import decode_body
 from roadpubsub.service.dispatch import Dispatch, Event
-from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
-from roadpubsub.service.results import Applied, deliveries_json
+from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish1
+from roadpubsub.service.results import Applied
 from roadpubsub.service.topk_found import topk_json
 
-__all__ = ["MqttConnector", "parse_broker"]
+__all__ = ["MqttConnector", "delivery_payloads", "parse_broker"]
 
 #: Refusals that are the event's fault: acknowledged (the event can never succeed).
 _REFUSALS = (RequestError, InputError, ValueError)
@@ -81,6 +83,30 @@ def parse_broker(text: str) -> tuple[str, int]:
         msg = f"--mqtt must be HOST:PORT, got {text!r}"
         raise InputError(msg)
     return host, int(port)
+
+
+def _json_items(values: np.ndarray) -> list[bytes]:
+    """Each value of a column as orjson writes it (one call for the column)."""
+    return orjson.dumps(values.tolist())[1:-1].split(b",")
+
+
+def delivery_payloads(d: Deliveries, seq: np.ndarray | None, base: bytes
+                      ) -> list[tuple[bytes, bytes]]:
+    """(topic, payload) of each delivery: the topic ``base`` + its subscription id, the
+    payload the bytes of ``orjson.dumps`` of its :func:`deliveries_json` object, made a
+    column at a time (one ``dumps`` per column, not one per delivery)."""
+    n = len(d)
+    if n == 0:
+        return []
+    mid, sid = _json_items(d.message_id), _json_items(d.subscription_id)
+    dist, score = _json_items(d.distance), _json_items(d.score)
+    if seq is None:
+        return [(base + s, b'{"message_id":%b,"subscription_id":%b,"distance":%b,'
+                           b'"score":%b}' % (m, s, x, y))
+                for m, s, x, y in zip(mid, sid, dist, score, strict=True)]
+    return [(base + s, b'{"seq":%b,"message_id":%b,"subscription_id":%b,"distance":%b,'
+                       b'"score":%b}' % (q, m, s, x, y))
+            for q, m, s, x, y in zip(_json_items(seq), mid, sid, dist, score, strict=True)]
 
 
 class _Event:
@@ -111,6 +137,39 @@ class _Event:
 
     def done(self) -> bool:
         return self.settled
+
+
+class _Events:
+    """The reply of a bundle of move events (:class:`MoveBundle`): one answer for all,
+    one wake-up of the out thread."""
+
+    __slots__ = ("conn", "events", "settled")
+
+    def __init__(self, conn: MqttConnector, events: list[_Event]) -> None:
+        self.conn = conn
+        self.events = events
+        self.settled = False
+
+    def set_result(self, applied: Applied) -> None:
+        for e in self.events:
+            e.applied = applied
+            e.settled = True
+        self.settled = True
+        self.conn._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        for e in self.events:
+            e.error = exc
+            e.settled = True
+        self.settled = True
+        self.conn._wake()
+
+    def done(self) -> bool:
+        return self.settled
+
+
+#: Most vehicle topics whose ids are remembered (their ids parsed once).
+_TOPIC_IDS_MAX = 1 << 17
 
 
 class MqttConnector:
@@ -167,6 +226,7 @@ class MqttConnector:
                         p + b"subscriptions": "subscriptions",
                         p + b"unsubscriptions": "unsubscriptions"}
         self._own_moves = p + b"moves/"
+        self._topic_ids: dict[bytes, int] = {}  # a vehicle's topic -> its id
         self._deliveries_topic = p + b"deliveries/"
         # A persistent session named after the service's folder: after a crash the broker
         # redelivers to the restarted service what it had not acknowledged.
@@ -267,18 +327,66 @@ class MqttConnector:
             return  # stopping: not acknowledged, so the broker keeps them for next time
         now = time.monotonic()
         events: list[_Event] = []
+        # One-object moves on the vehicles' own topics go to the apply thread as one
+        # bundle per read (one queue item and one reply instead of one per event); a
+        # repeated vehicle or any other event closes the bundle, so each vehicle's moves
+        # keep their order.
+        rows: list[dict[str, Any]] = []
+        bundled: list[_Event] = []
+        ids: set[int] = set()
+        own = self._own_moves
+        depth = self.state.options.max_json_depth
         for topic, payload, pid, qos in pubs:
             ev = _Event(self, topic, pid, qos, now)
+            events.append(ev)
             try:
+                sid = self._topic_ids.get(topic)
+                if sid is None and topic.startswith(own):
+                    sid = self._own_id(topic)
+                if sid is not None:
+                    body = decode_body(payload, max_depth=depth)
+                    if isinstance(body, dict) and body.get("id", sid) == sid:
+                        if sid in ids:
+                            self._bundle(rows, bundled)
+                            rows, bundled, ids = [], [], set()
+                        body["id"] = sid
+                        rows.append(body)
+                        bundled.append(ev)
+                        ids.add(sid)
+                        continue
+                    if rows:
+                        self._bundle(rows, bundled)
+                        rows, bundled, ids = [], [], set()
+                    self.dispatch.submit(self._own_event(topic, sid, body), ev)
+                    continue
+                if rows:
+                    self._bundle(rows, bundled)
+                    rows, bundled, ids = [], [], set()
                 self._submit(topic, payload, ev)
             except _REFUSALS as exc:
                 ev.error = exc
                 ev.settled = True
-            events.append(ev)
+        if rows:
+            self._bundle(rows, bundled)
         self.received += len(events)
         with self._cond:
             self._pending.extend(events)
             self._cond.notify()
+
+    def _bundle(self, rows: list[dict[str, Any]], events: list[_Event]) -> None:
+        if len(events) == 1:  # alone: its own request, its own reply
+            self.dispatch.submit(Event("move", rows[0]), events[0])
+            return
+        bundle = MoveBundle(rows, list(events), _Events(self, events))
+        self.dispatch.submit(Event("move", bundle), bundle.reply)
+
+    def _own_id(self, topic: bytes) -> int:
+        """The subscription id of a vehicle's topic (remembered)."""
+        sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
+        if len(self._topic_ids) >= _TOPIC_IDS_MAX:
+            self._topic_ids.clear()
+        self._topic_ids[topic] = sid
+        return sid
 
     def _submit(self, topic: bytes, payload: bytes, ev: _Event) -> None:
         self.dispatch.submit(self._event(topic, payload), ev)
@@ -292,15 +400,8 @@ class MqttConnector:
             return Event("move", body)
         if kind == "messages":
             return Event("publish", body)
-        if topic.startswith(self._own_moves):  # one vehicle's own topic: its id only
-            sid = parse_ids(topic[len(self._own_moves):].decode("utf-8", "replace"))
-            if isinstance(body, dict):
-                return Event("move", body, path_id=sid)
-            rows = body if isinstance(body, list) else [body]
-            if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
-                msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
-                raise RequestError(msg, status=403)
-            return Event("move", [{**r, "id": sid} for r in rows])
+        if topic.startswith(self._own_moves):
+            return self._own_event(topic, self._own_id(topic), body)
         if kind == "subscriptions":
             return Event("subscribe", body, concurrent=False)
         if kind == "unsubscriptions":
@@ -314,6 +415,16 @@ class MqttConnector:
             return Event("unsubscribe", ids, concurrent=False)
         msg = f"unknown topic {topic.decode('utf-8', 'replace')!r}"
         raise RequestError(msg, status=404)
+
+    def _own_event(self, topic: bytes, sid: int, body: Any) -> Event:
+        """A move on one vehicle's own topic: its id only."""
+        if isinstance(body, dict):
+            return Event("move", body, path_id=sid)
+        rows = body if isinstance(body, list) else [body]
+        if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
+            msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
+            raise RequestError(msg, status=403)
+        return Event("move", [{**r, "id": sid} for r in rows])
 
     def _on_puback(self, pids: list[int]) -> None:
         with self._ack_cond:
@@ -373,7 +484,7 @@ class MqttConnector:
                       file=sys.stderr, flush=True)
         errors: list[bytes] = []
         acks: list[bytes] = []
-        rows: list[dict[str, Any]] = []
+        packets: list[tuple[bytes, bytes]] = []
         announce: list[Applied] = []
         for e in done:
             if e.error is not None:
@@ -390,14 +501,14 @@ class MqttConnector:
                 applied = e.applied
                 assert applied is not None
                 if applied.deliveries is not None and len(applied.deliveries):
-                    rows += deliveries_json(applied.deliveries, applied.delivery_seq)
+                    packets += delivery_payloads(applied.deliveries, applied.delivery_seq,
+                                                 self._deliveries_topic)
                 if applied.topk is not None and len(applied.topk):
-                    rows += topk_json(applied.topk)
+                    packets += self._encode(topk_json(applied.topk))
                 if self.on_applied is not None and applied.messages is not None:
                     announce.append(applied)
             if e.qos:
                 acks.append(puback(e.pid))
-        packets = self._encode(rows)
         packets += [(self.prefix.encode() + b"/errors", m) for m in errors]
         self._send_tracked(packets, b"".join(acks))
         self.acknowledged += len(acks)
@@ -432,7 +543,7 @@ class MqttConnector:
                     pid = pid % 65535 + 1
                     while pid in inflight:
                         pid = pid % 65535 + 1
-                    pkt = publish_packet(topic, payload, pid)
+                    pkt = publish1(topic, payload, pid)
                     inflight[pid] = (pkt, now)
                     out.append(pkt)
                 self._next_pid = pid

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["PUBACK", "Publish", "WireClient", "puback", "publish_packet"]
+__all__ = ["PUBACK", "Publish", "WireClient", "puback", "publish1", "publish_packet"]
 
 CONNECT, CONNACK, PUBLISH, PUBACK, SUBSCRIBE, SUBACK = 0x10, 0x20, 0x30, 0x40, 0x82, 0x90
 PINGREQ, PINGRESP, DISCONNECT = 0xC0, 0xD0, 0xE0
@@ -57,6 +57,19 @@ def publish_packet(topic: bytes, payload: bytes, pid: int, *, qos: int = 1,
     head = _text(topic) + (pid.to_bytes(2, "big") if qos else b"")
     return (bytes((PUBLISH | (qos << 1) | (8 if dup else 0),)) + _length(len(head) + len(payload))
             + head + payload)
+
+
+def publish1(topic: bytes, payload: bytes, pid: int) -> bytes:
+    """:func:`publish_packet` with QoS 1, not a duplicate (the deliveries' hot path)."""
+    n = len(topic) + len(payload) + 4
+    if n < 0x80:
+        size = bytes((n,))
+    elif n < 0x4000:
+        size = bytes(((n & 0x7F) | 0x80, n >> 7))
+    else:
+        size = _length(n)
+    return b"\x32%b%b%b%b%b" % (size, len(topic).to_bytes(2, "big"), topic,
+                                pid.to_bytes(2, "big"), payload)
 
 
 def puback(pid: int) -> bytes:

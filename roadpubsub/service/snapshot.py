@@ -47,11 +47,14 @@ from roadpubsub.roadnet.files import atomic_paths
 from roadpubsub.service.integrity import StateDamageError, crc32_bytes, crc32_file
 from roadpubsub.service.wal import fsync_path, segment_name
 
-__all__ = ["KindsArrays", "Manifest", "SnapshotWorker", "clean_snapshots", "kinds_path",
-           "read_manifest", "snapshot_entry", "snapshot_files", "snapshot_paths",
+__all__ = ["SNAPSHOT_NICE", "KindsArrays", "Manifest", "SnapshotWorker", "clean_snapshots",
+           "kinds_path", "read_manifest", "snapshot_entry", "snapshot_files", "snapshot_paths",
            "verify_snapshot", "write_manifest", "write_snapshot"]
 
 Manifest = dict[str, Any]
+
+#: The niceness the snapshot child adds to its own (0-19: lower priority).
+SNAPSHOT_NICE = 10
 #: The boolean and top-k state of a snapshot, made in the writing process (the forked
 #: child: its memory is the parent's at the snapshot's seq).
 KindsArrays = Callable[[], dict[str, np.ndarray]]
@@ -318,6 +321,12 @@ class SnapshotWorker:
             try:
                 os.close(reason_r)
                 _die_with_parent()
+                # Behind the service: on a full machine the child's seconds of CPU
+                # (compaction, saving, checksums) came out of the service's share, a
+                # stall of every event queued meanwhile; at a low priority it takes what
+                # is left over (the log keeps everything until it is done).
+                with contextlib.suppress(OSError):
+                    os.nice(SNAPSHOT_NICE)
                 _close_sockets()
                 for fd in close_fds:  # e.g. the folder's lock: it must die with the parent
                     with contextlib.suppress(OSError):

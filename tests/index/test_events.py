@@ -105,3 +105,35 @@ def test_limits_are_options(tiny: RoadNetwork) -> None:
         strict.messages(_msg(time=99.0))
     with pytest.raises(ValueError, match="max_keywords"):
         BodyParser(tiny, max_snap_m=250.0, max_keywords=0)
+
+
+def test_plain_move_batches_equal_the_general_path(andorra: RoadNetwork) -> None:
+    """A batch of plain ``{id, u, v, offset}`` rows (a fleet's reports, read a column at
+    a time) gives what the rows give one by one; anything else in it takes the general
+    path and is refused by name."""
+    import numpy as np
+
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    rng = np.random.default_rng(3)
+    edges = rng.integers(0, andorra.n_edges, 300)
+    nid = andorra.node_ids
+    rows: list[dict[str, Any]] = []
+    for k, e in enumerate(edges.tolist()):
+        length = float(andorra.edge_length[e])
+        off: Any = int(length // 2) if k % 7 == 0 else float(rng.random() * length)
+        u, v = int(nid[andorra.edge_u[e]]), int(nid[andorra.edge_v[e]])
+        if k % 3 == 0:  # named backwards: the offset counts from the other end
+            u, v = v, u
+        rows.append({"id": 2**62 + k if k % 5 == 0 else k, "u": u, "v": v, "offset": off})
+    batch = parser.moves(rows)
+    one = [parser.moves(r) for r in rows]  # an object body: the general path
+    assert batch.sets is None and batch.points.edge.dtype == one[0].points.edge.dtype
+    assert batch.ids.tolist() == [b.ids[0] for b in one]
+    assert batch.points.edge.tolist() == [b.points.edge[0] for b in one]
+    assert batch.points.offset.tolist() == [b.points.offset[0] for b in one]
+    for bad, says in [({"id": True}, "field 'id'"), ({"u": 1.5}, "fields 'u', 'v'"),
+                      ({"offset": float("nan")}, "offset"), ({"id": 2**63}, "field 'id'"),
+                      ({"u": 1}, "u"), ({"offset": 10**400}, "offset"),
+                      ({"id": rows[0]["id"]}, "duplicate ids"), ({"lon": 1.5}, "row 9")]:
+        with pytest.raises(RequestError, match=says):
+            parser.moves([*rows[:9], {**rows[9], **bad}, *rows[10:]])

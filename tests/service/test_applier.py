@@ -18,7 +18,7 @@ from roadpubsub.index.workload import Workload
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
-from roadpubsub.service.applier import Applier
+from roadpubsub.service.applier import Applier, MoveBundle
 from roadpubsub.service.folder_lock import ServiceBusyError
 from roadpubsub.service.options import ServiceOptions
 from roadpubsub.service.state import ServiceState
@@ -177,3 +177,46 @@ def test_concurrent_requests_are_applied_moves_first(
         mid = plan[k][1][0]["id"]
         assert_same(as_deliveries(futures[k].result(30).body["deliveries"]),
                     oracle.deliveries[mid], f"publish {mid}")
+
+
+def test_a_bundle_of_moves_is_one_batch_or_each_event_alone(
+        running: _Running, workload: Workload, move_points: EdgePoints,
+        andorra: RoadNetwork) -> None:
+    """Bundles (a transport's read of one-row moves): one record and one answer when
+    every row is good; bundles repeating a vehicle are applied one after the other (the
+    later position wins); a bundle with a bad row answers each event on its own, as if
+    queued alone (the good ones applied, each bad one refused with its own error)."""
+    state, parser, applier, oracle = running
+    subs = subscription_rows(workload, andorra)[:200]
+    applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+    oracle.apply("subscribe", subs)
+
+    def bundle(rows: list[dict[str, Any]]) -> tuple[MoveBundle, list[Future[Any]]]:
+        each: list[Future[Any]] = [Future() for _ in rows]
+        return MoveBundle(rows, list(each), Future()), each
+
+    def row(i: int, k: int) -> dict[str, Any]:
+        return {"id": subs[i]["id"], **location_of(andorra, move_points, k)}
+
+    first, _ = bundle([row(1, 40), row(2, 41)])
+    second, _ = bundle([row(1, 42), row(3, 43)])  # vehicle 1 again: a run of its own
+    bad, each = bundle([row(4, 44), {**row(5, 45), "id": 999_999},
+                        {**row(6, 46), "offset": "far"}, row(7, 47)])
+    futures = _queued(applier, [lambda b=b: applier.move(b, concurrent=True)
+                                for b in (first, second, bad)])
+    a, b = futures[0].result(30), futures[1].result(30)
+    assert a.seq < b.seq and a.body["moved"] == 2
+    assert not futures[2].done()  # the bad bundle: answered event by event
+    assert each[0].result(30).seq == each[3].result(30).seq
+    with pytest.raises(RequestError, match="999999"):
+        each[1].result(30)
+    with pytest.raises(RequestError, match="offset"):
+        each[2].result(30)
+    for rows in ([row(1, 40), row(2, 41)], [row(1, 42), row(3, 43)], [row(4, 44)],
+                 [row(7, 47)]):
+        oracle.apply("move", rows)
+    msgs = [{**m, "time": 500.0} for m in message_rows(workload, andorra)[:40]]
+    answer = applier.publish(msgs).result(30)
+    oracle.apply("publish", msgs)
+    want = Deliveries.concat([oracle.deliveries[m["id"]] for m in msgs])
+    assert_same(as_deliveries(answer.body["deliveries"]), want, "after the bundles")
