@@ -199,6 +199,30 @@ class CandidateWork(NamedTuple):
         return cls(np.full(n_sets, np.inf), np.empty(n_sets, np.int64), np.empty(n_sets))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _offer(best: FloatArray, out: IntArray, k: int, s: int,
+           lb: float) -> int:  # pragma: no cover - compiled
+    """Record bound ``lb`` of set s (listed once, at its first offer); returns k."""
+    if best[s] == np.inf:
+        out[k] = s
+        k += 1
+        best[s] = lb
+    elif lb < best[s]:
+        best[s] = lb
+    return k
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _listed(work: CandidateWork, k: int) -> int:  # pragma: no cover - compiled
+    """Write the k listed sets' bounds, lowered by :data:`BOUND_SLACK_M` (the slack that
+    keeps the rounded cell bound below every exact distance), and restore ``work.best``."""
+    for i in range(k):
+        s = work.sets[i]
+        work.bound[i] = max(0.0, work.best[s] - BOUND_SLACK_M)
+        work.best[s] = np.inf
+    return k
+
+
 @numba.njit(cache=True, nogil=True)
 def set_candidates(  # pragma: no cover - compiled
     post: SetPostings, cell_bound: FloatArray, limit: float, work: CandidateWork,
@@ -217,31 +241,8 @@ def set_candidates(  # pragma: no cover - compiled
         if not lb <= lim:  # also drops NaN and +inf (unreachable)
             continue
         for j in range(post.cell_ptr[c], post.cell_ptr[c + 1]):
-            s = post.cell_set[j]
-            if best[s] == np.inf:
-                out[k] = s
-                k += 1
-                best[s] = lb
-            elif lb < best[s]:
-                best[s] = lb
-    for i in range(k):
-        s = out[i]
-        work.bound[i] = max(0.0, best[s] - BOUND_SLACK_M)
-        best[s] = np.inf
-    return k
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _offer(best: FloatArray, out: IntArray, k: int, s: int,
-           lb: float) -> int:  # pragma: no cover - compiled
-    """Record bound ``lb`` of set s (listed once, at its first offer); returns k."""
-    if best[s] == np.inf:
-        out[k] = s
-        k += 1
-        best[s] = lb
-    elif lb < best[s]:
-        best[s] = lb
-    return k
+            k = _offer(best, out, k, post.cell_set[j], lb)
+    return _listed(work, k)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -273,8 +274,4 @@ def set_term_candidates(  # pragma: no cover - compiled
                 continue
             for x in range(post.ent_ptr[e], post.ent_ptr[e + 1]):
                 k = _offer(best, out, k, post.ent_set[x], lb)
-    for i in range(k):
-        s = out[i]
-        work.bound[i] = max(0.0, best[s] - BOUND_SLACK_M)
-        best[s] = np.inf
-    return k
+    return _listed(work, k)
