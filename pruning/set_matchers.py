@@ -712,7 +712,30 @@ def _renamed(found: Deliveries, ids: IntArray) -> Deliveries:
         else Deliveries.empty()
 
 
-class SetThresholdMatcher:
+class _SetRowsMatcher:
+    """What the threshold and boolean set matchers share: the rows filed by keyword and
+    cell once built, and the match through the verifier (subclasses set ``subs``,
+    ``verifier`` and ``_rows``, then call :meth:`_file`)."""
+
+    subs: Subscriptions | BooleanSubscriptions
+    verifier: SetVerifier
+    _rows: _RowArgs
+
+    def _file(self) -> None:
+        #: The sets filed by keyword and cell.
+        self.term_postings = self.verifier.term_postings(self._rows)
+        self.stats = _stats()
+
+    def match(self, messages: Messages) -> Deliveries:
+        """Deliveries sorted by (message_id, subscription_id)."""
+        if len(self.subs) == 0 or len(messages) == 0:
+            return Deliveries.empty()
+        found, counters = self.verifier.match(messages, self._rows, self.term_postings)
+        _count(self.stats, len(messages), counters)
+        return _renamed(found, self.subs.ids)
+
+
+class SetThresholdMatcher(_SetRowsMatcher):
     """Threshold subscriptions located on segment sets, matched through the set index.
 
     Parameters
@@ -757,20 +780,10 @@ class SetThresholdMatcher:
                               np.ascontiguousarray(subs.tau, dtype=np.float64),
                               np.empty(0), kw_ptr, kw_terms, w, self.dmax_m, self.tolerance,
                               self.dmax_m, np.zeros(w.size + 1, np.int64), np.empty(n))
-        #: The sets filed by keyword and cell.
-        self.term_postings = self.verifier.term_postings(self._rows)
-        self.stats = _stats()
-
-    def match(self, messages: Messages) -> Deliveries:
-        """Deliveries sorted by (message_id, subscription_id)."""
-        if len(self.subs) == 0 or len(messages) == 0:
-            return Deliveries.empty()
-        found, counters = self.verifier.match(messages, self._rows, self.term_postings)
-        _count(self.stats, len(messages), counters)
-        return _renamed(found, self.subs.ids)
+        self._file()
 
 
-class SetBooleanMatcher:
+class SetBooleanMatcher(_SetRowsMatcher):
     """Boolean subscriptions located on segment sets, matched through the set index.
 
     Parameters as :class:`SetThresholdMatcher` (``subs`` boolean; every radius at most
@@ -799,17 +812,7 @@ class SetBooleanMatcher:
                               np.empty(0), self.dmax_m, 0.0,
                               float(radius.max(initial=0.0)),
                               np.zeros(len(weights) + 1, np.int64), np.empty(n))
-        #: The sets filed by keyword and cell.
-        self.term_postings = self.verifier.term_postings(self._rows)
-        self.stats = _stats()
-
-    def match(self, messages: Messages) -> Deliveries:
-        """Deliveries sorted by (message_id, subscription_id)."""
-        if len(self.subs) == 0 or len(messages) == 0:
-            return Deliveries.empty()
-        found, counters = self.verifier.match(messages, self._rows, self.term_postings)
-        _count(self.stats, len(messages), counters)
-        return _renamed(found, self.subs.ids)
+        self._file()
 
 
 class PointsAndSets:

@@ -17,15 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, random_points, tiny_network
 from test_set_locations import VOCAB, distances, expected_threshold
-from test_set_matchers import big_set
+from test_set_matchers import big_set, check_boolean
 
-from roadpubsub.index.kinds import BooleanSubscriptions, SubscriptionSet, TopkSubscriptions
+from roadpubsub.index.kinds import SubscriptionSet
 from roadpubsub.index.model import Messages, Subscriptions
 from roadpubsub.index.set_cells import SetCellIndex
 from roadpubsub.index.spatial import SpatialIndex
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.pruning.brute import BruteMatcher
-from roadpubsub.pruning.kinds_reference import BooleanBruteMatcher
 from roadpubsub.pruning.mixed import MixedMatcher
 from roadpubsub.pruning.set_locations import SetLocations
 from roadpubsub.pruning.set_matchers import PointsAndSets, SetThresholdMatcher
@@ -138,26 +137,7 @@ def test_threshold_keyword_postings_equal_reference(scenario: tuple, capacity: i
 @given(keyword_scenarios(), st.integers(1, 4), st.integers(0, 2**32 - 1))
 def test_boolean_keyword_postings_equal_reference(scenario: tuple, capacity: int,
                                                   seed: int) -> None:
-    network, subs, sets, messages, weights, dmax, d = scenario
-    rng = np.random.default_rng(seed)
-    n = len(subs)
-    radius = rng.choice([0.0, dmax, -1.0], n, p=[0.2, 0.3, 0.5])
-    radius = np.where(radius < 0, rng.random(n) * dmax, radius)
-    for r in range(n):
-        fin = d[r][np.isfinite(d[r]) & (d[r] <= dmax)]
-        if fin.size and rng.random() < 0.6:
-            radius[r] = rng.choice(fin)
-    bsubs = BooleanSubscriptions(subs.ids, subs.points, radius, subs.kw_ptr, subs.kw_terms)
-    loc = _locations(sets)
-    want = BooleanBruteMatcher(network, bsubs, weights, dmax_m=dmax,
-                               set_locations=loc).match(messages)
-    spatial = SpatialIndex.build(network, capacity=capacity)
-    kinds = SubscriptionSet(Subscriptions.from_rows(
-        ids=[], points=EdgePoints.of([], []), keywords=[], alpha=[], tau=[], weights=weights),
-        bsubs, TopkSubscriptions.empty())
-    got = MixedMatcher.build(network, kinds, weights, dmax_m=dmax, spatial=spatial,
-                             boolean_sets=loc).deliver(messages)
-    assert_same(got, want)
+    check_boolean(scenario, capacity, seed, shares=(0.2, 0.3, 0.5))
 
 
 def test_keywords_decide_the_candidates(andorra) -> None:  # type: ignore[no-untyped-def]

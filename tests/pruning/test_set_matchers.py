@@ -162,14 +162,15 @@ def test_threshold_index_equals_reference_sets_of_every_size(scenario: tuple,
     _check_threshold(scenario, capacity)
 
 
-@PROPS
-@given(big_scenarios(), st.integers(1, 4), st.integers(0, 2**32 - 1))
-def test_boolean_index_equals_reference(scenario: tuple, capacity: int, seed: int) -> None:
+def check_boolean(scenario: tuple, capacity: int, seed: int, *,
+                  shares: tuple[float, float, float]) -> None:
+    """Boolean rows on the scenario's locations through the index against the reference:
+    radii 0, Dmax or random with the probabilities ``shares``, and often exactly a
+    distance of the row."""
     network, subs, sets, messages, weights, dmax, d = scenario
     rng = np.random.default_rng(seed)
     n = len(subs)
-    # Radii 0, Dmax, random, or exactly a distance of the row.
-    radius = rng.choice([0.0, dmax, -1.0], n, p=[0.2, 0.2, 0.6])
+    radius = rng.choice([0.0, dmax, -1.0], n, p=list(shares))
     radius = np.where(radius < 0, rng.random(n) * dmax, radius)
     for r in range(n):
         fin = d[r][np.isfinite(d[r]) & (d[r] <= dmax)]
@@ -186,6 +187,12 @@ def test_boolean_index_equals_reference(scenario: tuple, capacity: int, seed: in
     got = MixedMatcher.build(network, kinds, weights, dmax_m=dmax, spatial=spatial,
                              boolean_sets=loc).deliver(messages)
     assert_same(got, want)
+
+
+@PROPS
+@given(big_scenarios(), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_boolean_index_equals_reference(scenario: tuple, capacity: int, seed: int) -> None:
+    check_boolean(scenario, capacity, seed, shares=(0.2, 0.2, 0.6))
 
 
 @PROPS
