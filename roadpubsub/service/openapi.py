@@ -66,34 +66,37 @@ def _coordinates(depth: int, min_items: int) -> dict[str, Any]:
     return out
 
 
-#: A route or an area instead of a point (issue 32; limits: roadnet.settings service_set_*).
-_GEOMETRY = {"description": "a route (GeoJSON LineString of lon/lat waypoints joined by "
-                            "shortest paths, or a NodePath: original node ids, metres "
-                            "along the first and last edge) or an area (GeoJSON Polygon or "
-                            "MultiPolygon: every road inside); threshold and boolean "
-                            "subscriptions only",
-             "oneOf": [
-                 _NULL,
-                 {"type": "object", "required": ["type", "coordinates"],
-                  "additionalProperties": False,
-                  "properties": {"type": {"const": "LineString"},
-                                 "coordinates": {**_coordinates(1, 2), "maxItems":
-                                                 DEFAULTS.service_set_max_points}}},
-                 {"type": "object", "required": ["type", "coordinates"],
-                  "additionalProperties": False,
-                  "properties": {"type": {"const": "Polygon"},
-                                 "coordinates": _coordinates(2, 0)}},
-                 {"type": "object", "required": ["type", "coordinates"],
-                  "additionalProperties": False,
-                  "properties": {"type": {"const": "MultiPolygon"},
-                                 "coordinates": _coordinates(3, 0)}},
-                 {"type": "object", "required": ["type", "nodes"],
-                  "additionalProperties": False,
-                  "properties": {"type": {"const": "NodePath"},
-                                 "nodes": {"type": "array", "minItems": 2, "items": _INT64,
-                                           "maxItems": DEFAULTS.service_set_max_points},
-                                 "start_m": {"type": ["number", "null"], "minimum": 0},
-                                 "end_m": {"type": ["number", "null"], "minimum": 0}}}]}
+def _geometry(max_points: int) -> dict[str, Any]:
+    """A route or an area instead of a point (issue 32), with the service's own limit on
+    a route's waypoints and nodes (``--set-max-points``; the other limits: roadnet.settings
+    service_set_*)."""
+    return {
+        "description": "a route (GeoJSON LineString of lon/lat waypoints joined by shortest "
+                       "paths, or a NodePath: original node ids, metres along the first and "
+                       "last edge) or an area (GeoJSON Polygon or MultiPolygon: every road "
+                       "inside); threshold and boolean subscriptions only",
+        "oneOf": [
+            _NULL,
+            {"type": "object", "required": ["type", "coordinates"],
+             "additionalProperties": False,
+             "properties": {"type": {"const": "LineString"},
+                            "coordinates": {**_coordinates(1, 2), "maxItems": max_points}}},
+            {"type": "object", "required": ["type", "coordinates"],
+             "additionalProperties": False,
+             "properties": {"type": {"const": "Polygon"}, "coordinates": _coordinates(2, 0)}},
+            {"type": "object", "required": ["type", "coordinates"],
+             "additionalProperties": False,
+             "properties": {"type": {"const": "MultiPolygon"},
+                            "coordinates": _coordinates(3, 0)}},
+            {"type": "object", "required": ["type", "nodes"],
+             "additionalProperties": False,
+             "properties": {"type": {"const": "NodePath"},
+                            "nodes": {"type": "array", "minItems": 2, "items": _INT64,
+                                      "maxItems": max_points},
+                            "start_m": {"type": ["number", "null"], "minimum": 0},
+                            "end_m": {"type": ["number", "null"], "minimum": 0}}}]}
+
+
 _KEYWORDS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
 _UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 
@@ -117,7 +120,8 @@ def _kind_rule(dmax_m: float | None) -> dict[str, Any]:
     ]}
 
 
-def _schemas(dmax_m: float | None) -> dict[str, Any]:
+def _schemas(dmax_m: float | None, set_max_points: int) -> dict[str, Any]:
+    geometry = _geometry(set_max_points)
     dmax = "at most Dmax" if dmax_m is None else f"at most Dmax, {dmax_m:g}"
     return {
         "Subscription": {
@@ -126,7 +130,7 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                            "radius; topk: alpha and k. Fields a kind does not use are null "
                            "or absent.",
             "properties": {
-                "id": _INT64, **_LOCATION, "geometry": _GEOMETRY, "keywords": _KEYWORDS,
+                "id": _INT64, **_LOCATION, "geometry": geometry, "keywords": _KEYWORDS,
                 "kind": {"enum": ["threshold", "boolean", "topk", None],
                          "description": "threshold: SIM >= tau; boolean: every keyword and "
                                         "dN <= radius; topk: the k best messages of the "
@@ -163,12 +167,12 @@ def _schemas(dmax_m: float | None) -> dict[str, Any]:
                                                    "the server's clock)"}},
             "allOf": [_LOCATION_RULE]},
         "Move": {"type": "object", "required": ["id"], "additionalProperties": False,
-                 "properties": {"id": _INT64, **_LOCATION, "geometry": _GEOMETRY},
+                 "properties": {"id": _INT64, **_LOCATION, "geometry": geometry},
                  "allOf": [_LOCATION_RULE]},
         "Location": {"type": "object", "additionalProperties": False,
                      "properties": {"id": {**_INT64, "description": "the path's id, if "
                                                                       "given (else 422)"},
-                                    **_LOCATION, "geometry": _GEOMETRY},
+                                    **_LOCATION, "geometry": geometry},
                      "allOf": [_LOCATION_RULE]},
         "SubscriptionRow": {
             "type": "object", "required": ["id", "keywords"],
@@ -308,8 +312,10 @@ def _options(methods: str, *codes: int) -> dict[str, Any]:
         **_errors(*codes, auth=False)}}}
 
 
-def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
-    """The document (a fresh dict); ``dmax_m`` bounds a boolean subscription's radius."""
+def openapi_document(*, dmax_m: float | None = None,
+                     set_max_points: int = DEFAULTS.service_set_max_points) -> dict[str, Any]:
+    """The document (a fresh dict); ``dmax_m`` bounds a boolean subscription's radius,
+    ``set_max_points`` a route's waypoints or nodes (the service's ``--set-max-points``)."""
     return {
         "openapi": "3.1.0",
         "info": {"title": "roadpubsub serve", "version": "1",
@@ -424,7 +430,7 @@ def openapi_document(*, dmax_m: float | None = None) -> dict[str, Any]:
                                      **_errors()}},
                          **_options("GET, HEAD, OPTIONS")},
         },
-        "components": {"schemas": _schemas(dmax_m), "securitySchemes": {"bearer": {
+        "components": {"schemas": _schemas(dmax_m, set_max_points), "securitySchemes": {"bearer": {
             "type": "http", "scheme": "bearer",
             "description": "a token of 'roadpubsub token create' (admin, publisher or "
                            "subscriber); WebSocket: this header, or the subprotocols "

@@ -477,8 +477,9 @@ def test_serve_set_limit_flags(andorra: RoadNetwork, tweets: list[list[str]],
                                tmp_path: Path, servers: list[Server]) -> None:
     """``serve --set-max-points/--set-max-pieces/--set-batch-points`` lower the geometry
     limits of a real server: a geometry over each is refused with one 422 naming the row,
-    the field and the limit, nothing applied, and one under them is taken; a flag that is
-    not a positive integer stops ``serve`` with one clear line (exit 2)."""
+    the field and the limit, nothing applied, and one under them is taken; the served
+    OpenAPI document states the lowered limit; a flag that is not a positive integer stops
+    ``serve`` with one clear line (exit 2)."""
     import subprocess
     import sys
 
@@ -518,3 +519,9 @@ def test_serve_set_limit_flags(andorra: RoadNetwork, tweets: list[list[str]],
         short = {"type": "NodePath", "nodes": [int(net.node_ids[net.edge_u[e]]),
                                                int(net.node_ids[net.edge_v[e]])]}
         assert c.post("/subscriptions", json={**row, "geometry": short}).status_code == 201
+        # the served description states the limit the service applies, not the default
+        doc = c.get("/openapi.json").json()
+        shapes = doc["components"]["schemas"]["Subscription"]["properties"]["geometry"]
+        limits = [x["properties"][k]["maxItems"] for x in shapes["oneOf"][1:]
+                  for k in ("coordinates", "nodes") if "maxItems" in x["properties"].get(k, {})]
+        assert limits == [3, 3], limits

@@ -58,4 +58,5 @@ async def openapi(request: Request) -> Response:
     """``GET /openapi.json``: this API's OpenAPI 3.1 description."""
     service = service_of(request)
     service.guard.check(who(request), "openapi")
-    return JSONAnswer(openapi_document(dmax_m=service.state.index.dmax_m))
+    return JSONAnswer(openapi_document(dmax_m=service.state.index.dmax_m,
+                                       set_max_points=service.state.options.set_max_points))
