@@ -137,3 +137,19 @@ def test_plain_move_batches_equal_the_general_path(andorra: RoadNetwork) -> None
                       ({"id": rows[0]["id"]}, "duplicate ids"), ({"lon": 1.5}, "row 9")]:
         with pytest.raises(RequestError, match=says):
             parser.moves([*rows[:9], {**rows[9], **bad}, *rows[10:]])
+
+
+def test_small_batches_name_their_repeated_ids(andorra: RoadNetwork) -> None:
+    """A run of a few requests parsed together (the apply thread's groups) still names an
+    id given twice, whichever way the repeats are looked for."""
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    nid = andorra.node_ids
+    u, v = int(nid[andorra.edge_u[0]]), int(nid[andorra.edge_v[0]])
+    rows = [{"id": i, "u": u, "v": v, "offset": 0.0} for i in (5, 6, 5)]
+    with pytest.raises(RequestError, match=r"duplicate ids in the batch: \[5\]"):
+        parser.moves(rows)
+    assert parser.moves(rows[:2]).ids.tolist() == [5, 6]
+    msgs = [{"id": i, "u": u, "v": v, "offset": 0.0, "keywords": ["a"]} for i in (9, 9)]
+    with pytest.raises(RequestError, match=r"duplicate ids in the batch: \[9\]"):
+        parser.messages(msgs)
+    assert parser.messages(msgs[:1]).ids.tolist() == [9]
