@@ -397,6 +397,8 @@ class _Locator:
             except InvalidLocationError as exc:
                 problems.lines.append(f"fields 'u', 'v', 'offset': {exc}")
             else:
+                if len(uv_rows) == n and pts.edge.dtype == np.int32:
+                    return pts  # every row by (u, v): its points as they are, in order
                 edge[r], offset[r] = pts.edge, pts.offset
         if ll_rows:
             r = np.asarray(ll_rows, dtype=np.int64)
@@ -613,10 +615,9 @@ class BodyParser:
             pts = locate_uv(self.locator.network, ua, va, offa, labels=ida, near_xy=None)
         except InvalidLocationError:
             return None
-        edge = np.zeros(ida.size, dtype=np.int32)
-        offset = np.zeros(ida.size)
-        edge[:], offset[:] = pts.edge, pts.offset
-        return MoveBatch(ida, EdgePoints(edge, offset), None)
+        if pts.edge.dtype != np.int32:  # the points themselves otherwise: a fresh copy
+            pts = EdgePoints.of(pts.edge, pts.offset)
+        return MoveBatch(ida, pts, None)
 
     def messages(self, body: Any) -> MessageBatch:
         """A batch of messages (see the module docstring)."""
