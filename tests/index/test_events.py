@@ -153,3 +153,24 @@ def test_small_batches_name_their_repeated_ids(andorra: RoadNetwork) -> None:
     with pytest.raises(RequestError, match=r"duplicate ids in the batch: \[9\]"):
         parser.messages(msgs)
     assert parser.messages(msgs[:1]).ids.tolist() == [9]
+
+
+def test_message_batches_locate_as_one_by_one(andorra: RoadNetwork) -> None:
+    """Messages located together (every row by u, v, or some by lon/lat) get the points
+    each gets alone, in their order."""
+    import numpy as np
+
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    nid = andorra.node_ids
+    rows: list[dict[str, Any]] = []
+    for k, e in enumerate([3, 40, 7, 500, 41]):
+        u, v = int(nid[andorra.edge_u[e]]), int(nid[andorra.edge_v[e]])
+        rows.append({"id": k, "u": v if k % 2 else u, "v": u if k % 2 else v,
+                     "offset": float(andorra.edge_length[e]) / 3, "keywords": ["a"]})
+    lonlat = {"id": 9, "lon": 1.5218, "lat": 42.5063, "keywords": ["b"]}
+    for batch_rows in (rows, [*rows[:2], lonlat, *rows[2:]]):
+        batch = parser.messages(batch_rows)
+        alone = [parser.messages(r) for r in batch_rows]
+        assert batch.points.edge.dtype == np.int32
+        assert batch.points.edge.tolist() == [b.points.edge[0] for b in alone]
+        assert batch.points.offset.tolist() == [b.points.offset[0] for b in alone]
