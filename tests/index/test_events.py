@@ -174,3 +174,21 @@ def test_message_batches_locate_as_one_by_one(andorra: RoadNetwork) -> None:
         assert batch.points.edge.dtype == np.int32
         assert batch.points.edge.tolist() == [b.points.edge[0] for b in alone]
         assert batch.points.offset.tolist() == [b.points.offset[0] for b in alone]
+
+
+def test_kind_rules_hold_for_one_row_and_for_batches(parser: BodyParser) -> None:
+    """Good rows of every kind pass alone and together; a row breaking a rule of its kind
+    is named whether it comes alone or after good rows."""
+    good = [_sub(), _sub(id=2, kind="boolean", alpha=None, tau=None, radius=50.0),
+            _sub(id=3, kind="topk", tau=None, k=3)]
+    batch = parser.subscriptions(good)
+    assert batch.kind.tolist() == [0, 1, 2] and batch.radius[1] == 50.0 and batch.k[2] == 3
+    for row in good:
+        assert len(parser.subscriptions(row)) == 1
+    for bad, says in [(_sub(id=4, tau=None), "field 'tau' of a threshold subscription"),
+                      (_sub(id=4, kind="boolean", tau=None, radius=5.0),
+                       "field 'alpha' of a boolean subscription"),
+                      (_sub(id=4, kind="topk", tau=None), "field 'k' of a topk")]:
+        for body, row in ((bad, 0), ([*good, bad], 3)):
+            with pytest.raises(RequestError, match=f"row {row} .*{says}"):
+                parser.subscriptions(body)
