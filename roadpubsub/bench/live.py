@@ -229,7 +229,8 @@ def _median(values: list[float]) -> float:
 def _summary(results: dict[tuple[str | None, bool], list[dict[str, Any]]]
              ) -> list[dict[str, Any]]:
     """Per arm (tree, authentication): the medians over its runs; an arm with
-    authentication also has its ratios to the same tree's arm without (events per second;
+    authentication also has its ratios to the same tree's arm without (when there is
+    none, e.g. ``--auth-only``, a later tree's arm has them to the first tree's; events per second;
     server CPU per request, the figure the machine's other load moves least), of the
     medians and the median of the runs' pairs (the n-th run of each, next to each other)."""
     out: list[dict[str, Any]] = []
@@ -242,9 +243,13 @@ def _summary(results: dict[tuple[str | None, bool], list[dict[str, Any]]]
                 [r["server_cpu_us_per_request"] for r in runs]),
             "event_loop_us_per_request": _median([x for x in loop if x is not None])}
         base = results.get((tree, False))
-        if auth and base:
-            off = out[[(o["server"], o["auth"]) for o in out].index(
-                (tree or "this tree", False))]
+        key0 = (tree or "this tree", False)
+        if not (auth and base):  # no arm without tokens: against the first tree's arm
+            first = next(iter(results))[0]
+            base = results.get((first, auth)) if first != tree else None
+            key0 = (first or "this tree", auth)
+        if base:
+            off = out[[(o["server"], o["auth"]) for o in out].index(key0)]
             for key in ("events_per_second", "server_cpu_us_per_request"):
                 row[f"{key}_ratio"] = round(row[key] / off[key], 3)
                 row[f"{key}_ratio_of_pairs"] = round(statistics.median(
@@ -269,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auth", action="store_true",
                    help="alternate runs without tokens and with an admin token (every "
                         "request authenticated): off, on, on, off, off, on...")
+    p.add_argument("--auth-only", action="store_true",
+                   help="every arm with an admin token (every request authenticated; "
+                        "with --server-pythonpath: old against new, both authenticated)")
     p.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="unreported runs first (the first run after a change of the "
                         "sources compiles the kernels; default 1)")
@@ -289,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="roadpubsub-live-") as tmp:
         trees: list[str | None] = [None] if args.server_pythonpath is None \
             else [args.server_pythonpath, None]
-        modes = [False, True] if args.auth else [False]
+        modes = [True] if args.auth_only else [False, True] if args.auth else [False]
         arms = [(tree, auth) for tree in trees for auth in modes]
 
         def run(tree: str | None, auth: bool) -> dict[str, Any]:

@@ -319,7 +319,8 @@ class TransportLimitsMiddleware:
         task = asyncio.current_task()
         assert task is not None
         late = _Late(task)
-        timer = asyncio.get_running_loop().call_later(lim.body_timeout_s, late)
+        # the task's loop: get_running_loop() asks the kernel for the pid (a fork check)
+        timer = task.get_loop().call_later(lim.body_timeout_s, late)
         try:
             while True:
                 event = await receive()

@@ -137,3 +137,58 @@ def test_plain_move_batches_equal_the_general_path(andorra: RoadNetwork) -> None
                       ({"id": rows[0]["id"]}, "duplicate ids"), ({"lon": 1.5}, "row 9")]:
         with pytest.raises(RequestError, match=says):
             parser.moves([*rows[:9], {**rows[9], **bad}, *rows[10:]])
+
+
+def test_small_batches_name_their_repeated_ids(andorra: RoadNetwork) -> None:
+    """A run of a few requests parsed together (the apply thread's groups) still names an
+    id given twice, whichever way the repeats are looked for."""
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    nid = andorra.node_ids
+    u, v = int(nid[andorra.edge_u[0]]), int(nid[andorra.edge_v[0]])
+    rows = [{"id": i, "u": u, "v": v, "offset": 0.0} for i in (5, 6, 5)]
+    with pytest.raises(RequestError, match=r"duplicate ids in the batch: \[5\]"):
+        parser.moves(rows)
+    assert parser.moves(rows[:2]).ids.tolist() == [5, 6]
+    msgs = [{"id": i, "u": u, "v": v, "offset": 0.0, "keywords": ["a"]} for i in (9, 9)]
+    with pytest.raises(RequestError, match=r"duplicate ids in the batch: \[9\]"):
+        parser.messages(msgs)
+    assert parser.messages(msgs[:1]).ids.tolist() == [9]
+
+
+def test_message_batches_locate_as_one_by_one(andorra: RoadNetwork) -> None:
+    """Messages located together (every row by u, v, or some by lon/lat) get the points
+    each gets alone, in their order."""
+    import numpy as np
+
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    nid = andorra.node_ids
+    rows: list[dict[str, Any]] = []
+    for k, e in enumerate([3, 40, 7, 500, 41]):
+        u, v = int(nid[andorra.edge_u[e]]), int(nid[andorra.edge_v[e]])
+        rows.append({"id": k, "u": v if k % 2 else u, "v": u if k % 2 else v,
+                     "offset": float(andorra.edge_length[e]) / 3, "keywords": ["a"]})
+    lonlat = {"id": 9, "lon": 1.5218, "lat": 42.5063, "keywords": ["b"]}
+    for batch_rows in (rows, [*rows[:2], lonlat, *rows[2:]]):
+        batch = parser.messages(batch_rows)
+        alone = [parser.messages(r) for r in batch_rows]
+        assert batch.points.edge.dtype == np.int32
+        assert batch.points.edge.tolist() == [b.points.edge[0] for b in alone]
+        assert batch.points.offset.tolist() == [b.points.offset[0] for b in alone]
+
+
+def test_kind_rules_hold_for_one_row_and_for_batches(parser: BodyParser) -> None:
+    """Good rows of every kind pass alone and together; a row breaking a rule of its kind
+    is named whether it comes alone or after good rows."""
+    good = [_sub(), _sub(id=2, kind="boolean", alpha=None, tau=None, radius=50.0),
+            _sub(id=3, kind="topk", tau=None, k=3)]
+    batch = parser.subscriptions(good)
+    assert batch.kind.tolist() == [0, 1, 2] and batch.radius[1] == 50.0 and batch.k[2] == 3
+    for row in good:
+        assert len(parser.subscriptions(row)) == 1
+    for bad, says in [(_sub(id=4, tau=None), "field 'tau' of a threshold subscription"),
+                      (_sub(id=4, kind="boolean", tau=None, radius=5.0),
+                       "field 'alpha' of a boolean subscription"),
+                      (_sub(id=4, kind="topk", tau=None), "field 'k' of a topk")]:
+        for body, row in ((bad, 0), ([*good, bad], 3)):
+            with pytest.raises(RequestError, match=f"row {row} .*{says}"):
+                parser.subscriptions(body)
