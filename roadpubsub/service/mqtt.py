@@ -314,6 +314,7 @@ class MqttConnector:
         self._pending: collections.deque[_Event] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = True
+        self._out_waiting = False  # the out thread waits for settled events (see _wake)
         self._stopping = False
         # deliveries sent and not yet acknowledged: packet id -> (packet, time queued)
         self._inflight: dict[int, tuple[bytes, float]] = {}
@@ -550,16 +551,26 @@ class MqttConnector:
 
     # ------------------------------------------------------------------ out thread
     def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
+        # Called by the apply thread for every settled event: the lock and notify only
+        # when the out thread waits (it sets the flag under the lock before it checks
+        # for settled events, and an event is settled before this reads the flag, so a
+        # wake-up is never lost; the wait's timeout is a backstop).
+        if self._out_waiting:
+            with self._cond:
+                self._cond.notify()
 
     def _out_loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._pending and self._pending[0].settled):
+                while True:
+                    self._out_waiting = True  # before the check (see _wake)
+                    if self._pending and self._pending[0].settled:
+                        break
                     if self._stopping and not self._pending:
+                        self._out_waiting = False
                         return
                     self._cond.wait(0.5)
+                self._out_waiting = False
                 done: list[_Event] = []
                 while self._pending and self._pending[0].settled:
                     done.append(self._pending.popleft())
