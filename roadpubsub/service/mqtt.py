@@ -193,7 +193,11 @@ class _GcPauses:
         out += ["# HELP roadpubsub_gc_frozen_objects Objects out of every collection's "
                 "scan (gc.freeze once the state is loaded).",
                 "# TYPE roadpubsub_gc_frozen_objects gauge",
-                f"roadpubsub_gc_frozen_objects {gc.get_freeze_count()}"]
+                f"roadpubsub_gc_frozen_objects {gc.get_freeze_count()}",
+                "# HELP roadpubsub_gc_threshold The collector's thresholds by generation.",
+                "# TYPE roadpubsub_gc_threshold gauge"]
+        out += [f'roadpubsub_gc_threshold{{generation="{g}"}} {t}'
+                for g, t in enumerate(gc.get_threshold())]
         return out
 
 

@@ -17,6 +17,7 @@ from oracle import as_deliveries, assert_same
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.mqtt_wire import publish_packet
 
 mqtt = pytest.importorskip("paho.mqtt.client")
@@ -138,6 +139,7 @@ def _check_stage_histograms(url: str, *, publishes: int, others: int) -> None:
         assert 0 < sums[0] <= sums[1] <= sums[2] < 60 * n, (kind, sums)
     # the loaded state is frozen out of the collector's scans (no full-collection pauses)
     assert m["roadpubsub_gc_frozen_objects"] > 10_000
+    assert m['roadpubsub_gc_threshold{generation="0"}'] == DEFAULTS.gc_young_threshold > 700
 
 
 def test_unacknowledged_broker_events_survive_kill_9(serve: Any, broker: int,
