@@ -251,6 +251,12 @@ class Settings:
         Webhook deliveries queued in the outbox per write when a start or a reload queues
         the logged ones the outbox lacks, read back from the deliveries log one segment at
         a time (>= 1): bounds the memory of that catch-up.
+    gc_young_threshold
+        The interpreter's youngest-generation collection threshold while serving (tracked
+        objects allocated net of those freed between two collections; 700 is Python's
+        own, range 700-10,000,000). A fleet allocates about ten per event: at 700 the
+        service collected 17-30 times a second and promoted events still in flight to
+        the older generations, whose full collections stop every thread.
     """
 
     snap_distance_m: float = 250.0
@@ -350,6 +356,8 @@ class Settings:
     service_set_delta_share: float = 0.1
     # --- webhook recovery (issue 30 follow-up) ---
     webhook_recover_batch: int = 10_000
+    # --- fleetlat ---
+    gc_young_threshold: int = 20_000
 
 
 DEFAULTS = Settings()

@@ -375,6 +375,45 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
                                                    strict=True)}
 
 
+def _stage_ms(m0: dict[str, float], m1: dict[str, float]) -> dict[str, Any]:
+    """Where an event's time goes inside the service between two /metrics readings: per
+    kind and stage, the upper bound (ms) of the histogram bucket holding p50, p90, p99
+    and the mean (see roadpubsub_mqtt_event_stage_seconds)."""
+    name = "roadpubsub_mqtt_event_stage_seconds"
+    out: dict[str, Any] = {}
+    for kind in ("publish", "other"):
+        for stage in ("applied", "durable", "sent"):
+            labels = f'stage="{stage}",kind="{kind}"'
+            rows = sorted((float(k.rsplit('le="', 1)[1][:-2]), v - m0.get(k, 0.0))
+                          for k, v in m1.items() if k.startswith(f"{name}_bucket{{{labels},"))
+            n = m1.get(f"{name}_count{{{labels}}}", 0) - m0.get(f"{name}_count{{{labels}}}", 0)
+            if not rows or n <= 0:
+                continue
+            fig = {}
+            for q in (50, 90, 99):
+                le = next(b for b, c in rows if c >= n * q / 100)
+                fig[f"p{q}_le"] = le * 1e3 if le != float("inf") else None
+            fig["mean"] = round((m1[f"{name}_sum{{{labels}}}"] - m0.get(
+                f"{name}_sum{{{labels}}}", 0.0)) / n * 1e3, 1)
+            out[f"{kind}.{stage}"] = fig
+    return out
+
+
+def _gc(m0: dict[str, float], m1: dict[str, float]) -> dict[str, Any]:
+    """The service's garbage collections between two /metrics readings, by generation."""
+    out: dict[str, Any] = {}
+    for g in range(3):
+        lab = f'{{generation="{g}"}}'
+        out[f"gen{g}"] = {
+            "count": int(m1.get(f"roadpubsub_gc_collections_total{lab}", 0)
+                         - m0.get(f"roadpubsub_gc_collections_total{lab}", 0)),
+            "total_ms": round((m1.get(f"roadpubsub_gc_pause_seconds_total{lab}", 0)
+                               - m0.get(f"roadpubsub_gc_pause_seconds_total{lab}", 0)) * 1e3, 1),
+            "longest_ms_ever": round(m1.get(f"roadpubsub_gc_longest_pause_seconds{lab}", 0)
+                                     * 1e3, 1)}
+    return out
+
+
 def _ratio(a: float, b: float) -> float:
     return round(a / b, 4) if b else 0.0
 
@@ -575,6 +614,8 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         "latency_ms_vehicle_deliveries": _percentiles(latencies(veh_rows)),
         "cpu_share": {k: round((cpu1[k] - cpu0[k]) / wall, 3) for k in cpu0},
         "service_cpu_us_per_event": per_event,
+        "service_stage_ms": _stage_ms(m0, m1),
+        "service_gc": _gc(m0, m1),
         "apply_groups": health1.get("groups", 0) - health0.get("groups", 0),
         "snapshots": health1.get("snapshots", 0) - health0.get("snapshots", 0),
         "compactions": health1.get("compactions", 0) - health0.get("compactions", 0),

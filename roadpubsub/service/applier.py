@@ -359,8 +359,10 @@ class Applier:
             ids = batch.ids.tolist()
             my_fresh = self._delivered([m for m in ids if m not in repeats])
             mine = self._delivered(ids) if repeats else my_fresh
-            body: dict[str, Any] = {"deliveries": DeliveryList(
-                mine, seq=self.state.delivery_seqs(mine)), "seq": applied.seq}
+            mine_seq = self.state.delivery_seqs(mine)
+            fresh_seq = mine_seq if mine is my_fresh else self.state.delivery_seqs(my_fresh)
+            body: dict[str, Any] = {"deliveries": DeliveryList(mine, seq=mine_seq),
+                                    "seq": applied.seq}
             my_top = top_all.only(batch.ids)
             if len(my_top):
                 body["topk"] = topk_json(my_top)
@@ -374,7 +376,7 @@ class Applier:
             fresh_top = top_new.only(batch.ids)
             it.future.set_result(Applied(applied.seq, body, my_fresh, mine,
                                          located, fresh_top if len(fresh_top) else None,
-                                         my_top, self.state.delivery_seqs(my_fresh)))
+                                         my_top, fresh_seq))
 
     def _delivered(self, ids: list[int]) -> Deliveries:
         """The recorded deliveries of published messages, in the answers' order

@@ -50,6 +50,7 @@ benchmark uses ``max_inflight_messages 4000``, ``max_queued_messages 0``).
 from __future__ import annotations
 
 import collections
+import gc
 import hashlib
 import sys
 import threading
@@ -109,10 +110,102 @@ def delivery_payloads(d: Deliveries, seq: np.ndarray | None, base: bytes
             for q, m, s, x, y in zip(_json_items(seq), mid, sid, dist, score, strict=True)]
 
 
+#: Upper bounds (seconds) of the stage-latency histograms' buckets (then +Inf).
+STAGE_BOUNDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: The stages an event's latency is measured to, from its arrival (read from the socket):
+#: applied (queued and applied by the apply thread), durable (its log record fsynced, as
+#: the out thread saw it), sent (its deliveries and PUBACK written to the broker's socket).
+STAGES = ("applied", "durable", "sent")
+
+
+class _StageTimes:
+    """Histograms of the events' latencies inside the service, by stage and by kind
+    (``publish``: messages; ``other``: moves and the rest). Written by the out thread
+    only; ``/metrics`` reads a copy."""
+
+    def __init__(self) -> None:
+        self.bounds = np.asarray(STAGE_BOUNDS)
+        self.counts = {(stage, kind): np.zeros(self.bounds.size + 1, dtype=np.int64)
+                       for stage in STAGES for kind in ("publish", "other")}
+        self.sums = dict.fromkeys(self.counts, 0.0)
+
+    def add(self, stage: str, kind: str, seconds: np.ndarray) -> None:
+        """Count each latency of ``seconds`` (one call per lot of events)."""
+        if seconds.size:
+            key = (stage, kind)
+            np.add.at(self.counts[key], np.searchsorted(self.bounds, seconds), 1)
+            self.sums[key] += float(seconds.sum())
+
+    def lines(self) -> list[str]:
+        """The histograms in Prometheus text (cumulative buckets)."""
+        name = "roadpubsub_mqtt_event_stage_seconds"
+        out = [f"# HELP {name} Seconds from an event's arrival on the broker's socket to "
+               "a stage: applied (queued and applied), durable (log fsynced), sent "
+               "(deliveries and PUBACK written); kind publish (messages) or other.",
+               f"# TYPE {name} histogram"]
+        les = [f"{b:g}" for b in STAGE_BOUNDS] + ["+Inf"]
+        for (stage, kind), counts in self.counts.items():
+            cum = np.cumsum(counts).tolist()
+            labels = f'stage="{stage}",kind="{kind}"'
+            out += [f'{name}_bucket{{{labels},le="{le}"}} {c}'
+                    for le, c in zip(les, cum, strict=True)]
+            out.append(f"{name}_sum{{{labels}}} {self.sums[(stage, kind)]:.6f}")
+            out.append(f"{name}_count{{{labels}}} {cum[-1]}")
+        return out
+
+
+class _GcPauses:
+    """The interpreter's garbage collections while the connector runs: count, total and
+    longest pause by generation (a full collection stops every thread for as long as it
+    scans the tracked objects: with a large state not frozen, a tail-latency source)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        g = int(info.get("generation", 2))
+        dt = time.perf_counter() - self._t0
+        self.count[g] += 1
+        self.seconds[g] += dt
+        self.longest[g] = max(self.longest[g], dt)
+
+    def lines(self) -> list[str]:
+        """The figures in Prometheus text."""
+        out = ["# HELP roadpubsub_gc_collections_total Garbage collections by generation.",
+               "# TYPE roadpubsub_gc_collections_total counter"]
+        out += [f'roadpubsub_gc_collections_total{{generation="{g}"}} {self.count[g]}'
+                for g in range(3)]
+        out += ["# HELP roadpubsub_gc_pause_seconds_total Seconds spent in garbage "
+                "collections (every thread stopped), by generation.",
+                "# TYPE roadpubsub_gc_pause_seconds_total counter"]
+        out += [f'roadpubsub_gc_pause_seconds_total{{generation="{g}"}} '
+                f'{self.seconds[g]:.6f}' for g in range(3)]
+        out += ["# HELP roadpubsub_gc_longest_pause_seconds The longest collection so far.",
+                "# TYPE roadpubsub_gc_longest_pause_seconds gauge"]
+        out += [f'roadpubsub_gc_longest_pause_seconds{{generation="{g}"}} '
+                f'{self.longest[g]:.6f}' for g in range(3)]
+        out += ["# HELP roadpubsub_gc_frozen_objects Objects out of every collection's "
+                "scan (gc.freeze once the state is loaded).",
+                "# TYPE roadpubsub_gc_frozen_objects gauge",
+                f"roadpubsub_gc_frozen_objects {gc.get_freeze_count()}",
+                "# HELP roadpubsub_gc_threshold The collector's thresholds by generation.",
+                "# TYPE roadpubsub_gc_threshold gauge"]
+        out += [f'roadpubsub_gc_threshold{{generation="{g}"}} {t}'
+                for g, t in enumerate(gc.get_threshold())]
+        return out
+
+
 class _Event:
     """One incoming PUBLISH on its way: the apply thread's reply object for it."""
 
-    __slots__ = ("applied", "arrived", "conn", "error", "pid", "qos", "settled", "topic")
+    __slots__ = ("applied", "arrived", "conn", "done_at", "error", "pid", "publish", "qos",
+                 "settled", "topic")
 
     def __init__(self, conn: MqttConnector, topic: bytes, pid: int, qos: int,
                  arrived: float) -> None:
@@ -124,14 +217,18 @@ class _Event:
         self.applied: Applied | None = None
         self.error: BaseException | None = None
         self.settled = False
+        self.publish = False  # a message (its stage latencies are counted apart)
+        self.done_at = arrived  # when the apply thread settled it
 
     def set_result(self, applied: Applied) -> None:
         self.applied = applied
+        self.done_at = time.monotonic()
         self.settled = True
         self.conn._wake()
 
     def set_exception(self, exc: BaseException) -> None:
         self.error = exc
+        self.done_at = time.monotonic()
         self.settled = True
         self.conn._wake()
 
@@ -151,15 +248,19 @@ class _Events:
         self.settled = False
 
     def set_result(self, applied: Applied) -> None:
+        now = time.monotonic()
         for e in self.events:
             e.applied = applied
+            e.done_at = now
             e.settled = True
         self.settled = True
         self.conn._wake()
 
     def set_exception(self, exc: BaseException) -> None:
+        now = time.monotonic()
         for e in self.events:
             e.error = exc
+            e.done_at = now
             e.settled = True
         self.settled = True
         self.conn._wake()
@@ -212,9 +313,12 @@ class MqttConnector:
         self.deliveries_queued = 0
         self.deliveries_published = 0
         self.deliveries_acknowledged = 0
+        self.stage_times = _StageTimes()
+        self.gc_pauses = _GcPauses()
         self._pending: collections.deque[_Event] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = True
+        self._out_waiting = False  # the out thread waits for settled events (see _wake)
         self._stopping = False
         # deliveries sent and not yet acknowledged: packet id -> (packet, time queued)
         self._inflight: dict[int, tuple[bytes, float]] = {}
@@ -222,6 +326,7 @@ class MqttConnector:
         self._next_pid = 0
         self._waiting_since: float | None = None  # deliveries held back by the window
         p = self.prefix.encode() + b"/"
+        self._messages_topic = p + b"messages"
         self._topics = {p + b"moves": "moves", p + b"messages": "messages",
                         p + b"subscriptions": "subscriptions",
                         p + b"unsubscriptions": "unsubscriptions"}
@@ -250,6 +355,7 @@ class MqttConnector:
             msg = f"cannot reach the MQTT broker at {self.host}:{self.port}: {exc}"
             raise ConnectionError(msg) from exc
         self._out.start()
+        gc.callbacks.append(self.gc_pauses)
         self.client.subscribe([f"{self.prefix}/{t}" for t in (
             "subscriptions", "moves", "moves/+", "unsubscriptions", "messages")],
             timeout=timeout)
@@ -266,6 +372,8 @@ class MqttConnector:
         with self._ack_cond:
             self._ack_cond.wait_for(lambda: not self._inflight, timeout=5.0)
         self.client.close()
+        if self.gc_pauses in gc.callbacks:
+            gc.callbacks.remove(self.gc_pauses)
 
     def publish_deliveries(self, deliveries: list[dict[str, Any]]) -> None:
         """Publish deliveries (QoS 1), each on its subscription's topic."""
@@ -319,7 +427,7 @@ class MqttConnector:
         out.append(f"roadpubsub_mqtt_oldest_queued_seconds {oldest:.6f}")
         head("roadpubsub_mqtt_reconnects_total", "counter", "Reconnections to the broker.")
         out.append(f"roadpubsub_mqtt_reconnects_total {self.client.reconnects}")
-        return out
+        return out + self.stage_times.lines() + self.gc_pauses.lines()
 
     # ------------------------------------------------------------------ reader thread
     def _on_publish(self, pubs: list[Publish]) -> None:
@@ -335,10 +443,12 @@ class MqttConnector:
         bundled: list[_Event] = []
         ids: set[int] = set()
         own = self._own_moves
+        messages = self._messages_topic
         depth = self.state.options.max_json_depth
         for topic, payload, pid, qos in pubs:
             ev = _Event(self, topic, pid, qos, now)
             events.append(ev)
+            ev.publish = topic == messages
             try:
                 sid = self._topic_ids.get(topic)
                 if sid is None and topic.startswith(own):
@@ -445,16 +555,26 @@ class MqttConnector:
 
     # ------------------------------------------------------------------ out thread
     def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
+        # Called by the apply thread for every settled event: the lock and notify only
+        # when the out thread waits (it sets the flag under the lock before it checks
+        # for settled events, and an event is settled before this reads the flag, so a
+        # wake-up is never lost; the wait's timeout is a backstop).
+        if self._out_waiting:
+            with self._cond:
+                self._cond.notify()
 
     def _out_loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._pending and self._pending[0].settled):
+                while True:
+                    self._out_waiting = True  # before the check (see _wake)
+                    if self._pending and self._pending[0].settled:
+                        break
                     if self._stopping and not self._pending:
+                        self._out_waiting = False
                         return
                     self._cond.wait(0.5)
+                self._out_waiting = False
                 done: list[_Event] = []
                 while self._pending and self._pending[0].settled:
                     done.append(self._pending.popleft())
@@ -473,6 +593,7 @@ class MqttConnector:
                 self.state.wal.wait_durable_blocking(last)
             except Exception:
                 durable = False  # the log failed: acknowledge nothing it holds
+        t_durable = time.monotonic()
         if durable:
             try:  # webhook deliveries in the outbox before any PUBACK (as HTTP answers)
                 self.dispatch.to_outbox_blocking([e.applied for e in done
@@ -511,10 +632,26 @@ class MqttConnector:
                 acks.append(puback(e.pid))
         packets += [(self.prefix.encode() + b"/errors", m) for m in errors]
         self._send_tracked(packets, b"".join(acks))
+        self._stage_times(done, t_durable if durable else None, time.monotonic())
         self.acknowledged += len(acks)
         for applied in announce:
             assert self.on_applied is not None
             self.on_applied(applied)
+
+    def _stage_times(self, done: list[_Event], durable: float | None, sent: float) -> None:
+        """Count the lot's latencies by stage (:data:`STAGES`) and kind."""
+        arrived = np.fromiter((e.arrived for e in done), np.float64, len(done))
+        applied = np.fromiter((e.done_at for e in done), np.float64, len(done))
+        publish = np.fromiter((e.publish for e in done), np.bool_, len(done))
+        add = self.stage_times.add
+        for kind, sel in (("publish", publish), ("other", ~publish)):
+            if not sel.any():
+                continue
+            a = arrived[sel]
+            add("applied", kind, applied[sel] - a)
+            if durable is not None:
+                add("durable", kind, np.maximum(durable - a, 0.0))
+                add("sent", kind, np.maximum(sent - a, 0.0))
 
     def _encode(self, rows: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
         """(topic, payload) of each delivery or top-k event."""

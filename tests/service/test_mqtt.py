@@ -17,6 +17,7 @@ from oracle import as_deliveries, assert_same
 
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.mqtt_wire import publish_packet
 
 mqtt = pytest.importorskip("paho.mqtt.client")
@@ -112,9 +113,33 @@ def test_broker_events_and_deliveries(serve: Any, broker: int, workload: Workloa
         time.sleep(0.5)  # nothing more may come
         assert_same(as_deliveries(got), as_deliveries(own), "MQTT topics vs the service")
         assert errors and "'id'" in errors[0]["error"] and errors[0]["topic"].endswith("messages")
+        _check_stage_histograms(server.url, publishes=len(msgs) + 1, others=3)
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def _check_stage_histograms(url: str, *, publishes: int, others: int) -> None:
+    """/metrics counts every MQTT event once per stage, messages apart from the rest, and
+    an event reaches each stage no sooner than the one before."""
+    from roadpubsub.bench.fleet import _metrics
+
+    name = "roadpubsub_mqtt_event_stage_seconds"
+    m = _metrics(url)
+    for kind, n in (("publish", publishes), ("other", others)):
+        sums = []
+        for stage in ("applied", "durable", "sent"):
+            labels = f'stage="{stage}",kind="{kind}"'
+            buckets = sorted((float(k.rsplit('le="', 1)[1][:-2]), v) for k, v in m.items()
+                             if k.startswith(f"{name}_bucket{{{labels},"))
+            counts = [v for _, v in buckets]
+            assert counts == sorted(counts) and counts[-1] == n, (stage, kind, buckets)
+            assert m[f"{name}_count{{{labels}}}"] == n
+            sums.append(m[f"{name}_sum{{{labels}}}"])
+        assert 0 < sums[0] <= sums[1] <= sums[2] < 60 * n, (kind, sums)
+    # the loaded state is frozen out of the collector's scans (no full-collection pauses)
+    assert m["roadpubsub_gc_frozen_objects"] > 10_000
+    assert m['roadpubsub_gc_threshold{generation="0"}'] == DEFAULTS.gc_young_threshold > 700
 
 
 def test_unacknowledged_broker_events_survive_kill_9(serve: Any, broker: int,
