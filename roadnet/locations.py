@@ -307,7 +307,10 @@ def _first_of(sorted_values: IntArray, values: IntArray, x: int) -> int:
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+# Holds the GIL (no nogil): a call lasts microseconds, and a thread that releases the GIL
+# for so little waits about 100 µs to get it back from a busy thread (the live service's
+# apply thread against its event loop); measured: 5-6% less server CPU per request.
+@numba.njit(cache=True)
 def _locate_uv_kernel(net: _UvArrays, u: IntArray, v: IntArray, off: FloatArray,
                       known: npt.NDArray[np.bool_], tolerance_m: float, edge_out: IntArray,
                       offset_out: FloatArray) -> bool:
