@@ -660,8 +660,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     # A request crosses three threads that share the GIL (event loop, apply, fsync); a
     # thread that wants it waits until the holder's switch interval runs out. 0.5 ms
-    # helped in one loaded pair of runs and tied (at 10% more CPU) in later ones
-    # (BENCHMARKS.md, single-event requests), so Python's 5 ms stays the default.
+    # changed nothing beyond the run-to-run spread (single requests; the fleet's p99 in
+    # two alternated pairs, BENCHMARKS.md), so Python's 5 ms stays the default.
     sys.setswitchinterval(args.switch_interval / 1000.0)
     qos = _cpu_latency_qos() if args.cpu_latency_qos else None  # held while serving
     if not gate.store.enabled:  # said once the folder is open, even with --quiet
