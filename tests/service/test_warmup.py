@@ -1,11 +1,15 @@
-"""serve's kernel warm-up: it runs the matcher once and changes nothing."""
+"""serve's kernel warm-up: it runs the matcher and a move's limits once and changes
+nothing."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from live import subscription_rows
 
+import roadpubsub.index.limits as limits_module
 from roadpubsub.index.events import BodyParser
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
@@ -15,7 +19,15 @@ from roadpubsub.service.warmup import warm_kernels
 
 
 def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: Workload,
-                                                  andorra: RoadNetwork) -> None:
+                                                  andorra: RoadNetwork,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    lap_calls: list[int] = []
+    lap = limits_module.location_aware_prefixes
+
+    def counted(subs: Any, *args: Any, **kwargs: Any) -> Any:
+        lap_calls.append(len(subs))
+        return lap(subs, *args, **kwargs)
+
     parser = BodyParser(andorra, max_snap_m=250.0)
     state = ServiceState.open(service_dir, ServiceOptions(fsync=False))
     try:
@@ -23,8 +35,10 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         seq, counts = state.wal.next_seq, dict(state.counts)
         rows = state.subscription_rows(state.index.subscriptions().ids[:50])
         state.matcher.last_timing = None
+        monkeypatch.setattr(limits_module, "location_aware_prefixes", counted)
         assert warm_kernels(state, parser) >= 0.0
         assert state.matcher.last_timing is not None  # the matcher ran
+        assert lap_calls == [1]  # a move's limits, on one made-up row (compiled, not kept)
         assert (state.wal.next_seq, state.counts) == (seq, counts)
         assert state.subscription_rows(state.index.subscriptions().ids[:50]) == rows
         assert len(state.messages) == 0 and state.delivered == 0
