@@ -21,6 +21,8 @@ when both files exist; a lone ``.published`` file (a crash between the two) is d
 and its range recomputed from the write-ahead log, which is kept until a segment covers
 it. The service writes a segment every few hundred publishes, at each snapshot and at a
 clean stop; a restart writes the segment of whatever the log holds beyond the last one.
+Segments are written in order by one thread of their own (:class:`SegmentWriter`), so the
+apply thread does not wait for their encoding and fsyncs.
 
 Top-k events go to ``DIR/topk/<first>-<last>.parquet`` (:class:`TopkLog`; columns
 ``arrival_id``, the published message whose arrival caused the event, ``seq`` its arrival
@@ -31,9 +33,11 @@ the same range: a top-k file counts only when that segment does.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,8 +57,8 @@ from roadpubsub.service.integrity import (
 )
 from roadpubsub.service.wal import fsync_path
 
-__all__ = ["DELIVERY_COLUMNS", "SEGMENT_NAME", "DeliveriesLog", "Published", "TopkLog",
-           "read_checked"]
+__all__ = ["DELIVERY_COLUMNS", "SEGMENT_NAME", "DeliveriesLog", "Published", "SegmentWriter",
+           "TopkLog", "read_checked"]
 
 #: A segment's file name: its first and last log seqs.
 SEGMENT_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
@@ -310,3 +314,91 @@ class TopkLog:
         _write_fsynced(pa.table({k: pa.array(columns[k]) for k in TOPK_COLUMNS}), target)
         fsync_path(self.dir)
         return target
+
+
+class SegmentWriter:
+    """One thread that runs the writes of log segments in the order they were submitted.
+
+    A flush of 2,000 messages' deliveries (about 340,000 rows on Rome at 1M subscriptions)
+    took 56-356 ms, and every event behind it waited that long when the apply thread wrote
+    it: the fleet's p99 was these stalls. On this thread the apply thread only hands the
+    rows over; what the segment holds is in the write-ahead log, so a crash before it is
+    written replays those records.
+
+    The first error stops the writer: a segment written after a missing one would leave a
+    gap in the delivery seqs, so nothing more is written (later jobs are dropped) until
+    the state is reloaded from the log, which derives the missing segments again.
+    :attr:`error` says so to the state's health.
+    """
+
+    def __init__(self, *, name: str = "segment-writer") -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.written = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` after every job submitted before it (dropped once one failed, or
+        after :meth:`close`: the state is reloaded from the log then)."""
+        with self._cond:
+            if self.error is not None or self._closed:
+                return
+            self._jobs.append(job)
+            if self._thread is None:  # started by the first job: a state opened only to
+                # be read never has one
+                self._thread = threading.Thread(target=self._run, name=self._name,
+                                                 daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every submitted job has run.
+
+        Raises
+        ------
+        BaseException
+            The error of the job that failed (the first one; later jobs were dropped).
+        """
+        with self._cond:
+            while (self._jobs or self._busy) and self.error is None:
+                self._cond.wait()
+            error = self.error
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Run what was submitted (unless a job failed), then end the thread; no error is
+        raised (:attr:`error` keeps it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closed:
+                    self._cond.wait()
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+                self._busy = True
+            error = None
+            try:
+                job()
+            except BaseException as exc:  # kept for the state's health; the thread lives
+                error = exc
+            with self._cond:
+                self._busy = False
+                if error is not None and self.error is None:
+                    self.error = error
+                    self._jobs.clear()
+                elif error is None:
+                    self.written += 1
+                self._cond.notify_all()

@@ -293,7 +293,7 @@ class ServiceState(StateOpening):
         self.events_since_snapshot += 1 + rows // 25
         try:
             if self._pending_messages >= self.options.flush_every:
-                self.flush_deliveries()
+                self.flush_deliveries(wait=False)
             if self.compactor.step():
                 self.compactions += 1
             # A snapshot waits for a running compaction (both would share the CPU, and the

@@ -40,7 +40,7 @@ from roadpubsub.roadnet.errors import describe_rows
 from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.segment_sets import SegmentSet
 from roadpubsub.service.compactor import Compactor
-from roadpubsub.service.deliveries_log import DeliveriesLog, TopkLog
+from roadpubsub.service.deliveries_log import DeliveriesLog, SegmentWriter, TopkLog
 from roadpubsub.service.journal import DeliveryJournal
 from roadpubsub.service.live_sets import LiveSets
 from roadpubsub.service.metrics import Histogram
@@ -101,6 +101,7 @@ class StateCore:
         self.webhook_of: dict[int, str] = {}
         self.check_webhook: Callable[[str], str] | None = None
         self.tlog = TopkLog(state_dir / "topk")
+        self.writer = SegmentWriter(name="deliveries-writer")  # both logs' segments
         self._pending: list[tuple[int, IntArray, FloatArray, Deliveries, int]] = []
         self._pending_topk: list[TopkFound] = []
         self._pending_messages = 0

@@ -290,6 +290,9 @@ class StateOpening(StateUpkeep):
         if self.failure is None:
             return False
         self.snapshots.stop()
+        # segments handed over are written (or the first failure dropped the rest) before
+        # the reload reads the folder; what is missing it derives from the log again
+        self.writer.close()
         if self.wal.fsync_error is None:  # what the log took before the failure is answered
             self.wal.sync()
         self.wal.close(flush=False)

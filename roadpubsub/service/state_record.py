@@ -3,14 +3,17 @@ journal of resumable streams and the deliveries and top-k logs."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from roadpubsub.pruning.deliveries import Deliveries, sort_order
-from roadpubsub.service.deliveries_log import Published
+from roadpubsub.service.deliveries_log import DeliveriesLog, Published, TopkLog
 from roadpubsub.service.integrity import StateDamageError
 from roadpubsub.service.journal import Chunk
 from roadpubsub.service.state_core import FloatArray, IntArray, StateCore
 from roadpubsub.service.topk_found import TopkFound
+from roadpubsub.service.wal import WriteAheadLog
 
 __all__ = ["StateRecording", "check_same", "check_same_topk"]
 
@@ -138,33 +141,60 @@ class StateRecording(StateCore):
             self._pending_topk.append(top)
             self._pending_messages += ids.size
 
-    def flush_deliveries(self) -> None:
-        """Write the deliveries of messages not yet in a segment (one new segment)."""
-        if not self._pending:
-            return
-        first = self.flushed_through
-        last = self._pending[-1][0]
-        ids = np.concatenate([p[1] for p in self._pending])
-        seqs = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64)
-                               for p in self._pending])
-        times = np.concatenate([p[2] for p in self._pending])
-        parts = [p[3] for p in self._pending]
-        mid = np.concatenate([p.message_id for p in parts])
-        sid = np.concatenate([p.subscription_id for p in parts])
-        dseq = np.concatenate([p[4] + np.arange(len(p[3]), dtype=np.int64)
-                               for p in self._pending])
-        order = sort_order(mid, sid)  # a segment's rows by message id (its seqs with them)
-        found = Deliveries(mid[order], sid[order],
-                           np.concatenate([p.distance for p in parts])[order],
-                           np.concatenate([p.score for p in parts])[order])
-        top = TopkFound.concat(self._pending_topk)
-        # a segment never covers records the log could still lose in a crash (a restart
-        # would give their seqs to other records)
-        self.wal.sync()
-        if len(top):  # before the deliveries segment, which makes both count
-            self.tlog.write(first, last, top.columns())
-        self.dlog.write(first, last, Published(ids, seqs, times), found, dseq[order])
-        self.flushed_through = last
-        self._pending = []
-        self._pending_topk = []
-        self._pending_messages = 0
+    def flush_deliveries(self, *, wait: bool = True) -> None:
+        """Write the deliveries of messages not yet in a segment (one new segment) on the
+        segment writer's thread (:class:`~roadpubsub.service.deliveries_log.SegmentWriter`).
+
+        ``wait``: return once it and every segment before it is written (a snapshot, a
+        stop, a start); else at once: the apply thread goes on, and a crash before the
+        segment is written replays its records from the log (which keeps them until a
+        snapshot covers them, and a snapshot waits for this).
+
+        Raises
+        ------
+        OSError
+            With ``wait``: a segment could not be written (this one or an earlier one).
+        """
+        if self._pending:
+            first, last = self.flushed_through, self._pending[-1][0]
+            self.writer.submit(functools.partial(
+                _write_segment, self.wal, self.dlog, self.tlog, first, last,
+                self._pending, self._pending_topk))
+            self.flushed_through = last  # handed over: later records are not its
+            self._pending = []
+            self._pending_topk = []
+            self._pending_messages = 0
+        if wait:
+            self.writer.drain()
+
+
+Pending = list[tuple[int, IntArray, FloatArray, Deliveries, int]]
+
+
+def _write_segment(wal: WriteAheadLog, dlog: DeliveriesLog, tlog: TopkLog, first: int,
+                   last: int, pending: Pending, pending_topk: list[TopkFound]) -> None:
+    """The segment of ``(first, last]``: the top-k events, then the deliveries and the
+    messages of the records in ``pending`` (``(seq, message ids, times, deliveries, first
+    delivery seq)`` each), in one file each."""
+    ids = np.concatenate([p[1] for p in pending])
+    seqs = np.concatenate([np.full(p[1].size, p[0], dtype=np.int64) for p in pending])
+    times = np.concatenate([p[2] for p in pending])
+    parts = [p[3] for p in pending]
+    mid = np.concatenate([p.message_id for p in parts])
+    sid = np.concatenate([p.subscription_id for p in parts])
+    dseq = np.concatenate([p[4] + np.arange(len(p[3]), dtype=np.int64) for p in pending])
+    order = sort_order(mid, sid)  # a segment's rows by message id (its seqs with them)
+    found = Deliveries(mid[order], sid[order],
+                       np.concatenate([p.distance for p in parts])[order],
+                       np.concatenate([p.score for p in parts])[order])
+    top = TopkFound.concat(pending_topk)
+    # a segment never covers records the log could still lose in a crash (a restart
+    # would give their seqs to other records)
+    wal.sync()
+    if wal.fsync_error is not None:
+        msg = (f"the deliveries of seq {first + 1}-{last} are not written: the log failed "
+               f"to make them durable ({wal.fsync_error})")
+        raise OSError(msg) from wal.fsync_error
+    if len(top):  # before the deliveries segment, which makes both count
+        tlog.write(first, last, top.columns())
+    dlog.write(first, last, Published(ids, seqs, times), found, dseq[order])

@@ -111,8 +111,11 @@ class StateUpkeep(StateQueries):
 
     @property
     def failure(self) -> BaseException | None:
-        """The I/O error that stopped the events (the log's or another write's), or None."""
-        return self.failed if self.failed is not None else self.wal.error
+        """The I/O error that stopped the events (the log's, a deliveries segment's, or
+        another write's), or None."""
+        if self.failed is not None:
+            return self.failed
+        return self.wal.error if self.wal.error is not None else self.writer.error
 
     def health(self) -> tuple[str, str | None]:
         """("ok" | "degraded" | "failed", the reason or None): failed while the log cannot
@@ -173,6 +176,7 @@ class StateUpkeep(StateQueries):
                 print(f"roadpubsub serve: the closing snapshot failed ({format_error(exc)});"
                       " the log is kept and the next start replays it", file=sys.stderr,
                       flush=True)
+        self.writer.close()
         self.wal.close(flush=self.wal.fsync_error is None)
         if self._lock is not None:
             os.close(self._lock)
