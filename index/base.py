@@ -31,7 +31,12 @@ from roadpubsub.index.delta import DeltaBuffer, search_sorted
 from roadpubsub.index.delta_kernels import MovedRows, SlotSource, lookup_kernel
 from roadpubsub.index.index_file import save_index
 from roadpubsub.index.limits import location_aware_prefixes
-from roadpubsub.index.model import InvalidSubscriptionError, Subscriptions, concat_subscriptions
+from roadpubsub.index.model import (
+    InvalidSubscriptionError,
+    Subscriptions,
+    concat_subscriptions,
+    has_repeats,
+)
 from roadpubsub.index.postings import PostingLayout
 from roadpubsub.index.slot_record import pack_slot_record
 from roadpubsub.index.spatial import PointFacts, SpatialIndex, astuple_facts
@@ -417,8 +422,7 @@ class SubscriptionIndex:
                 self.check_points(points, labels=q)
         else:
             self.check_points(points, labels=q)
-            s = np.sort(q)  # a repeat sits next to its twin (a third of np.unique's time)
-            if (s[1:] == s[:-1]).any():
+            if has_repeats(q):
                 self._move_rows(q, points)  # the general path names the repeated ids
                 return
         buf = self._delta

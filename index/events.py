@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
 
+from roadpubsub.index.model import has_repeats
 from roadpubsub.roadnet.errors import InvalidLocationError, RoadPubSubError
 from roadpubsub.roadnet.locations import EdgePoints, locate_uv, locate_xy
 from roadpubsub.roadnet.network import RoadNetwork
@@ -614,7 +615,7 @@ class BodyParser:
             return None
         # few rows (single moves grouped): a set of the Python ints; many (a fleet's
         # bundle): a sort; np.unique's fixed cost was half of a small run's parse
-        repeats = len(set(ids)) < len(ids) if len(ids) <= _FEW_IDS else _repeats(ida)
+        repeats = len(set(ids)) < len(ids) if len(ids) <= _FEW_IDS else has_repeats(ida)
         if not np.isfinite(offa).all() or repeats:
             return None
         try:
@@ -637,13 +638,6 @@ class BodyParser:
         points = self.locator.points(rows, ids, problems)
         problems.raise_if_any()
         return MessageBatch(ids, points, keywords, time)
-
-
-def _repeats(ids: npt.NDArray[np.int64]) -> bool:
-    """Whether an id occurs twice (sorted, a repeat sits next to its twin: a third of
-    ``np.unique``'s time, which a fleet's parser paid for every group of moves)."""
-    s = np.sort(ids)
-    return bool((s[1:] == s[:-1]).any())
 
 
 def parse_ids(text: str, *, what: str = "subscription id") -> int:

@@ -12,6 +12,10 @@ where ``DIR`` is a service folder (made once, e.g. with ``--index-file`` from
 With ``--auth`` (and/or ``--server-pythonpath``) the arms alternate in A B, B A order
 after an unreported warm-up run, and a last ``summary`` line gives each arm's medians and
 their ratios to the first arm's.
+
+A run that cannot finish (the server exits or does not answer, the load generator fails,
+a folder is missing) ends the command with one line on stderr naming what failed (and the
+server's log, kept, when the server died) and exit status 1.
 """
 
 from __future__ import annotations
@@ -30,7 +34,58 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["process_cpu_seconds", "run_bursts", "run_live", "stop_servers"]
+from roadpubsub.roadnet.errors import RoadPubSubError, format_error
+
+__all__ = ["LiveRunError", "process_cpu_seconds", "run_bursts", "run_live", "stop_servers"]
+
+PROG = "python -m roadpubsub.bench.live"
+
+
+class LiveRunError(RoadPubSubError, RuntimeError):
+    """A live measurement that could not finish: the server exited or did not answer,
+    or the load generator failed.
+
+    Parameters
+    ----------
+    message
+        What failed (one line).
+    server_log
+        The server's log when the server died (named after the message).
+    """
+
+    def __init__(self, message: str, *, server_log: Path | None = None) -> None:
+        super().__init__(message)
+        self.server_log = server_log
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if self.server_log is None else f"{text} (server log: {self.server_log})"
+
+    def keep_log(self) -> None:
+        """Copy the server's log out of the run's temporary folder, which is removed on
+        the way out, and name the copy instead."""
+        if self.server_log is None or not self.server_log.is_file():
+            return
+        fd, name = tempfile.mkstemp(prefix="roadpubsub-live-", suffix="-serve.log")
+        with os.fdopen(fd, "wb") as out, self.server_log.open("rb") as src:
+            shutil.copyfileobj(src, out)
+        self.server_log = Path(name)
+
+
+def _last_line(text: bytes) -> str:
+    """The last non-empty line of a process's output (its error, as a rule), shortened."""
+    lines = [ln.strip() for ln in text.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _server_died(proc: subprocess.Popen[bytes], log: Path, when: str) -> LiveRunError:
+    """The error of a server that exited, with its log's last line (its own error)."""
+    try:
+        last = _last_line(log.read_bytes())
+    except OSError:
+        last = "no log"
+    msg = f"the server exited with status {proc.returncode} {when}: {last}"
+    return LiveRunError(msg, server_log=log)
 
 
 def process_cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -53,19 +108,19 @@ def stop_servers(*procs: subprocess.Popen[bytes], grace_s: float = 180.0) -> Non
             proc.kill()
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path,
+                timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            msg = f"the server exited with {proc.returncode} before it answered"
-            raise RuntimeError(msg)
+            raise _server_died(proc, log, "before it answered")
         try:
             urllib.request.urlopen(url + "/health", timeout=2)
             return
         except OSError:
             time.sleep(0.3)
-    msg = f"the server did not answer within {timeout:g} s"
-    raise TimeoutError(msg)
+    msg = f"the server at {url} did not answer within {timeout:g} s"
+    raise LiveRunError(msg, server_log=log)
 
 
 def run_live(*, template: Path, network: str, serve_args: list[str], load_args: list[str],
@@ -89,7 +144,8 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
         token_file.chmod(0o600)
         load_args = [*load_args, "--token-file", str(token_file)]
     url = f"http://127.0.0.1:{port}"
-    with (work / "serve.log").open("wb") as log:
+    log_path = work / "serve.log"
+    with log_path.open("wb") as log:
         srv_env = env if server_path is None else {**env, "PYTHONPATH": server_path}
         # ``python -m`` puts the working directory first on sys.path: run another tree's
         # server from inside that tree, or a checkout's own package shadows it
@@ -97,18 +153,26 @@ def run_live(*, template: Path, network: str, serve_args: list[str], load_args: 
                                 str(state.resolve()), "--port", str(port), *serve_args],
                                env=srv_env, stderr=log, cwd=server_path)
     try:
-        _wait_ready(url, srv)
+        _wait_ready(url, srv, log_path)
         load0 = os.getloadavg()
         c0 = process_cpu_seconds(srv.pid)
+        # its stderr taken, to name its error in one line (and passed on when it succeeds)
         lg = subprocess.Popen([sys.executable, "-m", "roadpubsub", "loadgen", "--url", url,
                                "--network", network, *load_args], env=env,
-                              stdout=subprocess.PIPE)
-        out, _ = lg.communicate()
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = lg.communicate()
         c1 = process_cpu_seconds(srv.pid)
         if lg.returncode != 0:
-            msg = f"the load generator exited with {lg.returncode}"
-            raise RuntimeError(msg)
-        rep = json.loads(out)
+            if srv.poll() is not None:
+                raise _server_died(srv, log_path, "during the load")
+            msg = f"the load generator exited with status {lg.returncode}: {_last_line(err)}"
+            raise LiveRunError(msg)
+        sys.stderr.write(err.decode(errors="replace"))
+        try:
+            rep = json.loads(out)
+        except ValueError as exc:
+            msg = f"the load generator's report is not JSON: {exc}"
+            raise LiveRunError(msg) from exc
         load1 = os.getloadavg()
     finally:
         stop_servers(srv)
@@ -148,7 +212,7 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
     opts.add_argument("--clients", type=int, default=8)
     opts.add_argument("--seed", type=int, default=0)
     load, _ = opts.parse_known_args(load_args)
-    servers: list[tuple[subprocess.Popen[bytes], str, str | None]] = []
+    servers: list[tuple[subprocess.Popen[bytes], str, str | None, Path]] = []
     env = {**os.environ}
     env.pop("ROADPUBSUB_TOKEN", None)
     try:
@@ -158,15 +222,16 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
             shutil.copytree(template, state, ignore=shutil.ignore_patterns("tokens.json*"))
             token = TokenStore(state).create(ADMIN)[1] if auth else None
             url = f"http://127.0.0.1:{port + k}"
-            with (state.parent / "serve.log").open("wb") as log:
+            log_path = state.parent / "serve.log"
+            with log_path.open("wb") as log:
                 srv = subprocess.Popen(
                     [sys.executable, "-m", "roadpubsub", "serve", "--state",
                      str(state.resolve()), "--port", str(port + k), *serve_args],
                     env=env if tree is None else {**env, "PYTHONPATH": tree},
                     stderr=log, cwd=tree)
-            servers.append((srv, url, token))
-        for srv, url, _ in servers:
-            _wait_ready(url, srv)
+            servers.append((srv, url, token, log_path))
+        for srv, url, _, log_path in servers:
+            _wait_ready(url, srv, log_path)
         first = int(time.time() * 1000) * 1000
         total = rounds + warmup
         stream = build_stream(load_network(network), n_points=40_000, n_messages=2_000,
@@ -177,12 +242,17 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
             subs = stream.subscriptions[r * share:(r + 1) * share]
             order = list(range(len(arms)))
             for k in (order if r % 2 == 0 else order[::-1]):
-                srv, url, token = servers[k]
+                srv, url, token, log_path = servers[k]
                 c0, m0 = process_cpu_seconds(srv.pid), process_cpu_seconds(srv.pid, srv.pid)
-                rep = run_load(url, Stream(stream.moves, stream.messages, subs),
-                               existing=load.existing, clients=load.clients,
-                               events=10**9, seconds=burst, seed=load.seed + r,
-                               first_message_id=first + r * 10**7, token=token)
+                try:
+                    rep = run_load(url, Stream(stream.moves, stream.messages, subs),
+                                   existing=load.existing, clients=load.clients,
+                                   events=10**9, seconds=burst, seed=load.seed + r,
+                                   first_message_id=first + r * 10**7, token=token)
+                except (RoadPubSubError, OSError) as exc:
+                    if srv.poll() is None:
+                        raise
+                    raise _server_died(srv, log_path, "during a burst") from exc
                 c1, m1 = process_cpu_seconds(srv.pid), process_cpu_seconds(srv.pid, srv.pid)
                 if r < warmup:
                     continue
@@ -195,7 +265,7 @@ def run_bursts(*, template: Path, network: str, serve_args: list[str],
                     "thread_cpu_us_per_request": {
                         "MainThread": round((m1 - m0) / n * 1e6, 1)}})
     finally:
-        stop_servers(*(srv for srv, _, _ in servers))
+        stop_servers(*(srv for srv, _, _, _ in servers))
     return out
 
 
@@ -259,7 +329,25 @@ def _summary(results: dict[tuple[str | None, bool], list[dict[str, Any]]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m roadpubsub.bench.live", description=__doc__,
+    """The command: print each run's figures (JSON lines), then a summary.
+
+    Returns
+    -------
+    int
+        0 done; 1 after one line on stderr naming what failed (a run, a folder, the
+        server, with its log kept when it died), as the command line prints its errors.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        return _measure(args)
+    except (RoadPubSubError, OSError) as exc:
+        # a failed run is not a bug of the bench: one line, no traceback
+        print(f"{PROG}: error: {format_error(exc)}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--template", required=True, type=Path,
                    help="service folder copied for each run")
@@ -287,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
     p.add_argument("--load-args", default="--existing 1000000 --clients 8 --events 60000 "
                    "--seconds 30", help="'loadgen' arguments")
-    args = p.parse_args(argv)
+    return p
+
+
+def _measure(args: argparse.Namespace) -> int:
     if args.make_template and not (args.template / "manifest.json").exists():
         from roadpubsub.index.store import load_index
         from roadpubsub.service.state import create_state
@@ -295,40 +386,49 @@ def main(argv: list[str] | None = None) -> int:
         create_state(args.template, load_index(args.make_template),
                      about={"source": str(args.make_template)})
     with tempfile.TemporaryDirectory(prefix="roadpubsub-live-") as tmp:
-        trees: list[str | None] = [None] if args.server_pythonpath is None \
-            else [args.server_pythonpath, None]
-        modes = [True] if args.auth_only else [False, True] if args.auth else [False]
-        arms = [(tree, auth) for tree in trees for auth in modes]
+        try:
+            return _arms(args, Path(tmp))
+        except LiveRunError as exc:
+            exc.keep_log()  # the folder goes at the end of this block, the log stays
+            raise
 
-        def run(tree: str | None, auth: bool) -> dict[str, Any]:
-            return run_live(template=args.template, network=args.network,
+
+def _arms(args: argparse.Namespace, tmp: Path) -> int:
+    """Every arm's runs (or bursts) in the folder ``tmp``, printed as they finish."""
+    trees: list[str | None] = [None] if args.server_pythonpath is None \
+        else [args.server_pythonpath, None]
+    modes = [True] if args.auth_only else [False, True] if args.auth else [False]
+    arms = [(tree, auth) for tree in trees for auth in modes]
+
+    def run(tree: str | None, auth: bool) -> dict[str, Any]:
+        return run_live(template=args.template, network=args.network,
+                        serve_args=args.serve_args.split(),
+                        load_args=args.load_args.split(), port=args.port,
+                        work=tmp, server_path=tree, auth=auth)
+
+    if args.burst is not None:
+        bursts = run_bursts(template=args.template, network=args.network,
                             serve_args=args.serve_args.split(),
                             load_args=args.load_args.split(), port=args.port,
-                            work=Path(tmp), server_path=tree, auth=auth)
-
-        if args.burst is not None:
-            bursts = run_bursts(template=args.template, network=args.network,
-                                 serve_args=args.serve_args.split(),
-                                 load_args=args.load_args.split(), port=args.port,
-                                 work=Path(tmp), arms=arms, rounds=args.runs,
-                                 burst=args.burst, warmup=args.warmup)
-            for (tree, auth), rows in bursts.items():
-                for row in rows:
-                    print(json.dumps({"server": tree or "this tree", "auth": auth, **row}))
-            print(json.dumps({"summary": _summary(bursts)}), flush=True)
-            return 0
-        for _ in range(args.warmup):
-            for tree in trees:
-                run(tree, modes[0])
-        results: dict[tuple[str | None, bool], list[dict[str, Any]]] = {a: [] for a in arms}
-        for n in range(args.runs):
-            # A B, B A, A B ...: a drift of the machine over the command weighs on both
-            for tree, auth in (arms if n % 2 == 0 else arms[::-1]):
-                res = run(tree, auth)
-                results[(tree, auth)].append(res)
-                print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
-                      flush=True)
-        print(json.dumps({"summary": _summary(results)}), flush=True)
+                            work=tmp, arms=arms, rounds=args.runs,
+                            burst=args.burst, warmup=args.warmup)
+        for (tree, auth), rows in bursts.items():
+            for row in rows:
+                print(json.dumps({"server": tree or "this tree", "auth": auth, **row}))
+        print(json.dumps({"summary": _summary(bursts)}), flush=True)
+        return 0
+    for _ in range(args.warmup):
+        for tree in trees:
+            run(tree, modes[0])
+    results: dict[tuple[str | None, bool], list[dict[str, Any]]] = {a: [] for a in arms}
+    for n in range(args.runs):
+        # A B, B A, A B ...: a drift of the machine over the command weighs on both
+        for tree, auth in (arms if n % 2 == 0 else arms[::-1]):
+            res = run(tree, auth)
+            results[(tree, auth)].append(res)
+            print(json.dumps({"server": tree or "this tree", "auth": auth, **res}),
+                  flush=True)
+    print(json.dumps({"summary": _summary(results)}), flush=True)
     return 0
 
 

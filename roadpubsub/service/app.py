@@ -217,9 +217,11 @@ def _lifespan(service: Service, mqtt: tuple[str, int] | None, mqtt_prefix: str,
             await asyncio.to_thread(feeder.feed)  # what a crash left unqueued, first
             await asyncio.to_thread(webhooks.start)
             feeding = asyncio.create_task(_feed_webhooks(state, feeder))
+        service.metrics.gc_pauses.install()
         try:
             yield
         finally:
+            service.metrics.gc_pauses.remove()  # first: nothing below may leave it behind
             if feeding is not None:
                 feeding.cancel()
             if webhooks is not None:

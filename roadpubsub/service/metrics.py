@@ -1,18 +1,21 @@
 """Prometheus text exposition of the live service's figures (format 0.0.4).
 
 Counters and histograms are kept here, updated by the HTTP layer on the event loop; gauges
-are read from the state when ``/metrics`` is scraped.
+are read from the state when ``/metrics`` is scraped. The interpreter's garbage collections
+are counted by :class:`GcPauses`, installed while the service runs (every transport).
 """
 
 from __future__ import annotations
 
 import bisect
+import gc
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["Histogram", "Metrics", "rss_bytes", "thread_cpu"]
+__all__ = ["GcPauses", "Histogram", "Metrics", "rss_bytes", "thread_cpu"]
 
 #: Latency buckets, seconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
@@ -70,6 +73,76 @@ class Histogram:
         return out
 
 
+class GcPauses:
+    """The interpreter's garbage collections while the service runs: count, total and
+    longest pause by generation (a full collection stops every thread for as long as it
+    scans the tracked objects: with a large state not frozen, a tail-latency source).
+
+    :meth:`install` adds it to :data:`gc.callbacks`, :meth:`remove` takes it out again:
+    services started and stopped in one process (tests) leave no callback behind.
+
+    Attributes
+    ----------
+    count
+        Collections so far, by generation (0, 1, 2).
+    seconds
+        Seconds spent in them, by generation.
+    longest
+        The longest one, seconds, by generation.
+    """
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._t0 = 0.0
+
+    def install(self) -> None:
+        """Start counting (once: a second call changes nothing)."""
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        """Stop counting (the figures so far stay)."""
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        g = int(info.get("generation", 2))
+        dt = time.perf_counter() - self._t0
+        self.count[g] += 1
+        self.seconds[g] += dt
+        self.longest[g] = max(self.longest[g], dt)
+
+    def lines(self) -> list[str]:
+        """The figures in Prometheus text."""
+        out = ["# HELP roadpubsub_gc_collections_total Garbage collections by generation.",
+               "# TYPE roadpubsub_gc_collections_total counter"]
+        out += [f'roadpubsub_gc_collections_total{{generation="{g}"}} {self.count[g]}'
+                for g in range(3)]
+        out += ["# HELP roadpubsub_gc_pause_seconds_total Seconds spent in garbage "
+                "collections (every thread stopped), by generation.",
+                "# TYPE roadpubsub_gc_pause_seconds_total counter"]
+        out += [f'roadpubsub_gc_pause_seconds_total{{generation="{g}"}} '
+                f'{self.seconds[g]:.6f}' for g in range(3)]
+        out += ["# HELP roadpubsub_gc_longest_pause_seconds The longest collection so far.",
+                "# TYPE roadpubsub_gc_longest_pause_seconds gauge"]
+        out += [f'roadpubsub_gc_longest_pause_seconds{{generation="{g}"}} '
+                f'{self.longest[g]:.6f}' for g in range(3)]
+        out += ["# HELP roadpubsub_gc_frozen_objects Objects out of every collection's "
+                "scan (gc.freeze once the state is loaded).",
+                "# TYPE roadpubsub_gc_frozen_objects gauge",
+                f"roadpubsub_gc_frozen_objects {gc.get_freeze_count()}",
+                "# HELP roadpubsub_gc_threshold The collector's thresholds by generation.",
+                "# TYPE roadpubsub_gc_threshold gauge"]
+        out += [f'roadpubsub_gc_threshold{{generation="{g}"}} {t}'
+                for g, t in enumerate(gc.get_threshold())]
+        return out
+
+
 class Metrics:
     """Request latencies per event kind and HTTP error counts."""
 
@@ -78,6 +151,7 @@ class Metrics:
     def __init__(self) -> None:
         self.latency = {k: Histogram() for k in self.KINDS}
         self.errors: dict[int, int] = {}
+        self.gc_pauses = GcPauses()  # installed by the app's lifespan
         # more exposition lines, e.g. the MQTT connector's (read when scraped)
         self.extra: list[Callable[[], list[str]]] = []
 
@@ -153,6 +227,7 @@ class Metrics:
         out.append(f"roadpubsub_recovery_seconds {state.recovery_seconds!r}")
         head("process_resident_memory_bytes", "gauge", "Resident memory of the service.")
         out.append(f"process_resident_memory_bytes {rss_bytes()}")
+        out += self.gc_pauses.lines()
         for lines in self.extra:
             out += lines()
         return "\n".join(out) + "\n"

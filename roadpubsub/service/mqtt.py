@@ -50,7 +50,6 @@ benchmark uses ``max_inflight_messages 4000``, ``max_queued_messages 0``).
 from __future__ import annotations
 
 import collections
-import gc
 import hashlib
 import sys
 import threading
@@ -151,53 +150,6 @@ class _StageTimes:
                     for le, c in zip(les, cum, strict=True)]
             out.append(f"{name}_sum{{{labels}}} {self.sums[(stage, kind)]:.6f}")
             out.append(f"{name}_count{{{labels}}} {cum[-1]}")
-        return out
-
-
-class _GcPauses:
-    """The interpreter's garbage collections while the connector runs: count, total and
-    longest pause by generation (a full collection stops every thread for as long as it
-    scans the tracked objects: with a large state not frozen, a tail-latency source)."""
-
-    def __init__(self) -> None:
-        self.count = [0, 0, 0]
-        self.seconds = [0.0, 0.0, 0.0]
-        self.longest = [0.0, 0.0, 0.0]
-        self._t0 = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-            return
-        g = int(info.get("generation", 2))
-        dt = time.perf_counter() - self._t0
-        self.count[g] += 1
-        self.seconds[g] += dt
-        self.longest[g] = max(self.longest[g], dt)
-
-    def lines(self) -> list[str]:
-        """The figures in Prometheus text."""
-        out = ["# HELP roadpubsub_gc_collections_total Garbage collections by generation.",
-               "# TYPE roadpubsub_gc_collections_total counter"]
-        out += [f'roadpubsub_gc_collections_total{{generation="{g}"}} {self.count[g]}'
-                for g in range(3)]
-        out += ["# HELP roadpubsub_gc_pause_seconds_total Seconds spent in garbage "
-                "collections (every thread stopped), by generation.",
-                "# TYPE roadpubsub_gc_pause_seconds_total counter"]
-        out += [f'roadpubsub_gc_pause_seconds_total{{generation="{g}"}} '
-                f'{self.seconds[g]:.6f}' for g in range(3)]
-        out += ["# HELP roadpubsub_gc_longest_pause_seconds The longest collection so far.",
-                "# TYPE roadpubsub_gc_longest_pause_seconds gauge"]
-        out += [f'roadpubsub_gc_longest_pause_seconds{{generation="{g}"}} '
-                f'{self.longest[g]:.6f}' for g in range(3)]
-        out += ["# HELP roadpubsub_gc_frozen_objects Objects out of every collection's "
-                "scan (gc.freeze once the state is loaded).",
-                "# TYPE roadpubsub_gc_frozen_objects gauge",
-                f"roadpubsub_gc_frozen_objects {gc.get_freeze_count()}",
-                "# HELP roadpubsub_gc_threshold The collector's thresholds by generation.",
-                "# TYPE roadpubsub_gc_threshold gauge"]
-        out += [f'roadpubsub_gc_threshold{{generation="{g}"}} {t}'
-                for g, t in enumerate(gc.get_threshold())]
         return out
 
 
@@ -314,7 +266,6 @@ class MqttConnector:
         self.deliveries_published = 0
         self.deliveries_acknowledged = 0
         self.stage_times = _StageTimes()
-        self.gc_pauses = _GcPauses()
         self._pending: collections.deque[_Event] = collections.deque()
         self._cond = threading.Condition()
         self._accepting = True
@@ -355,7 +306,6 @@ class MqttConnector:
             msg = f"cannot reach the MQTT broker at {self.host}:{self.port}: {exc}"
             raise ConnectionError(msg) from exc
         self._out.start()
-        gc.callbacks.append(self.gc_pauses)
         self.client.subscribe([f"{self.prefix}/{t}" for t in (
             "subscriptions", "moves", "moves/+", "unsubscriptions", "messages")],
             timeout=timeout)
@@ -372,8 +322,6 @@ class MqttConnector:
         with self._ack_cond:
             self._ack_cond.wait_for(lambda: not self._inflight, timeout=5.0)
         self.client.close()
-        if self.gc_pauses in gc.callbacks:
-            gc.callbacks.remove(self.gc_pauses)
 
     def publish_deliveries(self, deliveries: list[dict[str, Any]]) -> None:
         """Publish deliveries (QoS 1), each on its subscription's topic."""
@@ -427,7 +375,7 @@ class MqttConnector:
         out.append(f"roadpubsub_mqtt_oldest_queued_seconds {oldest:.6f}")
         head("roadpubsub_mqtt_reconnects_total", "counter", "Reconnections to the broker.")
         out.append(f"roadpubsub_mqtt_reconnects_total {self.client.reconnects}")
-        return out + self.stage_times.lines() + self.gc_pauses.lines()
+        return out + self.stage_times.lines()
 
     # ------------------------------------------------------------------ reader thread
     def _on_publish(self, pubs: list[Publish]) -> None:
