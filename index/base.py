@@ -259,7 +259,8 @@ class SubscriptionIndex:
 
     # ------------------------------------------------------------------ updates
     def __len__(self) -> int:
-        return int(self.active.sum()) + len(self.delta)
+        # count_nonzero, not sum: a sum of 1M bools first casts them (1 ms a /metrics)
+        return int(np.count_nonzero(self.active)) + len(self.delta)
 
     @property
     def id_order(self) -> IntArray:

@@ -340,6 +340,7 @@ class SegmentWriter:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.written = 0
+        self._submitted = self._ran = 0
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` after every job submitted before it (dropped once one failed, or
@@ -348,6 +349,7 @@ class SegmentWriter:
             if self.error is not None or self._closed:
                 return
             self._jobs.append(job)
+            self._submitted += 1
             if self._thread is None:  # started by the first job: a state opened only to
                 # be read never has one
                 self._thread = threading.Thread(target=self._run, name=self._name,
@@ -356,7 +358,8 @@ class SegmentWriter:
             self._cond.notify_all()
 
     def drain(self) -> None:
-        """Wait until every submitted job has run.
+        """Wait until every job submitted before this call has run (not those submitted
+        meanwhile: a snapshot's wait ends although the apply thread goes on).
 
         Raises
         ------
@@ -364,7 +367,8 @@ class SegmentWriter:
             The error of the job that failed (the first one; later jobs were dropped).
         """
         with self._cond:
-            while (self._jobs or self._busy) and self.error is None:
+            target = self._submitted
+            while self._ran < target and self.error is None:
                 self._cond.wait()
             error = self.error
         if error is not None:
@@ -396,6 +400,7 @@ class SegmentWriter:
                 error = exc
             with self._cond:
                 self._busy = False
+                self._ran += 1
                 if error is not None and self.error is None:
                     self.error = error
                     self._jobs.clear()

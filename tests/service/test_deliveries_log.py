@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service import deliveries_log
 from roadpubsub.service.deliveries_log import SegmentWriter
 from roadpubsub.service.options import ServiceOptions
+from roadpubsub.service.snapshot import read_manifest
 from roadpubsub.service.state import ServiceState
 from roadpubsub.service.wal import LogUnavailableError
 
@@ -148,3 +150,40 @@ def test_a_failed_segment_write_stops_events_until_a_reload_writes_it_again(
     finally:
         state.close()
     assert _published_ids(service_dir) == sorted(m["id"] for m in msgs[:7])
+
+
+def test_a_snapshot_is_named_only_once_its_deliveries_are_written(
+        service_dir: Path, workload: Workload, andorra: RoadNetwork,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot hands its segment to the writer without waiting; while that write is
+    held the manifest keeps naming the previous snapshot (a start replays the log from
+    the named one, so its deliveries must be in segments); released, it names the new."""
+    real = deliveries_log._write_fsynced
+    gate = threading.Event()
+
+    def held(table: Any, target: Path) -> None:
+        assert gate.wait(120)
+        real(table, target)
+
+    state, parser, msgs = _setup(service_dir, workload, andorra)
+    try:
+        state.publish(parser.messages([msgs[0]]))
+        before = read_manifest(service_dir)
+        assert before is not None
+        monkeypatch.setattr(deliveries_log, "_write_fsynced", held)
+        assert state.start_snapshot()
+        seq = state.wal.next_seq - 1
+        deadline = time.monotonic() + 120
+        while state.snapshots.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the child wrote its files
+        time.sleep(0.5)
+        assert read_manifest(service_dir)["seq"] == before["seq"] != seq  # type: ignore[index]
+        gate.set()
+        while state.snapshots.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.snapshots.completed == 1
+        assert read_manifest(service_dir)["seq"] == seq  # type: ignore[index]
+        assert _published_ids(service_dir) == [msgs[0]["id"]]
+    finally:
+        gate.set()
+        state.close()

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from live import subscription_rows
 
+import roadpubsub.index.base as base_module
+import roadpubsub.index.delta as delta_module
 import roadpubsub.index.limits as limits_module
 from roadpubsub.index.events import BodyParser
 from roadpubsub.index.workload import Workload
@@ -36,7 +38,17 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         rows = state.subscription_rows(state.index.subscriptions().ids[:50])
         state.matcher.last_timing = None
         monkeypatch.setattr(limits_module, "location_aware_prefixes", counted)
+        kernel_calls: list[str] = []
+        for module, name in ((base_module, "lookup_kernel"),
+                             (delta_module, "relocate_kernel")):
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, lambda *a, _r=real, _n=name: (
+                kernel_calls.append(_n), _r(*a))[1])
+        version, delta = state.index.version, len(state.index.delta)
         assert warm_kernels(state, parser) >= 0.0
+        # a move's compiled lookup and write ran (on no row: nothing moved)
+        assert kernel_calls == ["lookup_kernel", "relocate_kernel"]
+        assert (state.index.version, len(state.index.delta)) == (version, delta)
         assert state.matcher.last_timing is not None  # the matcher ran
         assert lap_calls == [1]  # a move's limits, on one made-up row (compiled, not kept)
         assert (state.wal.next_seq, state.counts) == (seq, counts)
