@@ -89,6 +89,9 @@ class Settings:
         many.
     flush_every
         Published messages between segments of a live service's deliveries log (>= 1).
+    flush_queue
+        Deliveries segments waiting for their write on the writer's thread, at most
+        (>= 1); past it the events wait for the disk (memory stays bounded).
     group_max
         Most queued move or publish requests a live service applies together as one
         index update or matcher call and one log record (>= 1; 1: one by one). A fleet
@@ -288,6 +291,7 @@ class Settings:
     serve_port: int = 8000
     snapshot_every: int = 20_000
     flush_every: int = 2_000
+    flush_queue: int = 4
     group_max: int = 1024
     switch_interval_ms: float = 5.0
     mqtt_prefix: str = "roadpubsub"

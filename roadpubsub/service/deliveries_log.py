@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from roadpubsub.pruning.deliveries import Deliveries, sort_order
 from roadpubsub.roadnet.files import atomic_paths
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.integrity import (
     SUM_SUFFIX,
     StateDamageError,
@@ -331,8 +332,10 @@ class SegmentWriter:
     :attr:`error` says so to the state's health.
     """
 
-    def __init__(self, *, name: str = "segment-writer") -> None:
+    def __init__(self, *, name: str = "segment-writer",
+                 max_queued: int = DEFAULTS.flush_queue) -> None:
         self._name = name
+        self.max_queued = max_queued
         self._cond = threading.Condition()
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._busy = False
@@ -344,8 +347,13 @@ class SegmentWriter:
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` after every job submitted before it (dropped once one failed, or
-        after :meth:`close`: the state is reloaded from the log then)."""
+        after :meth:`close`: the state is reloaded from the log then). Waits while
+        ``max_queued`` jobs wait already: a disk slower than the events then slows the
+        events, rather than the rows of unwritten segments filling the memory."""
         with self._cond:
+            while (len(self._jobs) >= self.max_queued and self.error is None
+                   and not self._closed):
+                self._cond.wait()
             if self.error is not None or self._closed:
                 return
             self._jobs.append(job)
@@ -393,6 +401,7 @@ class SegmentWriter:
                     return
                 job = self._jobs.popleft()
                 self._busy = True
+                self._cond.notify_all()  # a submit waiting for room
             error = None
             try:
                 job()

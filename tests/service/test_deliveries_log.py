@@ -25,7 +25,7 @@ from roadpubsub.service.wal import LogUnavailableError
 
 
 def test_the_writer_runs_jobs_in_order_and_stops_at_the_first_failure() -> None:
-    writer = SegmentWriter()
+    writer = SegmentWriter(max_queued=8)
     done: list[int] = []
     gate = threading.Event()
     writer.submit(gate.wait)
@@ -187,3 +187,20 @@ def test_a_snapshot_is_named_only_once_its_deliveries_are_written(
     finally:
         gate.set()
         state.close()
+
+
+def test_a_slow_disk_slows_the_submitter_rather_than_filling_memory() -> None:
+    writer = SegmentWriter(max_queued=2)
+    gate = threading.Event()
+    writer.submit(gate.wait)  # running, held
+    writer.submit(lambda: None)
+    writer.submit(lambda: None)  # two wait: the queue is full
+    fourth = threading.Thread(target=writer.submit, args=(lambda: None,))
+    fourth.start()
+    fourth.join(0.5)
+    assert fourth.is_alive(), "a submit beyond max_queued did not wait"
+    gate.set()
+    fourth.join(30)
+    assert not fourth.is_alive()
+    writer.close()
+    assert writer.written == 4
