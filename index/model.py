@@ -273,13 +273,12 @@ def has_repeats(ids: IntArray) -> bool:
 
 
 def _duplicates(ids: IntArray) -> npt.NDArray[np.bool_]:
-    # One sort and a neighbour test; the mask is built only when there is a duplicate
-    # (np.unique with inverse and counts took a quarter of a live move's time).
-    s = np.sort(ids)
-    repeated = s[1:][s[1:] == s[:-1]]
-    if repeated.size == 0:
+    # The mask is built only when there is a duplicate (np.unique with inverse and counts
+    # took a quarter of a live move's time); the sort again then, on the error path only.
+    if not has_repeats(ids):
         return np.zeros(ids.size, dtype=bool)
-    return np.isin(ids, repeated)
+    s = np.sort(ids)
+    return np.isin(ids, s[1:][s[1:] == s[:-1]])
 
 
 def describe_ids(ids: IntArray, mask: npt.NDArray[np.bool_]) -> str:

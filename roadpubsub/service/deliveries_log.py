@@ -338,7 +338,6 @@ class SegmentWriter:
         self.max_queued = max_queued
         self._cond = threading.Condition()
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
-        self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -400,7 +399,6 @@ class SegmentWriter:
                 if not self._jobs:
                     return
                 job = self._jobs.popleft()
-                self._busy = True
                 self._cond.notify_all()  # a submit waiting for room
             error = None
             try:
@@ -408,7 +406,6 @@ class SegmentWriter:
             except BaseException as exc:  # kept for the state's health; the thread lives
                 error = exc
             with self._cond:
-                self._busy = False
                 self._ran += 1
                 if error is not None and self.error is None:
                     self.error = error

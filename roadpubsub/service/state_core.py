@@ -53,10 +53,13 @@ from roadpubsub.service.wal import (
     WriteAheadLog,
 )
 
-__all__ = ["FloatArray", "IntArray", "StateCore"]
+__all__ = ["FloatArray", "IntArray", "Pending", "StateCore"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+#: Records of publishes not yet in a deliveries segment: (log seq, message ids, times,
+#: deliveries, the seq of the first delivery).
+Pending = list[tuple[int, IntArray, FloatArray, Deliveries, int]]
 
 
 def _owner_arrays(prefix: str, owners: dict[int, str]) -> dict[str, npt.NDArray[Any]]:
@@ -102,7 +105,7 @@ class StateCore:
         self.check_webhook: Callable[[str], str] | None = None
         self.tlog = TopkLog(state_dir / "topk")
         self.writer = SegmentWriter(name="deliveries-writer")  # both logs' segments
-        self._pending: list[tuple[int, IntArray, FloatArray, Deliveries, int]] = []
+        self._pending: Pending = []
         self._pending_topk: list[TopkFound] = []
         self._pending_messages = 0
         self.flushed_through = 0

@@ -11,7 +11,7 @@ from roadpubsub.pruning.deliveries import Deliveries, sort_order
 from roadpubsub.service.deliveries_log import DeliveriesLog, Published, TopkLog
 from roadpubsub.service.integrity import StateDamageError
 from roadpubsub.service.journal import Chunk
-from roadpubsub.service.state_core import FloatArray, IntArray, StateCore
+from roadpubsub.service.state_core import FloatArray, IntArray, Pending, StateCore
 from roadpubsub.service.topk_found import TopkFound
 from roadpubsub.service.wal import WriteAheadLog
 
@@ -166,9 +166,6 @@ class StateRecording(StateCore):
             self._pending_messages = 0
         if wait:
             self.writer.drain()
-
-
-Pending = list[tuple[int, IntArray, FloatArray, Deliveries, int]]
 
 
 def _write_segment(wal: WriteAheadLog, dlog: DeliveriesLog, tlog: TopkLog, first: int,
