@@ -72,7 +72,7 @@ IntArray = npt.NDArray[np.int64]
 
 _LOCATION = ("u", "v", "offset", "lon", "lat")
 _SUB_FIELDS = frozenset({"id", "keywords", "alpha", "tau", "expires_at", "webhook",
-                         "geometry", *_LOCATION})
+                         "mqtt", "geometry", *_LOCATION})
 #: Longest webhook URL a subscription may carry (characters; issue 30).
 MAX_WEBHOOK_CHARS = 2048
 _KIND_FIELDS = frozenset({"kind", "radius", "k"})
@@ -121,6 +121,9 @@ class SubscriptionBatch:
     #: Route or area of each row given a ``geometry``, None elsewhere (None: no row has
     #: one); such a row's ``points`` entry is a placeholder (its set's first piece start).
     sets: tuple[SegmentSet | None, ...] | None = None
+    #: Each row's ``mqtt`` choice: 1 its deliveries are pushed over MQTT, 0 they are not,
+    #: -1 not said (the service's ``mqtt_push`` decides); None: no row says.
+    mqtt: npt.NDArray[np.int8] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -227,6 +230,22 @@ def _webhooks(rows: list[dict[str, Any]], problems: _Problems) -> list[str | Non
                                  f"{show(value)}")
             value = None
         out.append(value)
+    return out
+
+
+def _mqtt_choices(rows: list[dict[str, Any]], problems: _Problems
+                  ) -> npt.NDArray[np.int8] | None:
+    """The optional ``mqtt`` field: a JSON boolean (null: not said); None when no row
+    says."""
+    if not any(rec.get("mqtt") is not None for rec in rows):
+        return None
+    out = np.full(len(rows), -1, np.int8)
+    for i, rec in enumerate(rows):
+        value = rec.get("mqtt")
+        if isinstance(value, bool):
+            out[i] = value
+        elif value is not None:
+            problems.add(i, rec, f"field 'mqtt' must be true or false, got {show(value)}")
     return out
 
 
@@ -493,12 +512,13 @@ class BodyParser:
             tau = _numbers(rows, "tau", problems, low=0.0, high=1.0, low_open=True)
         expires = self._time(rows, "expires_at", problems)
         webhook = _webhooks(rows, problems)
+        mqtt = _mqtt_choices(rows, problems)
         if kind is not None:
             _point_kinds_only(rows, kind, problems)
         problems.raise_if_any()
         points, sets = self._located(rows, ids, problems)
         return SubscriptionBatch(ids, points, keywords, alpha, tau, expires, kind, radius, k,
-                                 webhook, sets)
+                                 webhook, sets, mqtt)
 
     def _located(self, rows: list[dict[str, Any]], ids: IntArray, problems: _Problems
                  ) -> tuple[EdgePoints, tuple[SegmentSet | None, ...] | None]:

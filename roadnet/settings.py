@@ -102,6 +102,10 @@ class Settings:
         Python's own).
     mqtt_prefix
         Topic prefix of the live service's MQTT connector.
+    mqtt_push
+        Whose deliveries the MQTT connector publishes: ``"all"`` (every subscription but
+        those that said ``"mqtt": false``) or ``"chosen"`` (only those that said
+        ``"mqtt": true``).
     loadgen_clients
         Concurrent connections of ``roadpubsub loadgen`` (>= 1).
     loadgen_events
@@ -295,6 +299,7 @@ class Settings:
     group_max: int = 1024
     switch_interval_ms: float = 5.0
     mqtt_prefix: str = "roadpubsub"
+    mqtt_push: str = "all"
     loadgen_clients: int = 8
     loadgen_events: int = 20_000
     loadgen_seconds: float = 60.0

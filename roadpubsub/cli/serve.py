@@ -17,6 +17,7 @@ from roadpubsub.cli.sources import add_source_arguments, check_dmax
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.limits import add_limit_arguments
+from roadpubsub.service.mqtt_choice import MQTT_PUSH_MODES
 
 __all__ = ["register", "run"]
 
@@ -117,6 +118,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "delivery on roadpubsub/deliveries/<subscription id>")
     p.add_argument("--mqtt-prefix", default=DEFAULTS.mqtt_prefix, metavar="TOPIC",
                    help="topic prefix of the MQTT connector (default roadpubsub)")
+    p.add_argument("--mqtt-push", default=DEFAULTS.mqtt_push, choices=MQTT_PUSH_MODES,
+                   help="whose deliveries the MQTT connector publishes: all (every "
+                        "subscription but those saying \"mqtt\": false; default) or "
+                        "chosen (only those saying \"mqtt\": true); the others are "
+                        "recorded all the same")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the log before answering (measurements only: a "
                         "power loss can then lose acknowledged events)")
@@ -359,7 +365,8 @@ def _mqtt_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.mqtt_tls_ca is not None and not Path(args.mqtt_tls_ca).is_file():
         msg = f"--mqtt-tls-ca {args.mqtt_tls_ca}: no such file"
         raise InputError(msg)
-    return {"username": args.mqtt_user, "password": password, "tls_ca": args.mqtt_tls_ca}
+    return {"username": args.mqtt_user, "password": password, "tls_ca": args.mqtt_tls_ca,
+            "push": args.mqtt_push}
 
 
 def _creation_flags(args: argparse.Namespace) -> list[str]:

@@ -376,7 +376,7 @@ class Applier:
             fresh_top = top_new.only(batch.ids)
             it.future.set_result(Applied(applied.seq, body, my_fresh, mine,
                                          located, fresh_top if len(fresh_top) else None,
-                                         my_top, fresh_seq))
+                                         my_top, fresh_seq, applied.mqtt))
 
     def _delivered(self, ids: list[int]) -> Deliveries:
         """The recorded deliveries of published messages, in the answers' order

@@ -150,17 +150,14 @@ class Fanout:
         """A durable publish of HTTP or WebSocket: to every reader, the broker's too."""
         self.pulse.kick()
         hub, connector = self.hub, self.connector
-        if done.deliveries is not None and len(done.deliveries) and (
-                hub.clients or connector):  # the objects only when someone takes them
-            found = deliveries_json(done.deliveries, done.delivery_seq)
-            hub.push(found)
-            if connector is not None and done.messages is not None:
-                connector.publish_deliveries(found)
-        if done.topk is not None and len(done.topk) and (hub.clients or connector):
-            changes = topk_json(done.topk)  # top-k insertions and evictions, same stream
-            hub.push(changes)
-            if connector is not None:
-                connector.publish_deliveries(changes)
+        if not hub.clients:
+            pass  # the objects only when someone takes them
+        elif done.deliveries is not None and len(done.deliveries):
+            hub.push(deliveries_json(done.deliveries, done.delivery_seq))
+        if hub.clients and done.topk is not None and len(done.topk):
+            hub.push(topk_json(done.topk))  # top-k insertions and evictions, same stream
+        if connector is not None:
+            connector.publish_applied(done)
         if self.events.clients and done.messages is not None:
             self.events.push(message_events(self.state, done))
 

@@ -13,6 +13,12 @@ Topics (``prefix`` is ``roadpubsub`` by default); bodies are those of the HTTP A
 ``{prefix}/errors``                    why an event was refused (with its topic)
 =====================================  =================================================
 
+Whose deliveries are published: a subscription says ``"mqtt": true`` or ``false``, and
+``serve --mqtt-push`` decides for those that say nothing (``all``, the default: published;
+``chosen``: not) (:mod:`~roadpubsub.service.mqtt_choice`). A fleet among subscribers served
+otherwise runs ``chosen`` and its vehicles say true: nobody then pays for pushes nobody
+reads. Every delivery is recorded whether published or not.
+
 **Acknowledgements.** Incoming events use QoS 1, and the connector sends an event's
 PUBACK only after the event's log record has been fsynced and its webhook deliveries are in
 the outbox (:mod:`roadpubsub.service.dispatch`, the path of every transport's events; a
@@ -63,9 +69,11 @@ import orjson
 from roadpubsub.index.events import RequestError, parse_ids
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.errors import InputError, format_error
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.applier import MoveBundle
 from roadpubsub.service.bodies import decode_body
 from roadpubsub.service.dispatch import Dispatch, Event
+from roadpubsub.service.mqtt_choice import MQTT_PUSH_MODES, NO_CHOICES
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish1
 from roadpubsub.service.results import Applied
 from roadpubsub.service.topk_found import topk_json
@@ -245,13 +253,20 @@ class MqttConnector:
         A CA certificate file: connect over TLS, checking the broker's certificate.
     max_inflight
         Most deliveries published and not yet acknowledged by the broker.
+    push
+        Whose deliveries are published: ``"all"`` or ``"chosen"``
+        (:mod:`~roadpubsub.service.mqtt_choice`).
     """
 
     def __init__(self, host: str, port: int, *, dispatch: Dispatch,
                  on_applied: Callable[[Applied], None] | None = None,
                  prefix: str = "roadpubsub", username: str | None = None,
                  password: str | None = None, tls_ca: str | None = None,
-                 max_inflight: int = 20000) -> None:
+                 max_inflight: int = 20000, push: str = DEFAULTS.mqtt_push) -> None:
+        if push not in MQTT_PUSH_MODES:
+            msg = f"push must be one of {', '.join(MQTT_PUSH_MODES)}, got {push!r}"
+            raise InputError(msg)
+        self.push = push
         self.dispatch = dispatch
         self.state = state = dispatch.state
         self.on_applied = on_applied
@@ -263,6 +278,7 @@ class MqttConnector:
         self.failed = 0
         self.acknowledged = 0
         self.deliveries_queued = 0
+        self.deliveries_unpushed = 0  # deliveries to subscriptions that do not want them
         self.deliveries_published = 0
         self.deliveries_acknowledged = 0
         self.stage_times = _StageTimes()
@@ -323,9 +339,12 @@ class MqttConnector:
             self._ack_cond.wait_for(lambda: not self._inflight, timeout=5.0)
         self.client.close()
 
-    def publish_deliveries(self, deliveries: list[dict[str, Any]]) -> None:
-        """Publish deliveries (QoS 1), each on its subscription's topic."""
-        self._send_tracked(self._encode(deliveries), b"")
+    def publish_applied(self, done: Applied) -> None:
+        """Publish (QoS 1) what a durable publish of HTTP or WebSocket pushes
+        (:meth:`_packets`)."""
+        packets = self._packets(done)
+        if packets:
+            self._send_tracked(packets, b"")
 
     # ------------------------------------------------------------------ metrics
     def metric_lines(self) -> list[str]:
@@ -367,6 +386,10 @@ class MqttConnector:
                 f'{self.deliveries_published}',
                 f'roadpubsub_mqtt_deliveries_total{{stage="acknowledged"}} '
                 f'{self.deliveries_acknowledged}']
+        head("roadpubsub_mqtt_deliveries_unpushed_total", "counter",
+             "Deliveries not published because their subscriptions do not want them "
+             "pushed (their mqtt choice and --mqtt-push); recorded all the same.")
+        out.append(f"roadpubsub_mqtt_deliveries_unpushed_total {self.deliveries_unpushed}")
         head("roadpubsub_mqtt_deliveries_inflight", "gauge",
              "Deliveries published and not yet acknowledged by the broker.")
         out.append(f"roadpubsub_mqtt_deliveries_inflight {inflight}")
@@ -569,11 +592,7 @@ class MqttConnector:
             else:
                 applied = e.applied
                 assert applied is not None
-                if applied.deliveries is not None and len(applied.deliveries):
-                    packets += delivery_payloads(applied.deliveries, applied.delivery_seq,
-                                                 self._deliveries_topic)
-                if applied.topk is not None and len(applied.topk):
-                    packets += self._encode(topk_json(applied.topk))
+                packets += self._packets(applied)
                 if self.on_applied is not None and applied.messages is not None:
                     announce.append(applied)
             if e.qos:
@@ -585,6 +604,27 @@ class MqttConnector:
         for applied in announce:
             assert self.on_applied is not None
             self.on_applied(applied)
+
+    def _packets(self, applied: Applied) -> list[tuple[bytes, bytes]]:
+        """(topic, payload) of the deliveries and top-k events of ``applied`` whose
+        subscriptions want them pushed, as they had chosen when it was applied
+        (:mod:`~roadpubsub.service.mqtt_choice`)."""
+        choices = applied.mqtt if applied.mqtt is not None else NO_CHOICES
+        out: list[tuple[bytes, bytes]] = []
+        d, seq = applied.deliveries, applied.delivery_seq
+        if d is not None and len(d):
+            keep = choices.pushed(d.subscription_id, mode=self.push)
+            if not keep.all():
+                self.deliveries_unpushed += int(keep.size - np.count_nonzero(keep))
+                rows = np.flatnonzero(keep)
+                d, seq = d.take(rows), None if seq is None else seq[rows]
+            out += delivery_payloads(d, seq, self._deliveries_topic)
+        if applied.topk is not None and len(applied.topk):
+            events = topk_json(applied.topk)
+            sid = np.fromiter((e["subscription_id"] for e in events), np.int64, len(events))
+            keep = choices.pushed(sid, mode=self.push)
+            out += self._encode([e for e, k in zip(events, keep.tolist(), strict=True) if k])
+        return out
 
     def _stage_times(self, done: list[_Event], durable: float | None, sent: float) -> None:
         """Count the lot's latencies by stage (:data:`STAGES`) and kind."""

@@ -157,7 +157,13 @@ def _schemas(dmax_m: float | None, set_max_points: int) -> dict[str, Any]:
                                            "(RoadPubSub-Signature) with a "
                                            "RoadPubSub-Delivery-Id each; a host that is "
                                            "loopback, private or does not resolve is "
-                                           "refused (422) unless the service allows it"}},
+                                           "refused (422) unless the service allows it"},
+                "mqtt": {"type": ["boolean", "null"],
+                         "description": "whether the MQTT connector publishes this "
+                                        "subscription's deliveries on "
+                                        "{prefix}/deliveries/{id}; null or absent: the "
+                                        "service's --mqtt-push decides (all: yes, "
+                                        "chosen: no)"}},
             "allOf": [_LOCATION_RULE, _kind_rule(dmax_m)]},
         "Message": {
             "type": "object", "required": ["id", "keywords"], "additionalProperties": False,

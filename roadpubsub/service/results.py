@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.service.mqtt_choice import MqttChoices
 from roadpubsub.service.topk_found import TopkFound
 
 __all__ = ["Applied", "deliveries_json"]
@@ -29,6 +30,7 @@ class Applied:
     topk: TopkFound | None = None  # new top-k events (pushed to WebSocket clients)
     topk_all: TopkFound | None = None  # the answer's top-k events, repeats included
     delivery_seq: IntArray | None = None  # the seq of each of ``deliveries``
+    mqtt: MqttChoices | None = None  # the subscriptions' MQTT choices when applied
 
 
 def deliveries_json(d: Deliveries, seq: IntArray | None = None) -> list[dict[str, Any]]:

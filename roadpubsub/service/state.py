@@ -148,6 +148,10 @@ class ServiceState(StateOpening):
         if hooks is not None:
             record["webhook"] = hooks
             self._set_webhooks(batch.ids, hooks)
+        said = getattr(batch, "mqtt", None)
+        if said is not None:
+            record["mqtt"] = [None if x < 0 else bool(x) for x in said.tolist()]
+            self._set_mqtt(batch.ids, said)
         if owner:
             record["owner"] = owner
             self._own("subscribe", batch.ids, owner)
@@ -283,7 +287,8 @@ class ServiceState(StateOpening):
         located = (ids, points) if new.size else None
         return self._after(Applied(seq, body, fresh, everything, located,
                                    top if len(top) else None, top_all,
-                                   dseq if every else self.delivery_seqs(fresh)),
+                                   dseq if every else self.delivery_seqs(fresh),
+                                   self.mqtt_choices()),
                            max(int(new.size), 1))
 
     def _after(self, applied: Applied, rows: int = 1) -> Applied:

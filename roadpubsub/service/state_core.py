@@ -44,6 +44,7 @@ from roadpubsub.service.deliveries_log import DeliveriesLog, SegmentWriter, Topk
 from roadpubsub.service.journal import DeliveryJournal
 from roadpubsub.service.live_sets import LiveSets
 from roadpubsub.service.metrics import Histogram
+from roadpubsub.service.mqtt_choice import NO_CHOICES, MqttChoices
 from roadpubsub.service.options import DEFAULT_WINDOW, ServiceOptions
 from roadpubsub.service.snapshot import (
     SnapshotWorker,
@@ -103,6 +104,11 @@ class StateCore:
         # webhooks are off and a subscription carrying one is refused)
         self.webhook_of: dict[int, str] = {}
         self.check_webhook: Callable[[str], str] | None = None
+        # each subscription's "mqtt" choice where it made one, and the same as arrays
+        # (remade at the next publish after a change: a burst of subscriptions pays once)
+        self.mqtt_of: dict[int, bool] = {}
+        self._mqtt_choices = NO_CHOICES
+        self._mqtt_changed = False
         self.tlog = TopkLog(state_dir / "topk")
         self.writer = SegmentWriter(name="deliveries-writer")  # both logs' segments
         self._pending: Pending = []
@@ -178,6 +184,23 @@ class StateCore:
                 if u is not None:
                     self.webhook_of[i] = u
 
+    def _set_mqtt(self, ids: IntArray, said: npt.NDArray[np.int8] | None) -> None:
+        """Record the rows' ``mqtt`` choices (-1: not said)."""
+        if said is None:
+            return
+        rows = np.flatnonzero(said >= 0)
+        if rows.size:
+            self.mqtt_of.update(zip(ids[rows].tolist(), (said[rows] == 1).tolist(),
+                                    strict=True))
+            self._mqtt_changed = True
+
+    def mqtt_choices(self) -> MqttChoices:
+        """The ``mqtt`` choices now in force (see :mod:`~roadpubsub.service.mqtt_choice`)."""
+        if self._mqtt_changed:
+            self._mqtt_choices = MqttChoices.of(self.mqtt_of)
+            self._mqtt_changed = False
+        return self._mqtt_choices
+
     def _kinds_live(self) -> bool:
         return bool(len(self.boolean) or len(self.topk) or len(self.sets))
 
@@ -192,6 +215,10 @@ class StateCore:
         if self.webhook_of:
             for i in ids.tolist():
                 self.webhook_of.pop(i, None)
+        if self.mqtt_of:
+            said = self.mqtt_of
+            gone = [i for i in ids.tolist() if said.pop(i, None) is not None]
+            self._mqtt_changed = self._mqtt_changed or bool(gone)
         if thr.size:
             self.index.unsubscribe(thr)
             self.compactor.removed(thr)
@@ -331,4 +358,6 @@ class StateCore:
                 **{"t_" + k: v for k, v in self.topk.arrays().items()},
                 **{"s_" + k: v for k, v in self.sets.arrays().items()},
                 **_owner_arrays("o_", self.owners), **_owner_arrays("om_", self.message_owners),
-                **_owner_arrays("wh_", self.webhook_of)}
+                **_owner_arrays("wh_", self.webhook_of),
+                "mq_ids": np.fromiter(self.mqtt_of.keys(), np.int64, len(self.mqtt_of)),
+                "mq_on": np.fromiter(self.mqtt_of.values(), bool, len(self.mqtt_of))}

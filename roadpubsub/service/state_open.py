@@ -215,6 +215,12 @@ class StateOpening(StateUpkeep):
         if "wh_ids" in a:  # webhook URLs (issue 30)
             self.webhook_of = dict(zip(a["wh_ids"].tolist(), a["wh_tok"].tolist(),
                                        strict=True))
+        if "mq_ids" in a:  # the subscriptions' "mqtt" choices (issue 33)
+            if a["mq_ids"].shape != a["mq_on"].shape or a["mq_on"].dtype != np.bool_:
+                msg = f"{path}: the mqtt choices' columns do not match"
+                raise InputError(msg)
+            self.mqtt_of = dict(zip(a["mq_ids"].tolist(), a["mq_on"].tolist(), strict=True))
+            self._mqtt_changed = True
 
     def _replay_moves(self, records: list[dict[str, Any]]) -> None:
         """Consecutive logged moves as one vectorised move: each id goes where its last
@@ -254,6 +260,9 @@ class StateOpening(StateUpkeep):
                             _floats(rec["alpha"]), _floats(rec["tau"]),
                             _floats(rec["expires_at"]), kind, radius, k, sets)
             self._set_webhooks(ids, rec.get("webhook"))
+            if "mqtt" in rec:
+                self._set_mqtt(ids, np.array([-1 if x is None else int(x) for x in rec["mqtt"]],
+                                             np.int8))
         elif op == "unsubscribe":
             self._unsubscribe(ids)
         elif op == "move":

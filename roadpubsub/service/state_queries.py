@@ -46,6 +46,8 @@ class StateQueries(StateRecording):
                     by_id[i]["expires_at"] = self.expiry.at.get(i)
                     if i in self.webhook_of:
                         by_id[i]["webhook"] = self.webhook_of[i]
+                    if i in self.mqtt_of:
+                        by_id[i]["mqtt"] = self.mqtt_of[i]
                 return [by_id[i] for i in ids.tolist()]
         return self._point_rows(ids)
 
@@ -87,6 +89,8 @@ class StateQueries(StateRecording):
             r["expires_at"] = self.expiry.at.get(r["id"])
             if r["id"] in self.webhook_of:
                 r["webhook"] = self.webhook_of[r["id"]]
+            if r["id"] in self.mqtt_of:
+                r["mqtt"] = self.mqtt_of[r["id"]]
         return rows
 
     def list_subscriptions(self, *, after: int | None, limit: int) -> list[dict[str, Any]]:

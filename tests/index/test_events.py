@@ -27,6 +27,13 @@ def _msg(**fields: Any) -> dict[str, Any]:
     return {"id": 1, "keywords": ["delayed"], "u": 10, "v": 20, "offset": 5.0, **fields}
 
 
+def test_the_mqtt_choice_is_kept_per_row(parser: BodyParser) -> None:
+    batch = parser.subscriptions([_sub(id=1, mqtt=True), _sub(id=2, mqtt=False), _sub(id=3),
+                                  _sub(id=4, mqtt=None)])
+    assert batch.mqtt is not None and batch.mqtt.tolist() == [1, 0, -1, -1]
+    assert parser.subscriptions([_sub(), _sub(id=2, mqtt=None)]).mqtt is None
+
+
 def test_valid_bodies_pass(parser: BodyParser) -> None:
     long = "\u00e9" * 128  # 256 UTF-8 bytes: at the limit
     batch = parser.subscriptions([_sub(keywords=[long] * DEFAULTS.max_keywords),
@@ -51,6 +58,9 @@ def test_valid_bodies_pass(parser: BodyParser) -> None:
     (_sub(kind="topk", tau=None, k=1e300), "field 'k' of a topk subscription"),
     (_sub(kind="boolean", alpha=None, tau=None, radius=1e308), "field 'radius'"),
     (_sub(**{"\ud800": 1}), "unknown field(s) '\\ud800'"),
+    (_sub(mqtt="yes"), "field 'mqtt' must be true or false, got 'yes'"),
+    (_sub(mqtt=1), "field 'mqtt' must be true or false, got 1"),
+    (_sub(mqtt=[True]), "field 'mqtt' must be true or false"),
 ])
 def test_bad_subscriptions_name_the_field(parser: BodyParser, body: dict[str, Any],
                                           says: str) -> None:

@@ -241,3 +241,73 @@ def test_the_connector_reconnects_after_a_broker_restart(
         figures = _metrics(server.url)
         assert figures["roadpubsub_mqtt_reconnects_total"] == 1
         assert figures["roadpubsub_mqtt_events_pending"] == 0
+
+
+def _observe(port: int, name: str) -> tuple[Any, list[dict[str, Any]]]:
+    """A client reading every delivery topic (connected and subscribed)."""
+    got: list[dict[str, Any]] = []
+    ready = threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name)
+    client.on_connect = lambda c, *_: c.subscribe("roadpubsub/deliveries/#", qos=1)
+    client.on_subscribe = lambda *_: ready.set()
+    client.on_message = lambda c, u, msg: got.append(json.loads(msg.payload))
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    assert ready.wait(20)
+    return client, got
+
+
+@pytest.mark.parametrize("mode", ["all", "chosen"])
+def test_only_the_deliveries_their_subscriptions_want_are_pushed(
+        serve: Any, broker: int, workload: Workload, andorra: RoadNetwork, mode: str) -> None:
+    """Each subscription's "mqtt" choice, kept through a snapshot and a log replay,
+    decides with --mqtt-push which deliveries reach the broker; the rest are recorded."""
+    subs = subscription_rows(workload, andorra)[:600]
+    said: dict[int, bool] = {}
+    for i, row in enumerate(subs):
+        if i % 3 < 2:
+            row["mqtt"] = said[row["id"]] = i % 3 == 0
+    args = ("--mqtt", f"127.0.0.1:{broker}", "--mqtt-push", mode)
+    first = serve(*args)
+    with first.client() as c:
+        bad = c.post("/subscriptions", json=[{**subs[2], "id": 10**9, "mqtt": "yes"}])
+        assert bad.status_code == 422, bad.text
+        assert "row 0" in bad.json()["error"] and "'mqtt'" in bad.json()["error"]
+        assert c.post("/subscriptions", json=subs[:300]).status_code in (200, 201)
+    first.stop()  # a clean stop: the snapshot holds the first 300 choices
+    second = serve(*args)
+    with second.client() as c:
+        assert c.post("/subscriptions", json=subs[300:]).status_code in (200, 201)
+    second.kill()  # the last 300 choices are in the log only
+    server = serve(*args)
+    client, got = _observe(broker, f"observer-{mode}")
+    try:
+        with server.client() as c:
+            for row in subs[:3] + subs[300:303]:
+                back = c.get(f"/subscriptions/{row['id']}").json()
+                assert back.get("mqtt") == said.get(row["id"]), back
+            msgs = message_rows(workload, andorra)[:31]
+            for m in msgs[:30]:
+                client.publish("roadpubsub/messages", json.dumps(m), qos=1)
+            own = c.post("/messages", json=msgs[30]).json()["deliveries"]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if all(c.get(f"/messages/{m['id']}").status_code == 200 for m in msgs[:30]):
+                    break
+                time.sleep(0.2)
+            own += [d for m in msgs[:30]
+                    for d in c.get(f"/messages/{m['id']}").json()["deliveries"]]
+            want = [d for d in own if said.get(d["subscription_id"], mode == "all")]
+            assert 0 < len(want) < len(own)
+            deadline = time.monotonic() + 30
+            while len(got) < len(want) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)  # nothing more may come
+            assert_same(as_deliveries(got), as_deliveries(want), "pushed vs wanted")
+            unpushed = [ln for ln in c.get("/metrics").text.splitlines()
+                        if ln.startswith("roadpubsub_mqtt_deliveries_unpushed_total ")]
+            assert unpushed == [f"roadpubsub_mqtt_deliveries_unpushed_total "
+                                f"{len(own) - len(want)}"]
+    finally:
+        client.loop_stop()
+        client.disconnect()
