@@ -13,6 +13,13 @@ folder with ``roadpubsub serve --mqtt`` pointing at it, and drives it for ``--se
 * every vehicle reads its own ``roadpubsub/deliveries/{id}`` topic (QoS 1), and one
   observer reads ``roadpubsub/deliveries/#`` (every delivery) to time and count them all.
 
+With ``--push all`` (the default) the service publishes every delivery, the other
+subscriptions' too, though nobody reads their topics. With ``--push vehicles`` it is served
+with ``--mqtt-push chosen`` and the vehicles are subscribed again with ``"mqtt": true``
+before the run (the same rows otherwise; timed apart as ``setup_s``): only their
+deliveries are published, the others recorded all the same, and the observer then sees
+the vehicles' deliveries only.
+
 The generator is light: a few connections publish on behalf of all vehicles (the broker's
 ACL lets the generator's user write every vehicle's topic), packets are encoded in
 batches and written with one ``sendall`` per tick, and the broker's acknowledgements and
@@ -33,6 +40,7 @@ delivery the service recorded arrived at the observer. Run it as::
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -49,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import orjson
@@ -452,11 +461,66 @@ def serving(template: Path, work: Path, broker: Broker, serve_args: list[str]
         stop_servers(srv)
 
 
+#: The fields a vehicle is subscribed again with (``--push vehicles``).
+_ROW_FIELDS = ("id", "u", "v", "offset", "keywords", "alpha", "tau", "expires_at")
+
+
+def _request(conn: http.client.HTTPConnection, method: str, path: str,
+             body: bytes | None = None) -> Any:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    conn.request(method, path, body, headers)
+    r = conn.getresponse()
+    text = r.read()
+    if r.status >= 300:
+        msg = f"{method} {path}: {r.status} {text[:300]!r}"
+        raise RuntimeError(msg)
+    return orjson.loads(text)
+
+
+def mark_vehicles(url: str, vehicles: int, *, batch: int = 1000) -> float:
+    """Subscribe subscriptions ``0 .. vehicles - 1`` again with ``"mqtt": true`` (each
+    removed and added back with the same row); the seconds it took."""
+    t0 = time.monotonic()
+    where = urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=120)
+    try:
+        rows: list[dict[str, Any]] = []
+        after = -1
+        while len(rows) < vehicles:
+            page = _request(conn, "GET", f"/subscriptions?after={after}"
+                                         f"&limit={min(100_000, vehicles - len(rows))}"
+                            )["subscriptions"]
+            if not page:
+                break
+            rows += [r for r in page if r["id"] < vehicles]
+            after = page[-1]["id"]
+            if after >= vehicles - 1:
+                break
+        if [r["id"] for r in rows] != list(range(vehicles)):
+            msg = f"the template lacks some of the subscriptions 0 .. {vehicles - 1}"
+            raise InputError(msg)
+        for r in rows:
+            _request(conn, "DELETE", f"/subscriptions/{r['id']}")
+        for a in range(0, vehicles, batch):
+            body = orjson.dumps([{**{k: r[k] for k in _ROW_FIELDS}, "mqtt": True}
+                                 for r in rows[a:a + batch]])
+            _request(conn, "POST", "/subscriptions", body)
+        for r in rows[::max(1, vehicles // 7)]:  # the same rows came back
+            back = _request(conn, "GET", f"/subscriptions/{r['id']}")
+            if back.get("mqtt") is not True or any(back[k] != r[k] for k in _ROW_FIELDS):
+                msg = f"subscription {r['id']} came back changed: {back} (was {r})"
+                raise RuntimeError(msg)
+    finally:
+        conn.close()
+    return time.monotonic() - t0
+
+
 def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: float,
               message_rate: float, seconds: float, work: Path, serve_args: list[str],
               drain: float = 15.0, check: bool = True, publishers: int = 2,
-              observe: bool = True, seed: int = 0) -> dict[str, Any]:
-    """One fleet run (see the module docstring); the report as a dict."""
+              observe: bool = True, seed: int = 0, push: str = "all") -> dict[str, Any]:
+    """One fleet run (see the module docstring); the report as a dict. ``push``: ``all``
+    or ``vehicles`` (only the vehicles' deliveries are published)."""
     from roadpubsub.service.loadgen import build_stream
 
     seconds = min(float(seconds), MAX_SECONDS)
@@ -466,9 +530,15 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
     stream = build_stream(network, n_points=1, n_messages=min(n_msgs, 20_000),
                           first_new_id=10**12, seed=seed + 1)
     first_mid = 2 * 10**12 + int(time.time()) * 10**5  # never seen by the template
+    if push not in ("all", "vehicles"):
+        msg = f"push must be 'all' or 'vehicles', got {push!r}"
+        raise InputError(msg)
+    if push == "vehicles":
+        serve_args = [*serve_args, "--mqtt-push", "chosen"]
     with Broker(work / "broker") as broker, \
             serving(template, work, broker, serve_args) as (srv, url):
         assert broker.proc is not None
+        setup_s = mark_vehicles(url, vehicles) if push == "vehicles" else 0.0
         driver = FleetDriver(broker, network, np.arange(vehicles), rate=rate,
                              messages=stream.messages, message_rate=message_rate,
                              first_message_id=first_mid, publishers=publishers,
@@ -525,7 +595,7 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         drain_s = time.monotonic() - t_end
         m2 = _metrics(url)
         missing = None
-        expected = duplicates = 0
+        expected = duplicates = recorded = 0
         not_applied: list[int] = []
         if check and observe:
             missing = 0
@@ -538,7 +608,9 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
                         raise
                     not_applied.append(mid)
                     continue
-                want.update((mid, d["subscription_id"]) for d in body["deliveries"])
+                recorded += len(body["deliveries"])
+                want.update((mid, d["subscription_id"]) for d in body["deliveries"]
+                            if push == "all" or d["subscription_id"] < vehicles)
             expected = len(want)
             # late ones still count: a backlog left by the run drains while this waits
             deadline = time.monotonic() + drain
@@ -585,6 +657,7 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
     slope = float(np.polyfit([s["t"] for s in half], [s["backlog"] for s in half], 1)[0]) \
         if len(half) >= 3 else 0.0
     return {
+        "push": push, "setup_s": round(setup_s, 1),
         "vehicles": vehicles, "rate_per_vehicle": rate, "messages_per_s_target": message_rate,
         "moves_per_s_target": vehicles * rate, "seconds": round(wall, 2),
         "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
@@ -602,6 +675,10 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         "deliveries_pushed_per_s": round((m1.get(
             'roadpubsub_mqtt_deliveries_total{stage="queued"}', 0) - m0.get(
             'roadpubsub_mqtt_deliveries_total{stage="queued"}', 0)) / wall, 1),
+        "deliveries_recorded_per_s": round((m1.get("roadpubsub_deliveries_total", 0)
+                                            - m0.get("roadpubsub_deliveries_total", 0))
+                                           / wall, 1),
+        "deliveries_recorded_checked": recorded,
         "deliveries_observed": len(driver.all_got.rows),
         "vehicle_deliveries": len(driver.vehicle_got.rows),
         "expected_deliveries": expected, "missing_deliveries": missing,
@@ -645,6 +722,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-check", action="store_true",
                    help="skip checking every recorded delivery arrived")
     p.add_argument("--serve-args", default="", help="extra 'serve' arguments")
+    p.add_argument("--push", choices=("all", "vehicles"), default="all",
+                   help="whose deliveries the service publishes: every subscription's "
+                        "(default) or the vehicles' only (served with --mqtt-push chosen, "
+                        "the vehicles subscribed again with \"mqtt\": true)")
     p.add_argument("--samples", action="store_true", help="print the per-second samples")
     args = p.parse_args(argv)
     from roadpubsub.roadnet.io import load_network
@@ -656,7 +737,8 @@ def main(argv: list[str] | None = None) -> int:
                             rate=args.rate, message_rate=args.messages, seconds=args.seconds,
                             work=Path(tmp), serve_args=args.serve_args.split(),
                             drain=args.drain, check=not args.no_check,
-                            publishers=args.publishers, observe=not args.no_observer)
+                            publishers=args.publishers, observe=not args.no_observer,
+                            push=args.push)
             if not args.samples:
                 rep.pop("samples")
             print(json.dumps(rep), flush=True)

@@ -19,7 +19,14 @@ import pytest
 from live import DMAX_M, message_rows, subscription_rows, tweet_weights
 from oracle import Oracle, as_deliveries, assert_same
 
-from roadpubsub.bench.fleet import MOSQUITTO, SERVICE_USER, Broker, FleetDriver, _metrics
+from roadpubsub.bench.fleet import (
+    MOSQUITTO,
+    SERVICE_USER,
+    Broker,
+    FleetDriver,
+    _metrics,
+    mark_vehicles,
+)
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import publish_packet
@@ -112,5 +119,51 @@ def test_fleet_every_delivery_arrives(serve: Any, tmp_path: Path, workload: Work
                 == figures['roadpubsub_mqtt_deliveries_total{stage="queued"}'] \
                 >= len(recorded) + len(want)
             assert figures["roadpubsub_mqtt_events_pending"] == 0
+        finally:
+            driver.close()
+
+
+def test_fleet_pushing_the_vehicles_only(serve: Any, tmp_path: Path, workload: Workload,
+                                        andorra: RoadNetwork,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--push vehicles``: the vehicles, subscribed again with "mqtt": true, get every
+    delivery of theirs; nobody else's is published, and all are recorded."""
+    with Broker(tmp_path / "broker") as broker:
+        monkeypatch.setenv("ROADPUBSUB_MQTT_PASSWORD", broker.passwords[SERVICE_USER])
+        server = serve("--mqtt", f"127.0.0.1:{broker.port}", "--mqtt-user", SERVICE_USER,
+                       "--mqtt-push", "chosen")
+        subs = subscription_rows(workload, andorra)
+        assert [s["id"] for s in subs[:300]] == list(range(300))
+        with server.client() as c:
+            assert c.post("/subscriptions", json=subs).status_code == 201
+            assert mark_vehicles(server.url, 300, batch=128) > 0
+            assert c.get("/subscriptions/5").json()["mqtt"] is True
+            assert "mqtt" not in c.get(f"/subscriptions/{subs[300]['id']}").json()
+        msgs = [{k: m[k] for k in ("u", "v", "offset", "keywords")}
+                for m in message_rows(workload, andorra)]
+        driver = FleetDriver(broker, andorra, np.arange(300), rate=2.0, messages=msgs[:300],
+                             message_rate=25.0, first_message_id=50_000, keep=True)
+        try:
+            driver.run(3.0)
+            sent = list(driver.sent_at)
+            with server.client() as c:
+                _wait(lambda: all(c.get(f"/messages/{m}").status_code == 200
+                                  for m in sent), 90, "fleet messages not applied")
+                recorded = [d for m in sent
+                            for d in c.get(f"/messages/{m}").json()["deliveries"]]
+            mine = [d for d in recorded if d["subscription_id"] < 300]
+            assert len(mine) > 20 and len(recorded) > len(mine)
+            _wait(lambda: len(driver.all_got.rows) >= len(mine), 30,
+                  f"{len(mine) - len(driver.all_got.rows)} vehicle deliveries did not arrive")
+            time.sleep(0.5)  # nothing more may come
+            bodies = driver.all_got.bodies
+            assert bodies is not None
+            assert_same(as_deliveries(bodies), as_deliveries(mine), "pushed vs the vehicles'")
+            assert {(m, s) for m, s, _ in driver.vehicle_got.rows} \
+                == {(d["message_id"], d["subscription_id"]) for d in mine}
+            figures = _metrics(server.url)
+            assert figures["roadpubsub_mqtt_deliveries_unpushed_total"] \
+                == len(recorded) - len(mine)
+            assert not driver.errors
         finally:
             driver.close()
