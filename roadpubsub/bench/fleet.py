@@ -65,6 +65,7 @@ import orjson
 from roadpubsub.bench.live import stop_servers
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.network import RoadNetwork
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.mqtt_wire import Publish, WireClient, puback, publish_packet
 
 __all__ = ["Broker", "FleetDriver", "VehicleWalk", "run_fleet"]
@@ -461,8 +462,8 @@ def serving(template: Path, work: Path, broker: Broker, serve_args: list[str]
         stop_servers(srv)
 
 
-#: The fields a vehicle is subscribed again with (``--push vehicles``).
-_ROW_FIELDS = ("id", "u", "v", "offset", "keywords", "alpha", "tau", "expires_at")
+#: Fields of a subscription's row that the service computes (not part of a subscribe body).
+_READ_ONLY = frozenset({"topk"})
 
 
 def _request(conn: http.client.HTTPConnection, method: str, path: str,
@@ -477,39 +478,92 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str,
     return orjson.loads(text)
 
 
-def mark_vehicles(url: str, vehicles: int, *, batch: int = 1000) -> float:
-    """Subscribe subscriptions ``0 .. vehicles - 1`` again with ``"mqtt": true`` (each
-    removed and added back with the same row); the seconds it took."""
+def _rows_below(conn: http.client.HTTPConnection, vehicles: int) -> list[dict[str, Any]]:
+    """The rows of the live subscriptions with ids in ``0 .. vehicles - 1``, by id (the
+    listing, paged by ``after``, 100,000 rows a page at most)."""
+    rows: list[dict[str, Any]] = []
+    after = -1
+    while True:
+        page = _request(conn, "GET", f"/subscriptions?after={after}"
+                                     f"&limit={min(100_000, max(1, vehicles - len(rows)))}"
+                        )["subscriptions"]
+        rows += [r for r in page if r["id"] < vehicles]
+        if not page or page[-1]["id"] >= vehicles - 1:
+            return rows
+        after = page[-1]["id"]
+
+
+def mark_vehicles(url: str, vehicles: int, *, batch: int = 1000,
+                  connections: int = 4) -> float:
+    """Subscribe subscriptions ``0 .. vehicles - 1`` again with ``"mqtt": true``: each
+    read, removed and added back with the same id and row (location with its lon/lat,
+    which tells parallel edges apart, keywords, alpha, tau, kind, radius, k, expires_at,
+    webhook), ``batch`` rows a request; then every one is read back and compared, field by
+    field. Returns the seconds it took.
+
+    Raises
+    ------
+    InputError
+        A subscription of ``0 .. vehicles - 1`` is not live, or is a route or area (its
+        row's geometry is not a subscribe body's).
+    RuntimeError
+        The service refused a request, or a row came back changed.
+    """
     t0 = time.monotonic()
     where = urlsplit(url)
-    conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=120)
+    batch = max(1, min(batch, DEFAULTS.max_batch_rows))
+
+    def connect() -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port,
+                                          timeout=120)
+
+    conn = connect()
     try:
-        rows: list[dict[str, Any]] = []
-        after = -1
-        while len(rows) < vehicles:
-            page = _request(conn, "GET", f"/subscriptions?after={after}"
-                                         f"&limit={min(100_000, vehicles - len(rows))}"
-                            )["subscriptions"]
-            if not page:
-                break
-            rows += [r for r in page if r["id"] < vehicles]
-            after = page[-1]["id"]
-            if after >= vehicles - 1:
-                break
+        rows = _rows_below(conn, vehicles)
         if [r["id"] for r in rows] != list(range(vehicles)):
             msg = f"the template lacks some of the subscriptions 0 .. {vehicles - 1}"
+            raise InputError(msg, hint="make the template with subscription ids from 0")
+        sets = [r["id"] for r in rows if r.get("geometry") is not None]
+        if sets:
+            msg = (f"subscriptions {sets[:5]} are routes or areas: --push vehicles needs "
+                   "point subscriptions as vehicles")
             raise InputError(msg)
-        for r in rows:
-            _request(conn, "DELETE", f"/subscriptions/{r['id']}")
+        bodies = [{**{k: v for k, v in r.items() if k not in _READ_ONLY}, "mqtt": True}
+                  for r in rows]
+        # one DELETE per id (the service has no batch of them): a few connections at a
+        # time, so the service applies them in groups
+        errors: list[Exception] = []
+
+        def delete(ids: list[int]) -> None:
+            c = connect()
+            try:
+                for i in ids:
+                    _request(c, "DELETE", f"/subscriptions/{i}")
+            except Exception as exc:  # reported by the caller
+                errors.append(exc)
+            finally:
+                c.close()
+
+        workers = [threading.Thread(target=delete, args=(list(range(k, vehicles,
+                                                                    connections)),))
+                   for k in range(max(1, connections))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
         for a in range(0, vehicles, batch):
-            body = orjson.dumps([{**{k: r[k] for k in _ROW_FIELDS}, "mqtt": True}
-                                 for r in rows[a:a + batch]])
-            _request(conn, "POST", "/subscriptions", body)
-        for r in rows[::max(1, vehicles // 7)]:  # the same rows came back
-            back = _request(conn, "GET", f"/subscriptions/{r['id']}")
-            if back.get("mqtt") is not True or any(back[k] != r[k] for k in _ROW_FIELDS):
-                msg = f"subscription {r['id']} came back changed: {back} (was {r})"
+            _request(conn, "POST", "/subscriptions", orjson.dumps(bodies[a:a + batch]))
+        back = _rows_below(conn, vehicles)
+        for was, now in zip(bodies, back, strict=False):
+            now = {k: v for k, v in now.items() if k not in _READ_ONLY}
+            if now != was:
+                msg = f"subscription {was['id']} came back changed: {now} (was {was})"
                 raise RuntimeError(msg)
+        if len(back) != len(bodies):
+            msg = f"{len(bodies)} vehicles subscribed again, {len(back)} live after"
+            raise RuntimeError(msg)
     finally:
         conn.close()
     return time.monotonic() - t0

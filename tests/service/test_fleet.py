@@ -28,6 +28,7 @@ from roadpubsub.bench.fleet import (
     mark_vehicles,
 )
 from roadpubsub.index.workload import Workload
+from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.service.mqtt_wire import publish_packet
 
@@ -134,10 +135,19 @@ def test_fleet_pushing_the_vehicles_only(serve: Any, tmp_path: Path, workload: W
                        "--mqtt-push", "chosen")
         subs = subscription_rows(workload, andorra)
         assert [s["id"] for s in subs[:300]] == list(range(300))
+        # rows that say more than a point: marking must keep what they say
+        for k in (3, 150, 299):
+            subs[k]["expires_at"] = time.time() + 86_400.0 * (k + 1)
+        subs[7].update(kind="boolean", radius=DMAX_M / 2, alpha=None, tau=None)
         with server.client() as c:
             assert c.post("/subscriptions", json=subs).status_code == 201
+            with pytest.raises(InputError, match="lacks some"):
+                mark_vehicles(server.url, len(subs) + 1)  # refused before any change
+            before = {k: c.get(f"/subscriptions/{k}").json() for k in (0, 3, 7, 150, 299)}
             assert mark_vehicles(server.url, 300, batch=128) > 0
-            assert c.get("/subscriptions/5").json()["mqtt"] is True
+            for k, row in before.items():
+                assert c.get(f"/subscriptions/{k}").json() == {**row, "mqtt": True}
+            assert before[7]["kind"] == "boolean" and before[3]["expires_at"] is not None
             assert "mqtt" not in c.get(f"/subscriptions/{subs[300]['id']}").json()
         msgs = [{k: m[k] for k in ("u", "v", "offset", "keywords")}
                 for m in message_rows(workload, andorra)]
@@ -158,6 +168,9 @@ def test_fleet_pushing_the_vehicles_only(serve: Any, tmp_path: Path, workload: W
             time.sleep(0.5)  # nothing more may come
             bodies = driver.all_got.bodies
             assert bodies is not None
+            # only the vehicles' deliveries went out, though others' were recorded
+            assert max(b["subscription_id"] for b in bodies) < 300
+            assert max(d["subscription_id"] for d in recorded) >= 300
             assert_same(as_deliveries(bodies), as_deliveries(mine), "pushed vs the vehicles'")
             assert {(m, s) for m, s, _ in driver.vehicle_got.rows} \
                 == {(d["message_id"], d["subscription_id"]) for d in mine}
