@@ -29,12 +29,21 @@ It reports moves and messages sent and applied per second, the backlog (events s
 not yet acknowledged by the service) every second, end-to-end latencies (a message's
 publication on MQTT to a delivery's arrival on MQTT: every delivery, each message's first,
 and the vehicles' own), the service's CPU per event by thread, its RSS, and the CPU share
-of the broker, the generator and the service. After the run it checks that every
-delivery the service recorded arrived at the observer. Run it as::
+of the broker, the generator and the service; deliveries recorded (matched) per second
+and pushed per second apart. After the run it checks that every delivery the service
+recorded to a pushed subscription (every one with ``--push all``, the vehicles' with
+``--push vehicles``) arrived at the observer, once, and that nothing else did
+(``missing_deliveries``, ``duplicate_deliveries``, ``unexpected_deliveries``); latency
+percentiles are over the deliveries that arrived. The report (one JSON line on stdout)
+and the summary line on stderr name the mode (``push``). Run it as::
 
     python -m roadpubsub.bench.fleet --template /work/bench/tpl \\
         --network ../shared/data/dimacs/rome.gr.gz --vehicles 10000 --messages 100 \\
-        --seconds 60
+        --seconds 60 --push vehicles
+
+``--push vehicles`` needs the template's subscriptions ``0 .. n - 1`` to be point
+subscriptions, and no other subscription to say ``"mqtt": true`` (a template made with
+``roadpubsub create`` says nothing).
 """
 
 from __future__ import annotations
@@ -649,7 +658,7 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         drain_s = time.monotonic() - t_end
         m2 = _metrics(url)
         missing = None
-        expected = duplicates = recorded = 0
+        expected = duplicates = recorded = unexpected = 0
         not_applied: list[int] = []
         if check and observe:
             missing = 0
@@ -675,6 +684,8 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
                     break
                 time.sleep(1.0)
             duplicates = len(driver.all_got.rows) - len(got)
+            # pushed though not expected (--push vehicles: another subscription's)
+            unexpected = len({g for g in got if g[0] in driver.sent_at} - want)
         rss_service = _rss(srv.pid)
         rss_broker = _rss(broker.proc.pid)
         driver.close()
@@ -732,11 +743,14 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
         "deliveries_recorded_per_s": round((m1.get("roadpubsub_deliveries_total", 0)
                                             - m0.get("roadpubsub_deliveries_total", 0))
                                            / wall, 1),
+        "deliveries_not_pushed_per_s": round((m1.get(
+            "roadpubsub_mqtt_deliveries_unpushed_total", 0) - m0.get(
+            "roadpubsub_mqtt_deliveries_unpushed_total", 0)) / wall, 1),
         "deliveries_recorded_checked": recorded,
         "deliveries_observed": len(driver.all_got.rows),
         "vehicle_deliveries": len(driver.vehicle_got.rows),
         "expected_deliveries": expected, "missing_deliveries": missing,
-        "duplicate_deliveries": duplicates,
+        "duplicate_deliveries": duplicates, "unexpected_deliveries": unexpected,
         "messages_not_applied": len(not_applied),
         "refused": int(m2.get('roadpubsub_mqtt_events_total{stage="refused"}', 0)),
         "errors_sample": driver.errors[:3],
@@ -755,6 +769,21 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
                    "generator": round(_rss() / 2**20)},
         "samples": samples,
     }
+
+
+def _summary(rep: dict[str, Any]) -> str:
+    """One line of a run's report for a reader."""
+    lat = rep["latency_ms_all_deliveries"]
+    setup = f" (vehicles marked in {rep['setup_s']} s, not timed)" \
+        if rep["push"] == "vehicles" else ""
+    return (f"fleet --push {rep['push']}{setup}: {rep['vehicles']} vehicles, "
+            f"{rep['seconds']} s: moves applied {rep['moves_applied_per_s']}/s of "
+            f"{rep['moves_per_s_target']:g}, messages {rep['messages_applied_per_s']}/s of "
+            f"{rep['messages_per_s_target']:g}; deliveries recorded "
+            f"{rep['deliveries_recorded_per_s']}/s, pushed {rep['deliveries_pushed_per_s']}/s"
+            f"; backlog at the end {rep['backlog_end']}; missing "
+            f"{rep['missing_deliveries']}, unexpected {rep['unexpected_deliveries']}; "
+            f"latency p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -779,7 +808,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--push", choices=("all", "vehicles"), default="all",
                    help="whose deliveries the service publishes: every subscription's "
                         "(default) or the vehicles' only (served with --mqtt-push chosen, "
-                        "the vehicles subscribed again with \"mqtt\": true)")
+                        "the vehicles subscribed again with \"mqtt\": true before the run, "
+                        "timed apart as setup_s)")
     p.add_argument("--samples", action="store_true", help="print the per-second samples")
     args = p.parse_args(argv)
     from roadpubsub.roadnet.io import load_network
@@ -796,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.samples:
                 rep.pop("samples")
             print(json.dumps(rep), flush=True)
+            print(_summary(rep), file=sys.stderr, flush=True)
     return 0
 
 
