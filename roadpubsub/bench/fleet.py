@@ -562,6 +562,9 @@ def mark_vehicles(url: str, vehicles: int, *, batch: int = 1000,
             w.join()
         if errors:
             raise errors[0]
+        # a new connection: the first one idled past the server's keep-alive meanwhile
+        conn.close()
+        conn = connect()
         for a in range(0, vehicles, batch):
             _request(conn, "POST", "/subscriptions", orjson.dumps(bodies[a:a + batch]))
         back = _rows_below(conn, vehicles)
@@ -602,6 +605,12 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
             serving(template, work, broker, serve_args) as (srv, url):
         assert broker.proc is not None
         setup_s = mark_vehicles(url, vehicles) if push == "vehicles" else 0.0
+        if setup_s:  # the marking's own snapshot ends before the run
+            t_settle, deadline = time.monotonic(), time.monotonic() + 300
+            while json.loads(_get(url + "/health")).get("snapshot_running") \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            setup_s += time.monotonic() - t_settle
         driver = FleetDriver(broker, network, np.arange(vehicles), rate=rate,
                              messages=stream.messages, message_rate=message_rate,
                              first_message_id=first_mid, publishers=publishers,

@@ -353,7 +353,10 @@ class Applier:
         repeats = set(applied.body.get("duplicates", []))
         top_all = applied.topk_all if applied.topk_all is not None else TopkFound.empty()
         top_new = applied.topk if applied.topk is not None else TopkFound.empty()
-        for it, batch in group:
+        # without repeats every message is new, in the combined order: a request's
+        # located messages are its slice (no isin per request of a fleet's group)
+        ends = np.cumsum([b.ids.size for _, b in group]) if not repeats else None
+        for k, (it, batch) in enumerate(group):
             # each request's deliveries from the per-message pieces the state recorded
             # (split once there), not by selecting from the combined answer again
             ids = batch.ids.tolist()
@@ -363,17 +366,20 @@ class Applier:
             fresh_seq = mine_seq if mine is my_fresh else self.state.delivery_seqs(my_fresh)
             body: dict[str, Any] = {"deliveries": DeliveryList(mine, seq=mine_seq),
                                     "seq": applied.seq}
-            my_top = top_all.only(batch.ids)
+            my_top = top_all.only(batch.ids) if len(top_all) else top_all
             if len(my_top):
                 body["topk"] = topk_json(my_top)
             dup = [m for m in batch.ids.tolist() if m in repeats]
             if dup:
                 body["duplicates"] = dup
             located = None
-            if applied.messages is not None:
+            if applied.messages is not None and ends is not None:
+                a, b = (int(ends[k - 1]) if k else 0), int(ends[k])
+                located = (applied.messages[0][a:b], applied.messages[1][a:b])
+            elif applied.messages is not None:
                 keep = np.isin(applied.messages[0], batch.ids)
                 located = (applied.messages[0][keep], applied.messages[1][keep])
-            fresh_top = top_new.only(batch.ids)
+            fresh_top = top_new.only(batch.ids) if len(top_new) else top_new
             it.future.set_result(Applied(applied.seq, body, my_fresh, mine,
                                          located, fresh_top if len(fresh_top) else None,
                                          my_top, fresh_seq, applied.mqtt))

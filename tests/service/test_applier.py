@@ -85,6 +85,13 @@ def test_runs_of_moves_and_publishes_equal_one_by_one(
     answers = [f.result(30) for f in futures]
     assert answers[0].seq == answers[1].seq != answers[2].seq
     assert answers[3].body["duplicates"] == [msgs[1]["id"]]
+    # each answer of a group locates its own messages only (the live map's events)
+    for p, a in zip(pubs[:2], answers[:2], strict=True):
+        assert a.messages is not None
+        assert a.messages[0].tolist() == [r["id"] for r in p]
+        want_at = parser.messages(p).points
+        assert a.messages[1].edge.tolist() == want_at.edge.tolist()
+        assert a.messages[1].offset.tolist() == want_at.offset.tolist()
     for p in pubs[:3]:
         oracle.apply("publish", p)
     for p, a in zip(pubs, answers, strict=True):
@@ -102,6 +109,8 @@ def test_runs_of_moves_and_publishes_equal_one_by_one(
     assert applier.groups == groups + 1 and answers[0].seq == answers[1].seq
     assert answers[0].body["duplicates"] == [msgs[0]["id"]]
     assert "duplicates" not in answers[1].body
+    assert [a.messages[0].tolist() for a in answers if a.messages is not None] == [
+        [r["id"] for r in pair[0][1:]], [r["id"] for r in pair[1]]]
     oracle.apply("publish", [*pair[0][1:], *pair[1]])
     for p, a in zip(pair, answers, strict=True):
         want = Deliveries.concat([oracle.deliveries[r["id"]] for r in p])
