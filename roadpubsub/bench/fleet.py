@@ -636,6 +636,8 @@ def run_fleet(*, template: Path, network: RoadNetwork, vehicles: int, rate: floa
                 "deliveries_inflight": int(m.get("roadpubsub_mqtt_deliveries_inflight", 0)),
                 "oldest_delivery_s": m.get("roadpubsub_mqtt_oldest_queued_seconds", 0.0),
                 "observed": len(driver.all_got.rows),
+                "snapshots_done": int(m.get("roadpubsub_snapshots_total", 0)),
+                "last_snapshot_s": round(m.get("roadpubsub_snapshot_seconds", 0.0), 2),
                 "service_cpu_s": round(_cpu(srv.pid), 2),
                 "broker_cpu_s": round(_cpu(broker.proc.pid), 2) if broker.proc else 0.0,
                 "generator_cpu_s": round(_cpu(), 2), "load": os.getloadavg()[0]})
