@@ -99,7 +99,8 @@ def test_mqtt_password_never_from_argv(tmp_path: Path, monkeypatch: pytest.Monke
         assert "s3cret" not in capsys.readouterr().err
     monkeypatch.setenv("ROADPUBSUB_MQTT_PASSWORD", "from-env")
     args = parser.parse_args([*base, "--mqtt-user", "svc"])
-    assert _mqtt_options(args) == {"username": "svc", "password": "from-env", "tls_ca": None}
+    assert _mqtt_options(args) == {"username": "svc", "password": "from-env", "tls_ca": None,
+                                  "push": "all"}
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
     args = parser.parse_args([*base, "--mqtt-user", "svc", "--mqtt-password-file", str(secret)])
