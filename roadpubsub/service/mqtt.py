@@ -620,10 +620,10 @@ class MqttConnector:
                 d, seq = d.take(rows), None if seq is None else seq[rows]
             out += delivery_payloads(d, seq, self._deliveries_topic)
         if applied.topk is not None and len(applied.topk):
-            events = topk_json(applied.topk)
-            sid = np.fromiter((e["subscription_id"] for e in events), np.int64, len(events))
-            keep = choices.pushed(sid, mode=self.push)
-            out += self._encode([e for e, k in zip(events, keep.tolist(), strict=True) if k])
+            # topk_json keeps the events' order: the mask applies to its objects
+            keep = choices.pushed(applied.topk.events.subscription_id, mode=self.push)
+            out += self._encode([e for e, k in zip(topk_json(applied.topk), keep.tolist(),
+                                                    strict=True) if k])
         return out
 
     def _stage_times(self, done: list[_Event], durable: float | None, sent: float) -> None:

@@ -215,10 +215,9 @@ class StateCore:
         if self.webhook_of:
             for i in ids.tolist():
                 self.webhook_of.pop(i, None)
-        if self.mqtt_of:
-            said = self.mqtt_of
-            gone = [i for i in ids.tolist() if said.pop(i, None) is not None]
-            self._mqtt_changed = self._mqtt_changed or bool(gone)
+        for i in ids.tolist() if self.mqtt_of else ():
+            if self.mqtt_of.pop(i, None) is not None:
+                self._mqtt_changed = True
         if thr.size:
             self.index.unsubscribe(thr)
             self.compactor.removed(thr)

@@ -267,6 +267,8 @@ def test_only_the_deliveries_their_subscriptions_want_are_pushed(
     for i, row in enumerate(subs):
         if i % 3 < 2:
             row["mqtt"] = said[row["id"]] = i % 3 == 0
+        if i % 30 < 3:  # top-k subscriptions of each choice: their events are pushed too
+            row.update(kind="topk", k=3, tau=None)
     args = ("--mqtt", f"127.0.0.1:{broker}", "--mqtt-push", mode)
     first = serve(*args)
     with first.client() as c:
@@ -303,6 +305,10 @@ def test_only_the_deliveries_their_subscriptions_want_are_pushed(
             while len(got) < len(want) and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(0.5)  # nothing more may come
+            events = [g for g in got if "event" in g]  # top-k insertions and evictions
+            assert events and all(said.get(e["subscription_id"], mode == "all")
+                                  for e in events)
+            got = [g for g in got if "event" not in g]
             assert_same(as_deliveries(got), as_deliveries(want), "pushed vs wanted")
             unpushed = [ln for ln in c.get("/metrics").text.splitlines()
                         if ln.startswith("roadpubsub_mqtt_deliveries_unpushed_total ")]
