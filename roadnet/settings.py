@@ -97,6 +97,12 @@ class Settings:
         index update or matcher call and one log record (>= 1; 1: one by one). A fleet
         over MQTT (10,000 moves/s) needs groups of hundreds: a group's fixed part (the
         index update, the log record) is paid once for all its requests.
+    group_wait_ms
+        Longest time, milliseconds (>= 0; 0: never), a live service's group of concurrent
+        moves and publishes waits for more while events keep arriving (an idle service
+        applies each at once): on Rome at 1M subscriptions, matching 3 messages together
+        cost 0.9 ms a message and 10 together 0.6 ms, and a run of moves pays about
+        0.3 ms whatever its size.
     switch_interval_ms
         The interpreter's thread switch interval while serving, milliseconds (> 0; 5 is
         Python's own).
@@ -297,6 +303,7 @@ class Settings:
     flush_every: int = 2_000
     flush_queue: int = 4
     group_max: int = 1024
+    group_wait_ms: float = 20.0
     switch_interval_ms: float = 5.0
     mqtt_prefix: str = "roadpubsub"
     mqtt_push: str = "all"

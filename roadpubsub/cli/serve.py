@@ -97,8 +97,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="published messages between deliveries-log segments (default 2000)")
     p.add_argument("--group-max", type=int, default=DEFAULTS.group_max, metavar="N",
                    help="most queued move or publish requests applied together as one "
-                        "index update or matcher call and one log record (default 64; 1: "
-                        "one by one)")
+                        "index update or matcher call and one log record (default "
+                        "%(default)s; 1: one by one)")
+    p.add_argument("--group-wait", type=float, default=DEFAULTS.group_wait_ms,
+                   metavar="MS", help="longest time a group of moves and publishes waits for "
+                   "more while events keep arriving, milliseconds (default %(default)s; 0: "
+                   "never)")
     p.add_argument("--gc-threshold", type=int, default=DEFAULTS.gc_young_threshold,
                    metavar="N", help="the youngest generation's garbage-collection "
                    "threshold while serving (default %(default)s; Python's own is 700)")
@@ -582,6 +586,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             msg = f"--{name.replace('_', '-')} must be >= 1"
             raise InputError(msg)
+    if not 0 <= args.group_wait <= 1000:
+        msg = f"--group-wait must lie in [0, 1000] ms, got {args.group_wait:g}"
+        raise InputError(msg)
     if not 0.01 <= args.switch_interval <= 100:
         msg = f"--switch-interval must lie in [0.01, 100] ms, got {args.switch_interval:g}"
         raise InputError(msg)
@@ -675,7 +682,8 @@ def run(args: argparse.Namespace) -> int:
         print("serve: UNAUTHENTICATED: no token in the state folder, every loopback client "
               "may do everything (create one: roadpubsub token create --state "
               f"{folder} --role admin)", file=sys.stderr, flush=True)
-    app = build_app(state, group_max=args.group_max, mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
+    app = build_app(state, group_max=args.group_max, group_wait_ms=args.group_wait,
+                    mqtt=mqtt, mqtt_prefix=args.mqtt_prefix,
                     ws_buffer_deliveries=limits.ws_buffer_deliveries,
                     ws_buffer_bytes=limits.ws_buffer_bytes, gate=gate,
                     mqtt_options=mqtt_options, webhooks=webhooks)

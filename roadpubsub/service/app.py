@@ -237,7 +237,7 @@ def _lifespan(service: Service, mqtt: tuple[str, int] | None, mqtt_prefix: str,
     return lifespan
 
 
-def build_app(state: ServiceState, *, group_max: int = 64,
+def build_app(state: ServiceState, *, group_max: int = 64, group_wait_ms: float = 0.0,
               mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
               on_shutdown: Callable[[], None] | None = None,
               ws_buffer_deliveries: int = DEFAULTS.ws_buffer_deliveries,
@@ -245,7 +245,8 @@ def build_app(state: ServiceState, *, group_max: int = 64,
               gate: AccessGate | None = None, mqtt_options: dict[str, Any] | None = None,
               webhooks: WebhookService | None = None) -> Starlette:
     """The ASGI application serving ``state``; ``group_max`` requests at most are applied
-    together (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
+    together, waiting up to ``group_wait_ms`` for more while pipelined events keep
+    arriving (see :mod:`roadpubsub.service.applier`); ``mqtt`` (host, port) connects the
     broker connector (:mod:`roadpubsub.service.mqtt`, with ``mqtt_options``: its
     credentials and TLS); ``gate`` authenticates every request
     (:mod:`roadpubsub.service.access`; None: nobody is asked for a token); a WebSocket
@@ -262,7 +263,7 @@ def build_app(state: ServiceState, *, group_max: int = 64,
                         max_set_points=opts.set_max_points,
                         max_set_pieces=opts.set_max_pieces,
                         max_set_batch_points=opts.set_batch_points)
-    applier = Applier(state, parser, group_max=group_max)
+    applier = Applier(state, parser, group_max=group_max, wait_ms=group_wait_ms)
     guard = Guard(state, parser, gate.store if gate is not None else None)
     feeder = None if webhooks is None else \
         WebhookFeeder(state, webhooks.queue, webhooks.outbox.high_seq)

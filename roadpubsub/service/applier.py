@@ -25,6 +25,18 @@ a move once. Requests that must keep their place are not concurrent: they stay i
 and nothing is moved across them (MQTT's subscriptions and unsubscriptions; MQTT's moves
 and messages are concurrent, as MQTT orders one client's messages on one topic only, and
 moves and messages travel on different topics: :mod:`roadpubsub.service.mqtt`).
+
+A group's fixed part (a run of moves pays about 0.3 ms whatever its size; matching 3
+messages together cost 0.9 ms a message on Rome at 1M subscriptions, 10 together 0.6 ms)
+is what a busy thread spends its time on when its groups are small. So while events keep
+arriving (some came while the last group was applied), a group that starts with a
+*pipelined* event (its sender goes on without waiting for the answer: MQTT's moves and
+messages) takes what arrives for up to ``wait_ms`` before it is applied: a fleet at
+10,000 moves/s and 500 messages/s went from about 14,000 groups a minute to 3,000, and
+the apply thread's CPU per event from 61 to 35 us. Nothing else waits: an idle thread
+applies each group at once, a closed-loop client's request (HTTP's, which waits for its
+answer before the next) never starts a waiting group, and a request that keeps its
+place ends the wait.
 """
 
 from __future__ import annotations
@@ -87,6 +99,7 @@ class _Item:
     path_id: int | None = None
     label: str = ""
     concurrent: bool = False  # may be ordered with the group's other concurrent requests
+    pipelined: bool = False  # its sender does not wait for its answer (see Applier._run)
 
 
 class Applier:
@@ -100,12 +113,17 @@ class Applier:
         Turns bodies into batches.
     group_max
         Most requests applied together (1: one by one).
+    wait_ms
+        Longest time, in milliseconds (>= 0; 0: never), a group of concurrent requests
+        waits for more to join it while events keep arriving (see the module docstring).
     """
 
-    def __init__(self, state: ServiceState, parser: BodyParser, *, group_max: int = 64) -> None:
+    def __init__(self, state: ServiceState, parser: BodyParser, *, group_max: int = 64,
+                 wait_ms: float = 0.0) -> None:
         self.state = state
         self.parser = parser
         self.group_max = max(1, int(group_max))
+        self.wait_s = max(0.0, float(wait_ms)) / 1000.0
         self.groups = 0
         self.grouped_requests = 0
         # CPU time of this thread by kind of request (parse, apply, log): where the
@@ -131,20 +149,23 @@ class Applier:
         return fut
 
     def move(self, body: Any, *, path_id: int | None = None, reply: Any = None,
-             concurrent: bool = False) -> Future[Applied]:
+             concurrent: bool = False, pipelined: bool = False) -> Future[Applied]:
         """A move request (one or a batch)."""
         if isinstance(body, MoveBundle):  # its own reply; its rows carry their ids
-            self._queue.put(_Item("move", body, body.reply, concurrent=concurrent))
+            self._queue.put(_Item("move", body, body.reply, concurrent=concurrent,
+                                  pipelined=pipelined))
             return body.reply  # type: ignore[no-any-return]
         fut: Future[Applied] = Future() if reply is None else reply
-        self._queue.put(_Item("move", body, fut, path_id, concurrent=concurrent))
+        self._queue.put(_Item("move", body, fut, path_id, concurrent=concurrent,
+                              pipelined=pipelined))
         return fut
 
-    def publish(self, body: Any, *, reply: Any = None, concurrent: bool = False
-                ) -> Future[Applied]:
+    def publish(self, body: Any, *, reply: Any = None, concurrent: bool = False,
+                pipelined: bool = False) -> Future[Applied]:
         """A publish request (one or a batch)."""
         fut: Future[Applied] = Future() if reply is None else reply
-        self._queue.put(_Item("publish", body, fut, concurrent=concurrent))
+        self._queue.put(_Item("publish", body, fut, concurrent=concurrent,
+                              pipelined=pipelined))
         return fut
 
     def stop(self) -> None:
@@ -154,21 +175,35 @@ class Applier:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
+        loaded = False  # events arrived while the last group was applied
         while True:
             first = self._queue.get()
             if first is None:
                 return
             items = [first]
+            # Waiting for more pays a group's fixed part once for more events; only for
+            # senders that do not wait for their answers (closed-loop clients would wait
+            # for each other), and only while events keep coming (an idle thread applies
+            # each group at once).
+            due = time.monotonic() + self.wait_s \
+                if loaded and first.pipelined and first.concurrent else 0.0
+            stop = False
             while len(items) < self.group_max:
                 try:
-                    nxt = self._queue.get_nowait()
+                    nxt = self._queue.get(timeout=due - time.monotonic()) \
+                        if due > time.monotonic() else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self._process(by_kind(items))
-                    return
+                    stop = True
+                    break
                 items.append(nxt)
+                if not nxt.concurrent:  # it keeps its place: no waiting behind it
+                    due = 0.0
             self._process(by_kind(items))
+            if stop:
+                return
+            loaded = self.wait_s > 0.0 and not self._queue.empty()
 
     def _process(self, items: list[_Item]) -> None:
         i = 0
@@ -199,13 +234,12 @@ class Applier:
         if not any(isinstance(it.payload, MoveBundle) for it in run):
             self._moves_run(run)
             return
-        # Runs of bundles in which no id repeats (applied in order, each as one batch:
-        # the same as one by one); any other request on its own run.
+        # Runs of bundles and single moves in which no id repeats (applied in order, each
+        # as one batch: the same as one by one); any other request on its own run.
         seen: set[Any] = set()
         part: list[_Item] = []
         for it in run:
-            bundle = it.payload if isinstance(it.payload, MoveBundle) else None
-            ids = bundle.ids() if bundle is not None else None
+            ids = _move_ids(it)
             if part and (ids is None or not seen.isdisjoint(ids)):
                 self._moves_run(part)
                 part, seen = [], set()
@@ -413,6 +447,17 @@ def by_kind(items: list[_Item]) -> list[_Item]:
         out.append(it)
     out.extend(sorted(span, key=lambda x: _KIND_ORDER.get(x.kind, 2)))
     return out
+
+
+def _move_ids(it: _Item) -> list[Any] | None:
+    """The ids a bundle or a one-object move names (integers only), None for any other
+    request (a batch, a bad body: applied on its own)."""
+    body = it.payload
+    if isinstance(body, MoveBundle):
+        return body.ids()
+    sid = it.path_id if it.path_id is not None else \
+        body.get("id") if type(body) is dict else None
+    return [sid] if type(sid) is int else None
 
 
 def _unbundled(it: _Item) -> list[_Item]:

@@ -63,6 +63,10 @@ class Event:
     concurrent
         Whether the apply thread may order it with the other concurrent requests queued
         with it (:func:`~roadpubsub.service.applier.by_kind`).
+    pipelined
+        Whether its sender goes on sending without waiting for its answer (MQTT's moves
+        and messages): its group may then wait a little for more to join it
+        (:class:`~roadpubsub.service.applier.Applier`'s ``wait_ms``).
     """
 
     kind: str
@@ -70,6 +74,7 @@ class Event:
     principal: Principal = OPEN
     path_id: int | None = None
     concurrent: bool = True
+    pipelined: bool = False
 
 
 class _LoopSink:
@@ -163,12 +168,14 @@ class Dispatch:
         applier, state, guard = self.applier, self.state, self.guard
         if kind == "publish":
             if who.role == ADMIN:
-                applier.publish(body, reply=reply, concurrent=concurrent)
+                applier.publish(body, reply=reply, concurrent=concurrent,
+                                pipelined=event.pipelined)
             else:
                 applier.call(lambda: guard.publish(who, body), reply=reply, kind=kind,
                              concurrent=concurrent)
         elif kind == "move":
-            applier.move(body, path_id=event.path_id, reply=reply, concurrent=concurrent)
+            applier.move(body, path_id=event.path_id, reply=reply, concurrent=concurrent,
+                         pipelined=event.pipelined)
         elif kind == "subscribe":
             if who.role == ADMIN:
                 parser = applier.parser

@@ -456,10 +456,10 @@ class MqttConnector:
 
     def _bundle(self, rows: list[dict[str, Any]], events: list[_Event]) -> None:
         if len(events) == 1:  # alone: its own request, its own reply
-            self.dispatch.submit(Event("move", rows[0]), events[0])
+            self.dispatch.submit(Event("move", rows[0], pipelined=True), events[0])
             return
         bundle = MoveBundle(rows, list(events), _Events(self, events))
-        self.dispatch.submit(Event("move", bundle), bundle.reply)
+        self.dispatch.submit(Event("move", bundle, pipelined=True), bundle.reply)
 
     def _own_id(self, topic: bytes) -> int:
         """The subscription id of a vehicle's topic (remembered)."""
@@ -478,9 +478,9 @@ class MqttConnector:
         kind = self._topics.get(topic)
         body = decode_body(payload, max_depth=self.state.options.max_json_depth)
         if kind == "moves":
-            return Event("move", body)
+            return Event("move", body, pipelined=True)
         if kind == "messages":
-            return Event("publish", body)
+            return Event("publish", body, pipelined=True)
         if topic.startswith(self._own_moves):
             return self._own_event(topic, self._own_id(topic), body)
         if kind == "subscriptions":
@@ -500,12 +500,12 @@ class MqttConnector:
     def _own_event(self, topic: bytes, sid: int, body: Any) -> Event:
         """A move on one vehicle's own topic: its id only."""
         if isinstance(body, dict):
-            return Event("move", body, path_id=sid)
+            return Event("move", body, path_id=sid, pipelined=True)
         rows = body if isinstance(body, list) else [body]
         if not all(isinstance(r, dict) and r.get("id", sid) == sid for r in rows):
             msg = f"the topic {topic.decode()} takes moves of subscription {sid} only"
             raise RequestError(msg, status=403)
-        return Event("move", [{**r, "id": sid} for r in rows])
+        return Event("move", [{**r, "id": sid} for r in rows], pipelined=True)
 
     def _on_puback(self, pids: list[int]) -> None:
         with self._ack_cond:

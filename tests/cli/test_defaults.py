@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
+
+import pytest
 
 from roadpubsub.cli import build_parser
 from roadpubsub.roadnet.settings import DEFAULTS
@@ -73,6 +77,7 @@ def test_every_command_keeps_its_defaults() -> None:
     assert (serve["host"], serve["port"]) == ("127.0.0.1", 8000)
     assert (serve["snapshot_every"], serve["flush_every"], serve["group_max"]) == (
         20_000, 2_000, 1024)  # groups of hundreds for fleets over MQTT (issue 33)
+    assert serve["group_wait"] == DEFAULTS.group_wait_ms == 20.0  # pipelined events only
     assert serve["switch_interval"] == 5.0 and serve["mqtt_prefix"] == "roadpubsub"
     assert serve["max_snap"] == DEFAULTS.snap_distance_m == 250.0
     assert serve["window"] is None  # given or not decides whether it may be passed
@@ -117,3 +122,14 @@ def test_every_settings_field_is_documented() -> None:
             documented.update(n.strip() for n in line.split(","))
     missing = [f.name for f in fields(Settings) if f.name not in documented]
     assert missing == []
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "1001"])
+def test_serve_refuses_a_group_wait_out_of_range(tmp_path: Path, value: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "roadpubsub", "serve", "--state",
+                        str(tmp_path / "svc"), "--port", "0", "--group-wait", value],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "--group-wait must lie in [0, 1000] ms" in err[0], err
+    assert not (tmp_path / "svc").exists()

@@ -229,3 +229,79 @@ def test_a_bundle_of_moves_is_one_batch_or_each_event_alone(
     oracle.apply("publish", msgs)
     want = Deliveries.concat([oracle.deliveries[m["id"]] for m in msgs])
     assert_same(as_deliveries(answer.body["deliveries"]), want, "after the bundles")
+
+
+def test_single_moves_join_the_bundles_run(
+        running: _Running, workload: Workload, move_points: EdgePoints,
+        andorra: RoadNetwork) -> None:
+    """A one-object move (an MQTT read of one event) joins the bundles around it in one
+    batch while no id repeats; a repeated id starts the next run (the later position
+    wins). The answers equal the moves applied one by one."""
+    state, parser, applier, oracle = running
+    subs = subscription_rows(workload, andorra)[:200]
+    applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+    oracle.apply("subscribe", subs)
+
+    def row(i: int, k: int) -> dict[str, Any]:
+        return {"id": subs[i]["id"], **location_of(andorra, move_points, k)}
+
+    def bundle(rows: list[dict[str, Any]]) -> MoveBundle:
+        return MoveBundle(rows, [Future() for _ in rows], Future())
+
+    plan: list[Any] = [bundle([row(1, 50), row(2, 51)]), row(3, 52), bundle([row(4, 53)]),
+                       row(5, 54), row(1, 55), bundle([row(6, 56), row(2, 57)])]
+    futures = _queued(applier, [lambda b=b: applier.move(b, concurrent=True) for b in plan])
+    seq = [f.result(30).seq for f in futures]
+    assert seq[0] == seq[1] == seq[2] == seq[3] < seq[4] == seq[5]
+    for p in plan:
+        oracle.apply("move", p.rows if isinstance(p, MoveBundle) else [p])
+    msgs = [{**m, "time": 500.0} for m in message_rows(workload, andorra)[:40]]
+    answer = applier.publish(msgs).result(30)
+    oracle.apply("publish", msgs)
+    want = Deliveries.concat([oracle.deliveries[m["id"]] for m in msgs])
+    assert_same(as_deliveries(answer.body["deliveries"]), want, "after the moves")
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_busy_group_of_pipelined_events_waits_for_more(
+        service_dir: Path, andorra: RoadNetwork, tweets: list[list[str]],
+        workload: Workload, move_points: EdgePoints, pipelined: bool) -> None:
+    """While events keep arriving, a group of pipelined events (MQTT's: their senders do
+    not wait for answers) waits up to ``wait_ms`` for more: a move queued after a publish
+    joins its group and is applied first (they are concurrent). A closed-loop sender's
+    publish is applied at once. Either way the answers equal the log's order."""
+    state = ServiceState.open(service_dir, ServiceOptions())
+    parser = BodyParser(andorra, max_snap_m=250.0)
+    applier = Applier(state, parser, group_max=64, wait_ms=2000)
+    oracle = Oracle(andorra, tweet_weights(tweets), dmax_m=DMAX_M)
+    try:
+        subs = subscription_rows(workload, andorra)[:300]
+        applier.call(lambda: state.subscribe(parser.subscriptions(subs))).result(30)
+        oracle.apply("subscribe", subs)
+        msgs = [{**m, "time": 100.0} for m in message_rows(workload, andorra)[:20]]
+        # every subscription moved next to the first message: its deliveries change
+        moves = [{"id": s["id"], "u": msgs[0]["u"], "v": msgs[0]["v"],
+                  "offset": msgs[0]["offset"]} for s in subs[:100]]
+        entered, gate = threading.Event(), threading.Event()
+        applier.call(lambda: (entered.set(), gate.wait(10)))
+        assert entered.wait(10)  # the apply thread is busy: what comes next queues up
+        published = applier.publish(msgs, concurrent=True, pipelined=pipelined)
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        gate.set()  # the publish is queued behind the gate: events kept arriving
+        time.sleep(0.2)
+        moved = applier.move(moves, concurrent=True, pipelined=pipelined)
+        p, m = published.result(30), moved.result(30)
+        if pipelined:
+            assert m.seq < p.seq and time.monotonic() - t0 >= 1.9
+            order = [("move", moves), ("publish", msgs)]
+        else:
+            assert p.seq < m.seq
+            order = [("publish", msgs), ("move", moves)]
+        for kind, body in order:
+            oracle.apply(kind, body)
+        want = Deliveries.concat([oracle.deliveries[x["id"]] for x in msgs])
+        assert_same(as_deliveries(p.body["deliveries"]), want, "the publish")
+    finally:
+        applier.call(state.close).result(60)
+        applier.stop()
