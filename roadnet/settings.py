@@ -303,7 +303,7 @@ class Settings:
     flush_every: int = 2_000
     flush_queue: int = 4
     group_max: int = 1024
-    group_wait_ms: float = 20.0
+    group_wait_ms: float = 10.0
     switch_interval_ms: float = 5.0
     mqtt_prefix: str = "roadpubsub"
     mqtt_push: str = "all"

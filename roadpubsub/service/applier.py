@@ -31,9 +31,10 @@ messages together cost 0.9 ms a message on Rome at 1M subscriptions, 10 together
 is what a busy thread spends its time on when its groups are small. So while events keep
 arriving (some came while the last group was applied), a group that starts with a
 *pipelined* event (its sender goes on without waiting for the answer: MQTT's moves and
-messages) takes what arrives for up to ``wait_ms`` before it is applied: a fleet at
-10,000 moves/s and 500 messages/s went from about 14,000 groups a minute to 3,000, and
-the apply thread's CPU per event from 61 to 35 us. Nothing else waits: an idle thread
+messages) takes what arrives for up to ``wait_ms`` before it is applied: with 10 ms, a
+fleet at 10,000 moves/s and 500 messages/s went from about 14,000 groups a minute to
+5,000, the apply thread's CPU per event from 61 to 46-50 us and its p99 from 314-682 ms
+to 72-110 ms (BENCHMARKS.md). Nothing else waits: an idle thread
 applies each group at once, a closed-loop client's request (HTTP's, which waits for its
 answer before the next) never starts a waiting group, and a request that keeps its
 place ends the wait.
@@ -189,9 +190,10 @@ class Applier:
                 if loaded and first.pipelined and first.concurrent else 0.0
             stop = False
             while len(items) < self.group_max:
+                left = due - time.monotonic()  # read once: a negative timeout is refused
                 try:
-                    nxt = self._queue.get(timeout=due - time.monotonic()) \
-                        if due > time.monotonic() else self._queue.get_nowait()
+                    nxt = self._queue.get(timeout=left) if left > 0.0 \
+                        else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:

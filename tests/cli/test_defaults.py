@@ -77,7 +77,7 @@ def test_every_command_keeps_its_defaults() -> None:
     assert (serve["host"], serve["port"]) == ("127.0.0.1", 8000)
     assert (serve["snapshot_every"], serve["flush_every"], serve["group_max"]) == (
         20_000, 2_000, 1024)  # groups of hundreds for fleets over MQTT (issue 33)
-    assert serve["group_wait"] == DEFAULTS.group_wait_ms == 20.0  # pipelined events only
+    assert serve["group_wait"] == DEFAULTS.group_wait_ms == 10.0  # pipelined events only
     assert serve["switch_interval"] == 5.0 and serve["mqtt_prefix"] == "roadpubsub"
     assert serve["max_snap"] == DEFAULTS.snap_distance_m == 250.0
     assert serve["window"] is None  # given or not decides whether it may be passed
