@@ -34,10 +34,10 @@ arriving (some came while the last group was applied), a group that starts with 
 messages) takes what arrives for up to ``wait_ms`` before it is applied: with 10 ms, a
 fleet at 10,000 moves/s and 500 messages/s went from about 14,000 groups a minute to
 5,000, the apply thread's CPU per event from 61 to 46-50 us and its p99 from 314-682 ms
-to 72-110 ms (BENCHMARKS.md). Nothing else waits: an idle thread
-applies each group at once, a closed-loop client's request (HTTP's, which waits for its
-answer before the next) never starts a waiting group, and a request that keeps its
-place ends the wait.
+to 72-110 ms (BENCHMARKS.md). Nothing else starts a wait: an idle thread applies each
+group at once, and a closed-loop client's request (HTTP's, which waits for its answer
+before the next) never starts a waiting group (one that arrives during a wait joins the
+group, at most ``wait_ms`` late); a request that keeps its place ends the wait.
 """
 
 from __future__ import annotations
