@@ -98,9 +98,10 @@ class Settings:
         over MQTT (10,000 moves/s) needs groups of hundreds: a group's fixed part (the
         index update, the log record) is paid once for all its requests.
     group_wait_ms
-        Longest time, milliseconds (>= 0; 0: never), a live service's group of concurrent
-        moves and publishes waits for more while events keep arriving (an idle service
-        applies each at once): on Rome at 1M subscriptions, matching 3 messages together
+        Longest time, milliseconds (>= 0; 0: never), a live service's group started by a
+        pipelined event (an MQTT move or message: its sender does not wait for the answer)
+        waits for more while events keep arriving (an idle service applies each at once;
+        HTTP requests never start a wait): on Rome at 1M subscriptions, matching 3 messages together
         cost 0.9 ms a message and 10 together 0.6 ms, and a run of moves pays about
         0.3 ms whatever its size.
     switch_interval_ms

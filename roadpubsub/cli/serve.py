@@ -100,9 +100,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "index update or matcher call and one log record (default "
                         "%(default)s; 1: one by one)")
     p.add_argument("--group-wait", type=float, default=DEFAULTS.group_wait_ms,
-                   metavar="MS", help="longest time a group of moves and publishes waits for "
-                   "more while events keep arriving, milliseconds (default %(default)s; 0: "
-                   "never)")
+                   metavar="MS", help="longest time a group started by an MQTT move or message "
+                   "waits for more while events keep arriving, milliseconds (default "
+                   "%(default)s; 0: never)")
     p.add_argument("--gc-threshold", type=int, default=DEFAULTS.gc_young_threshold,
                    metavar="N", help="the youngest generation's garbage-collection "
                    "threshold while serving (default %(default)s; Python's own is 700)")
