@@ -356,6 +356,17 @@ def _access(args: argparse.Namespace, folder: Path) -> tuple[Any, dict[str, Any]
 
 def _mqtt_options(args: argparse.Namespace) -> dict[str, Any]:
     """The connector's credentials: the password from a file or the environment."""
+    if args.mqtt is None:  # a broker option without a broker would be ignored silently
+        given = [flag for flag, value, default in (
+            ("--mqtt-prefix", args.mqtt_prefix, DEFAULTS.mqtt_prefix),
+            ("--mqtt-push", args.mqtt_push, DEFAULTS.mqtt_push),
+            ("--mqtt-user", args.mqtt_user, None),
+            ("--mqtt-password-file", args.mqtt_password_file, None),
+            ("--mqtt-tls-ca", args.mqtt_tls_ca, None)) if value != default]
+        if given:
+            msg = f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} " \
+                  "--mqtt HOST:PORT (no broker is connected without it)"
+            raise InputError(msg)
     password = os.environ.get("ROADPUBSUB_MQTT_PASSWORD")
     if args.mqtt_password_file is not None:
         try:

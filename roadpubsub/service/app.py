@@ -237,8 +237,9 @@ def _lifespan(service: Service, mqtt: tuple[str, int] | None, mqtt_prefix: str,
     return lifespan
 
 
-def build_app(state: ServiceState, *, group_max: int = 64, group_wait_ms: float = 0.0,
-              mqtt: tuple[str, int] | None = None, mqtt_prefix: str = "roadpubsub",
+def build_app(state: ServiceState, *, group_max: int = DEFAULTS.group_max,
+              group_wait_ms: float = DEFAULTS.group_wait_ms,
+              mqtt: tuple[str, int] | None = None, mqtt_prefix: str = DEFAULTS.mqtt_prefix,
               on_shutdown: Callable[[], None] | None = None,
               ws_buffer_deliveries: int = DEFAULTS.ws_buffer_deliveries,
               ws_buffer_bytes: int = DEFAULTS.ws_buffer_bytes,

@@ -56,6 +56,7 @@ import numpy as np
 from roadpubsub.index.events import BodyParser, MessageBatch, MoveBatch, RequestError
 from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.settings import DEFAULTS
 from roadpubsub.service.answers import DeliveryList
 from roadpubsub.service.results import Applied
 from roadpubsub.service.state import ServiceState
@@ -113,14 +114,16 @@ class Applier:
     parser
         Turns bodies into batches.
     group_max
-        Most requests applied together (1: one by one).
+        Most requests applied together (1: one by one; default ``Settings.group_max``).
     wait_ms
-        Longest time, in milliseconds (>= 0; 0: never), a group of concurrent requests
-        waits for more to join it while events keep arriving (see the module docstring).
+        Longest time, in milliseconds (>= 0; 0: never; default ``Settings.group_wait_ms``),
+        a group of concurrent requests waits for more to join it while events keep
+        arriving (see the module docstring).
     """
 
-    def __init__(self, state: ServiceState, parser: BodyParser, *, group_max: int = 64,
-                 wait_ms: float = 0.0) -> None:
+    def __init__(self, state: ServiceState, parser: BodyParser, *,
+                 group_max: int = DEFAULTS.group_max,
+                 wait_ms: float = DEFAULTS.group_wait_ms) -> None:
         self.state = state
         self.parser = parser
         self.group_max = max(1, int(group_max))

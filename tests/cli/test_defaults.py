@@ -133,3 +133,32 @@ def test_serve_refuses_a_group_wait_out_of_range(tmp_path: Path, value: str) -> 
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "--group-wait must lie in [0, 1000] ms" in err[0], err
     assert not (tmp_path / "svc").exists()
+
+
+def test_the_service_entry_points_take_their_defaults_from_the_settings() -> None:
+    import inspect
+
+    from roadpubsub.service.app import build_app
+    from roadpubsub.service.applier import Applier
+
+    app = inspect.signature(build_app).parameters
+    applier = inspect.signature(Applier).parameters
+    assert app["group_max"].default == applier["group_max"].default == DEFAULTS.group_max
+    assert app["group_wait_ms"].default == applier["wait_ms"].default == DEFAULTS.group_wait_ms
+    assert app["mqtt_prefix"].default == DEFAULTS.mqtt_prefix
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--mqtt-push", "chosen"], "--mqtt-push needs --mqtt HOST:PORT"),
+    (["--mqtt-prefix", "fleet", "--mqtt-user", "svc"],
+     "--mqtt-prefix, --mqtt-user need --mqtt HOST:PORT"),
+])
+def test_serve_refuses_broker_options_without_a_broker(tmp_path: Path, flags: list[str],
+                                                       named: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "roadpubsub", "serve", "--state",
+                        str(tmp_path / "svc"), "--port", "0", *flags],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
+    assert not (tmp_path / "svc").exists()
