@@ -126,11 +126,13 @@ class MatchStats:
 
 @numba.njit(cache=True, nogil=True)
 def _delta_candidates(  # pragma: no cover - compiled
-    probe: MessageProbe, bounds: BoundArrays, delta: DeltaArrays, term_mark: IntArray,
-    stamp: int, limits: MatchLimits, out_rows: IntArray, out_limit: FloatArray,
+    probe: MessageProbe, bounds: BoundArrays, delta: DeltaArrays, cell_lb: FloatArray,
+    term_mark: IntArray, stamp: int, limits: MatchLimits, out_rows: IntArray,
+    out_limit: FloatArray,
 ) -> int:
     """Recent subscriptions passing Lemma 1 (distance <= DNlimit) and Lemma 3 (a shared
-    keyword, or the wildcard)."""
+    keyword, or the wildcard); ``cell_lb``: dNmin(c, m) of every cell (Eq. 5 and the
+    border bound, as Algorithm 1 computed it for this message)."""
     m_cell, m_x, m_y, m_din = probe.cell, probe.x, probe.y, probe.din_in
     kappa, D_col, eta_col = bounds.kappa, bounds.D_t[m_cell], bounds.eta_t[m_cell]
     slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
@@ -139,14 +141,22 @@ def _delta_candidates(  # pragma: no cover - compiled
                                              delta.kw_terms)
     n = 0
     for r in range(d_x.size):
+        c = d_cell[r]
+        lim = d_limit[r]
+        keep_at = lim + slack_abs + slack_rel * abs(lim)
+        # Lemma 2 first, as Algorithm 1 prunes a cell: dNmin(c, m) bounds dN from every
+        # point of an edge of cell c (its box holds the edges' boxes; the slack covers
+        # the rounding, as there), so a row whose cell lies beyond its limit is passed
+        # over with one load instead of its own distance. A moving fleet keeps tens of
+        # thousands of rows here between compactions, each scanned for every message.
+        if cell_lb[c] > keep_at:
+            continue
         dx = d_x[r] - m_x
         dy = d_y[r] - m_y
         de = np.sqrt(dx * dx + dy * dy)
-        c = d_cell[r]
         lb = network_lower_bound(de, c == m_cell, kappa, eta_col[c], d_din_out[r], D_col[c],
                                  m_din)
-        lim = d_limit[r]
-        if lb > lim + slack_abs + slack_rel * abs(lim):
+        if lb > keep_at:
             continue
         shares = d_wild[r]
         k = d_kw_ptr[r]
@@ -222,8 +232,8 @@ def _match_batch(  # pragma: no cover - compiled
         else:
             n_main = bia_candidates(probe, bounds, index.bia_cells, index.edges, index.layout,
                                     slots, limits, scratch, stamp, counters)
-        n_delta = _delta_candidates(probe, bounds, delta, term_mark, stamp, limits, d_rows,
-                                    d_lim)
+        n_delta = _delta_candidates(probe, bounds, delta, scratch.cell_lb, term_mark, stamp,
+                                    limits, d_rows, d_lim)
         counters[_CANDIDATES] += n_delta
         n_cand = n_main + n_delta
         if q_n + n_cand > q_capacity or n_out + q_n + n_cand > capacity:

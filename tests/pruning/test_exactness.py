@@ -7,6 +7,7 @@ networks, with alpha in {0, 1}, tau <= alpha, borderline scores and points shari
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,6 +41,28 @@ def test_indexes_equal_reference_on_tiny_graphs(scenario, borderline: str) -> No
         stats = _m.stats
         assert_same(got, want)
         assert stats.totals()["deliveries"] == len(want)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scenarios(), st.sampled_from(["none", "tau and dmax"]))
+def test_recent_subscriptions_equal_reference_on_tiny_graphs(scenario, borderline: str
+                                                             ) -> None:
+    """Half of the subscriptions subscribed after the build: they are matched from the
+    delta (Lemma 2 per row's cell, then its own bound), at the same borderline scores
+    and distances."""
+    network, subs, messages, weights, dmax, capacity = scenario
+    if borderline != "none":
+        dmax = dmax_at_a_pair_distance(network, subs, messages, weights, dmax)
+        subs = with_borderline_taus(network, subs, messages, weights, dmax)
+    want = match_brute(network, subs, messages, weights, dmax_m=dmax)
+    spatial = SpatialIndex.build(network, capacity=capacity)
+    k = len(subs) // 2
+    for arch in ARCHITECTURES:
+        index = arch(spatial, subs.take(np.arange(k)), weights, dmax_m=dmax)
+        index.subscribe(subs.take(np.arange(k, len(subs))))
+        assert len(index.delta) == len(subs) - k
+        assert_same(IndexMatcher(index).match(messages), want)
 
 
 @pytest.mark.parametrize("alpha, tau", [(0.0, 0.25), (1.0, 0.8), (0.7, 0.5), (0.5, 0.7)])
