@@ -7,10 +7,11 @@ the hot paths once on a made-up message and move, without changing anything: the
 location of a move, a move of no subscription (the lookups and writes of the index's
 move), the limits a move computes for its subscription (LAP and DNlimit, Eq.
 13: with an index loaded from a file nothing else compiles them, and the first move of a
-fleet waited 1.2-1.7 s for them), and the matching of a message (the log and the other
-kinds still compile at their first use), and builds the route and area matchers
+fleet waited 1.2-1.7 s for them), the matching of a message, every kind's subscribe,
+move, publish and unsubscribe on throwaway copies (a first publish with boolean and top-k
+subscriptions waited 22 s for their kernels), and builds the route and area matchers
 (:meth:`~roadpubsub.service.live_sets.LiveSets.matchers`: about 0.6 s per 1,000 routes on
-Rome). With a warm cache and no routes it takes milliseconds.
+Rome). With a warm cache and no routes it takes 0.2-0.3 s on Rome at 1M subscriptions.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ __all__ = ["warm_kernels"]
 
 
 def warm_kernels(state: Any, parser: Any) -> float:
-    """Locate one move and match one message against ``state``'s index (nothing is
-    applied, logged or answered); returns the seconds it took. Any failure is ignored:
-    the first real event then compiles what is missing."""
+    """Locate one move and match one message against ``state``'s index, and run every
+    kind's events on throwaway copies (nothing of the state is applied, logged or
+    answered); returns the seconds it took. Any failure is ignored: the first real event
+    then compiles what is missing."""
     import numpy as np
 
     from roadpubsub.index.limits import location_aware_prefixes
@@ -49,11 +51,69 @@ def warm_kernels(state: Any, parser: Any) -> float:
         location_aware_prefixes(one, index.weights.weights, index.weights.rank(),
                                 dmax_m=index.dmax_m, tolerance=index.tolerance)
         batch = parser.messages([{"id": 0, **where, "keywords": [terms[0]]}])
-        state.matcher.match(Messages.from_rows(ids=batch.ids, points=batch.points,
-                                               keywords=batch.keywords,
-                                               weights=state.index.weights))
+        messages = Messages.from_rows(ids=batch.ids, points=batch.points,
+                                      keywords=batch.keywords, weights=state.index.weights)
+        state.matcher.match(messages)
+        _warm_on_copies(state, messages)
         if len(state.sets):  # routes and areas: their whole build, not at the first publish
             state.sets.matchers()
     except Exception:  # an optimisation only
         pass
     return time.perf_counter() - t0
+
+
+def _warm_on_copies(state: Any, messages: Any) -> None:
+    """Every kind's subscribe, move, publish and unsubscribe, on throwaway indexes of one
+    made-up subscription each (the state's own cells and weights: the same compiled
+    signatures), so that nothing of the state changes. On a first start they compiled at
+    the first such event instead: a first publish with boolean and top-k subscriptions
+    live waited 22 s on Rome, a first unsubscribe 0.6 s."""
+    import numpy as np
+
+    from roadpubsub.index.kinds import BooleanSubscriptions, TopkSubscriptions
+    from roadpubsub.index.model import Subscriptions
+    from roadpubsub.pruning.deliveries import Deliveries
+    from roadpubsub.pruning.live_kinds import LiveBoolean
+    from roadpubsub.pruning.live_topk import LiveTopk
+    from roadpubsub.service.answers import deliveries_bytes
+
+    index = state.index
+    spatial, weights, dmax = index.spatial, index.weights, index.dmax_m
+    at = messages.points  # one point of the network, holding keyword id 0
+    ptr, terms = np.array([0, 1], np.int64), np.zeros(1, np.int32)
+    one = np.ones(1)
+
+    def ids(i: int) -> Any:
+        return np.array([i], np.int64)
+
+    # the threshold index: a subscribe (to the delta), its compaction, a move of a slot and
+    # of a delta row, an unsubscribe of each
+    tiny = type(index)(spatial, Subscriptions(ids(1), at, one * 0.5, one * 0.25, ptr, terms),
+                       weights, dmax_m=dmax)
+    tiny.subscribe(Subscriptions(ids(2), at, one * 0.5, one * 0.25, ptr, terms))
+    tiny.compact()
+    tiny.subscribe(Subscriptions(ids(3), at, one * 0.5, one * 0.25, ptr, terms))
+    tiny.move(np.array([1, 3], np.int64), at[np.zeros(2, np.int64)])
+    tiny.unsubscribe(np.array([2, 3], np.int64))
+    # boolean: matched from its base and from its delta, moved, removed
+    boolean = LiveBoolean(spatial, weights, dmax_m=dmax,
+                          subs=BooleanSubscriptions(ids(4), at, one * dmax, ptr, terms))
+    boolean.match(messages)
+    boolean.add(BooleanSubscriptions(ids(5), at, one * dmax, ptr, terms))
+    boolean.move(ids(4), at)
+    found = boolean.match(messages)
+    boolean.remove(np.array([4, 5], np.int64))
+    # top-k: pushed, read, subscribed to, moved, withdrawn, removed
+    topk = LiveTopk(spatial, weights, dmax_m=dmax, window=state.topk.window,
+                    subs=TopkSubscriptions(ids(6), at, one * 0.5, np.full(1, 2), ptr, terms))
+    topk.push(messages)
+    topk.results(ids(6))
+    topk.add(TopkSubscriptions(ids(7), at, one * 0.5, np.full(1, 2), ptr, terms))
+    topk.move(ids(7), at)
+    topk.push(messages)
+    topk.withdraw(ids(6))
+    topk.remove(ids(7))
+    # an answer's deliveries, with and without their sequence numbers
+    rows = found if len(found) else Deliveries(ids(0), ids(1), one, one)
+    deliveries_bytes(rows)
+    deliveries_bytes(rows, np.arange(len(rows), dtype=np.int64))
