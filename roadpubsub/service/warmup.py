@@ -11,7 +11,7 @@ fleet waited 1.2-1.7 s for them), the matching of a message, every kind's subscr
 move, publish and unsubscribe on throwaway copies (a first publish with boolean and top-k
 subscriptions waited 22 s for their kernels), and builds the route and area matchers
 (:meth:`~roadpubsub.service.live_sets.LiveSets.matchers`: about 0.6 s per 1,000 routes on
-Rome). With a warm cache and no routes it takes 0.2-0.3 s on Rome at 1M subscriptions.
+Rome). With a warm cache and no routes it takes about 0.3 s on Rome at 1M subscriptions.
 """
 
 from __future__ import annotations
