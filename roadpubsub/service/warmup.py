@@ -86,29 +86,36 @@ def _warm_on_copies(state: Any, messages: Any) -> None:
     def ids(i: int) -> Any:
         return np.array([i], np.int64)
 
+    def threshold(i: int) -> Any:
+        return Subscriptions(ids(i), at, one * 0.5, one * 0.25, ptr, terms)
+
+    def boolean_row(i: int) -> Any:
+        return BooleanSubscriptions(ids(i), at, one * dmax, ptr, terms)
+
+    def topk_row(i: int) -> Any:
+        return TopkSubscriptions(ids(i), at, one * 0.5, np.full(1, 2), ptr, terms)
+
     # the threshold index: a subscribe (to the delta), its compaction, a move of a slot and
     # of a delta row, an unsubscribe of each
-    tiny = type(index)(spatial, Subscriptions(ids(1), at, one * 0.5, one * 0.25, ptr, terms),
-                       weights, dmax_m=dmax)
-    tiny.subscribe(Subscriptions(ids(2), at, one * 0.5, one * 0.25, ptr, terms))
+    tiny = type(index)(spatial, threshold(1), weights, dmax_m=dmax)
+    tiny.subscribe(threshold(2))
     tiny.compact()
-    tiny.subscribe(Subscriptions(ids(3), at, one * 0.5, one * 0.25, ptr, terms))
+    tiny.subscribe(threshold(3))
     tiny.move(np.array([1, 3], np.int64), at[np.zeros(2, np.int64)])
     tiny.unsubscribe(np.array([2, 3], np.int64))
     # boolean: matched from its base and from its delta, moved, removed
-    boolean = LiveBoolean(spatial, weights, dmax_m=dmax,
-                          subs=BooleanSubscriptions(ids(4), at, one * dmax, ptr, terms))
+    boolean = LiveBoolean(spatial, weights, dmax_m=dmax, subs=boolean_row(4))
     boolean.match(messages)
-    boolean.add(BooleanSubscriptions(ids(5), at, one * dmax, ptr, terms))
+    boolean.add(boolean_row(5))
     boolean.move(ids(4), at)
     found = boolean.match(messages)
     boolean.remove(np.array([4, 5], np.int64))
     # top-k: pushed, read, subscribed to, moved, withdrawn, removed
     topk = LiveTopk(spatial, weights, dmax_m=dmax, window=state.topk.window,
-                    subs=TopkSubscriptions(ids(6), at, one * 0.5, np.full(1, 2), ptr, terms))
+                    subs=topk_row(6))
     topk.push(messages)
     topk.results(ids(6))
-    topk.add(TopkSubscriptions(ids(7), at, one * 0.5, np.full(1, 2), ptr, terms))
+    topk.add(topk_row(7))
     topk.move(ids(7), at)
     topk.push(messages)
     topk.withdraw(ids(6))
