@@ -61,6 +61,11 @@ class StateRecording(StateCore):
         mids = d.message_id
         if not mids.size:
             return np.empty(0, np.int64)
+        if mids[0] == mids[-1] and bool((mids == mids[0]).all()):
+            # one message (a single publish): one block, without the general path's
+            # dozen array calls (60 µs of a publish's 1 ms in the service)
+            first_seq = self.dseq_of[int(mids[0])]
+            return np.arange(first_seq, first_seq + mids.size, dtype=np.int64)
         heads = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1]])
         first = np.fromiter((self.dseq_of[m] for m in mids[heads].tolist()), np.int64,
                             count=heads.size)
