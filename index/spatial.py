@@ -11,23 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
-from roadpubsub.roadnet.cell_bounds import CellBounds, cell_graph, compute_cell_bounds
+from roadpubsub.roadnet.cell_bounds import (
+    CellBounds,
+    PointTables,
+    cell_graph,
+    compute_cell_bounds,
+    point_facts,
+    point_tables,
+)
 from roadpubsub.roadnet.cells import Cells, build_cells, edge_bboxes
 from roadpubsub.roadnet.chains import ChainGraph
 from roadpubsub.roadnet.errors import InputError
-from roadpubsub.roadnet.locations import EdgePoints, point_xy
+from roadpubsub.roadnet.locations import EdgePoints
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = ["PointFacts", "SpatialIndex", "astuple_facts"]
 
 FloatArray = npt.NDArray[np.float64]
-
-_FACTS_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,27 +105,13 @@ class SpatialIndex:
                    graph=cell_graph(network, cells))
 
     def facts(self, points: EdgePoints) -> PointFacts:
-        """Position, cell and border distances of edge points."""
-        if len(points) > _FACTS_CHUNK:
-            # In chunks: each fact takes several point-sized temporaries, 1.5 GB at once
-            # for 10M points.
-            first = astuple_facts(self.facts(points[:_FACTS_CHUNK]))
-            out = tuple(np.empty(len(points), dtype=a.dtype) for a in first)
-            for a in range(0, len(points), _FACTS_CHUNK):
-                part = first if a == 0 else astuple_facts(
-                    self.facts(points[a:a + _FACTS_CHUNK]))
-                for dst, src in zip(out, part, strict=True):
-                    dst[a:a + src.size] = src
-            return PointFacts(*out)
-        xy = point_xy(self.network, points)
-        local = self.graph.to_local(points)
-        return PointFacts(
-            x=np.ascontiguousarray(xy[:, 0]), y=np.ascontiguousarray(xy[:, 1]),
-            cell=self.cells.edge_cell[points.edge],
-            din_out=self.bounds.point_din_out(self.graph, points, local=local),
-            din_in=self.bounds.point_din_in(self.graph, points, local=local),
-            chain=local.edge, chain_offset=local.offset,
-        )
+        """Position, cell and border distances of edge points (one compiled pass, no
+        temporaries: a single publish or move pays one call, not a dozen)."""
+        return PointFacts(*point_facts(self._point_tables, points))
+
+    @cached_property
+    def _point_tables(self) -> PointTables:
+        return point_tables(self.graph, self.cells, self.bounds)
 
     def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Cells and bounds as prefixed named arrays (for saving)."""

@@ -25,23 +25,35 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
 from roadpubsub.roadnet.cells import Cells
-from roadpubsub.roadnet.chains import ChainGraph, build_chain_graph
-from roadpubsub.roadnet.distance import NodeSearch, entry_costs, exit_costs
-from roadpubsub.roadnet.locations import EdgePoints
-from roadpubsub.roadnet.network import RoadNetwork, Topology
+from roadpubsub.roadnet.chains import ChainGraph, ChainTables, build_chain_graph, chain_position
+from roadpubsub.roadnet.distance import NodeSearch, entry_costs_at, exit_costs_at
+from roadpubsub.roadnet.locations import (
+    EdgeGeometry,
+    EdgePoints,
+    check_edge_ids,
+    edge_geometry,
+    xy_on_edge,
+)
+from roadpubsub.roadnet.network import RoadNetwork
 
 __all__ = [
     "CellBounds",
+    "PointColumns",
+    "PointTables",
     "bbox_distance_tables",
     "border_distance_row",
     "cell_graph",
     "compute_cell_bounds",
     "node_border_distances",
+    "point_facts",
+    "point_tables",
     "reduce_border_distances",
 ]
 
@@ -66,26 +78,6 @@ class CellBounds:
     def n_cells(self) -> int:
         """Number of cells."""
         return int(self.D.shape[0])
-
-    def point_din_out(self, network: Topology, points: EdgePoints, *,
-                      local: EdgePoints | None = None) -> FloatArray:
-        """din of edge points: distance from each point to its cell's nearest border vertex.
-
-        ``local`` may pass ``network.to_local(points)`` when the caller has it already.
-        """
-        a, ca, b, cb = exit_costs(network, points, local=local)
-        a, b = network.to_network_nodes(a), network.to_network_nodes(b)
-        return np.minimum(ca + self.din_out[a], cb + self.din_out[b])
-
-    def point_din_in(self, network: Topology, points: EdgePoints, *,
-                     local: EdgePoints | None = None) -> FloatArray:
-        """Distance from the nearest border vertex of each point's cell to the point.
-
-        ``local`` as in :meth:`point_din_out`.
-        """
-        a, ca, b, cb = entry_costs(network, points, local=local)
-        a, b = network.to_network_nodes(a), network.to_network_nodes(b)
-        return np.minimum(self.din_in[a] + ca, self.din_in[b] + cb)
 
     def to_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         """Named arrays (for saving)."""
@@ -194,6 +186,82 @@ def reduce_border_distances(
         row = np.minimum(row, limit)
     row[cell] = 0.0
     return row, far
+
+
+class PointColumns(NamedTuple):
+    """What :func:`point_facts` writes per point: projected x, y (metres), cell, din out
+    of and into the point's cell (metres), chain and position along it (metres)."""
+
+    x: FloatArray
+    y: FloatArray
+    cell: npt.NDArray[np.int32]
+    din_out: FloatArray
+    din_in: FloatArray
+    chain: npt.NDArray[np.int32]
+    chain_offset: FloatArray
+
+
+class PointTables(NamedTuple):
+    """What :func:`point_facts` reads: the polylines, the cell graph's chains, each
+    edge's cell and each node's border distances (metres)."""
+
+    geometry: EdgeGeometry
+    chains: ChainTables
+    edge_cell: npt.NDArray[np.int32]
+    din_out: FloatArray
+    din_in: FloatArray
+
+
+@numba.njit(cache=True, nogil=True)
+def _point_facts_kernel(  # pragma: no cover - compiled
+    edge: npt.NDArray[np.int32], offset: FloatArray, t: PointTables, out: PointColumns
+) -> None:
+    c = t.chains
+    for i in range(edge.size):
+        e, o = edge[i], offset[i]
+        out.x[i], out.y[i] = xy_on_edge(t.geometry, e, o)
+        out.cell[i] = t.edge_cell[e]
+        chain, pos = chain_position(c, e, o)
+        out.chain[i], out.chain_offset[i] = chain, pos
+        # din_out of a point: the cheaper way out to a border vertex, through either end
+        # of its chain (no border vertex lies inside a chain); din_in the same inwards.
+        a, ca, b, cb = exit_costs_at(chain, pos, c.chain_u, c.chain_v, c.chain_length,
+                                     c.chain_twoway)
+        out.din_out[i] = min(ca + t.din_out[c.junction_node[a]],
+                             cb + t.din_out[c.junction_node[b]])
+        a, ca, b, cb = entry_costs_at(chain, pos, c.chain_u, c.chain_v, c.chain_length,
+                                      c.chain_twoway)
+        out.din_in[i] = min(t.din_in[c.junction_node[a]] + ca,
+                            t.din_in[c.junction_node[b]] + cb)
+
+
+def point_tables(graph: ChainGraph, cells: Cells, bounds: CellBounds) -> PointTables:
+    """What :func:`point_facts` reads of a network's cells and bounds (build it once).
+
+    ``graph`` must be ``cell_graph(graph.network, cells)``: its junctions include every
+    border vertex, which the din of a point inside a chain relies on.
+    """
+    return PointTables(edge_geometry(graph.network), graph.tables(), cells.edge_cell,
+                       bounds.din_out, bounds.din_in)
+
+
+def point_facts(tables: PointTables, points: EdgePoints) -> PointColumns:
+    """Position, cell, border distances (din, metres) and chain position of edge points,
+    in one compiled pass (``tables`` from :func:`point_tables`).
+
+    Raises
+    ------
+    InvalidLocationError
+        An edge id outside the network (offsets are the caller's to check).
+    """
+    n = len(points)
+    edge = np.ascontiguousarray(points.edge, dtype=np.int32)
+    check_edge_ids(edge, tables.edge_cell.size)
+    out = PointColumns(np.empty(n), np.empty(n), np.empty(n, dtype=np.int32), np.empty(n),
+                       np.empty(n), np.empty(n, dtype=np.int32), np.empty(n))
+    _point_facts_kernel(edge, np.ascontiguousarray(points.offset, dtype=np.float64), tables,
+                        out)
+    return out
 
 
 def cell_graph(network: RoadNetwork, cells: Cells) -> ChainGraph:

@@ -24,7 +24,7 @@ distance up to that length on the chain graph equals the raw graph's bit for bit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -32,10 +32,10 @@ import numpy.typing as npt
 
 from roadpubsub.roadnet.errors import InputError
 from roadpubsub.roadnet.lengths import LONGEST_EXACT_M
-from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.locations import EdgePoints, check_edge_ids
 from roadpubsub.roadnet.network import Adjacency, RoadNetwork
 
-__all__ = ["ChainGraph", "build_chain_graph"]
+__all__ = ["ChainGraph", "ChainTables", "build_chain_graph", "chain_position"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -139,6 +139,41 @@ def _reverse_chains(  # pragma: no cover - compiled
         chain_len[c] = pos
 
 
+class ChainTables(NamedTuple):
+    """A chain graph's arrays for compiled callers: per network edge its chain, start
+    along the chain (metres), direction and length (metres); per chain its end junctions,
+    length (metres) and two-way flag; per junction its network node."""
+
+    edge_chain: npt.NDArray[np.int32]
+    edge_start: FloatArray
+    edge_forward: npt.NDArray[np.bool_]
+    network_edge_length: FloatArray
+    chain_u: npt.NDArray[np.int32]
+    chain_v: npt.NDArray[np.int32]
+    chain_length: FloatArray
+    chain_twoway: npt.NDArray[np.bool_]
+    junction_node: IntArray
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def chain_position(  # pragma: no cover - compiled
+    t: ChainTables, e: int, offset: float
+) -> tuple[int, float]:
+    """The chain of network edge ``e`` and the position (metres from the chain's start)
+    of the point ``offset`` metres along ``e`` (compiled: ``e`` is not checked)."""
+    along = offset if t.edge_forward[e] else t.network_edge_length[e] - offset
+    return t.edge_chain[e], t.edge_start[e] + along
+
+
+@numba.njit(cache=True, nogil=True)
+def _to_local_kernel(  # pragma: no cover - compiled
+    edge: npt.NDArray[np.int32], offset: FloatArray, t: ChainTables,
+    chain: npt.NDArray[np.int32], pos: FloatArray,
+) -> None:
+    for i in range(edge.size):
+        chain[i], pos[i] = chain_position(t, edge[i], offset[i])
+
+
 @dataclass(frozen=True, eq=False)
 class ChainGraph:
     """Chains of a network (see the module docstring).
@@ -207,10 +242,22 @@ class ChainGraph:
 
     def to_local(self, points: EdgePoints) -> EdgePoints:
         """Edge points of the network as points (chain, metres from the chain's start)."""
-        e = points.edge
-        along = np.where(self.edge_forward[e], points.offset,
-                         self.network.edge_length[e] - points.offset)
-        return EdgePoints(self.edge_chain[e], self.edge_start[e] + along)
+        edge = np.ascontiguousarray(points.edge, dtype=np.int32)
+        check_edge_ids(edge, self.edge_chain.size)
+        chain = np.empty(edge.size, dtype=np.int32)
+        pos = np.empty(edge.size)
+        _to_local_kernel(edge, np.ascontiguousarray(points.offset, dtype=np.float64),
+                         self.tables(), chain, pos)
+        return EdgePoints(chain, pos)
+
+    def tables(self) -> ChainTables:
+        """The arrays :func:`chain_position` and the end-cost helpers read (cached)."""
+        if "tables" not in self._cache:
+            self._cache["tables"] = ChainTables(
+                self.edge_chain, self.edge_start, self.edge_forward,
+                self.network.edge_length, self.edge_u, self.edge_v, self.edge_length,
+                self.edge_twoway, self.junction_node)
+        return self._cache["tables"]  # type: ignore[no-any-return]
 
     def adjacency(self, *, reverse: bool = False) -> Adjacency:
         """Chains as arcs between junctions, in CSR form (see RoadNetwork.adjacency)."""

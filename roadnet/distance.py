@@ -43,7 +43,9 @@ __all__ = [
     "distances_from_point",
     "distances_to_point",
     "entry_costs",
+    "entry_costs_at",
     "exit_costs",
+    "exit_costs_at",
     "network_distance",
     "point_distances_from_nodes",
     "point_distances_to_target",
@@ -167,6 +169,33 @@ class NodeSearch:
         return SearchResult(self._dist, self._touched[:n_touched], n_settled)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def exit_costs_at(  # pragma: no cover - compiled
+    e: int, o: float, edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32],
+    edge_length: FloatArray, edge_twoway: npt.NDArray[np.bool_],
+) -> tuple[int, float, int, float]:
+    """The nodes a point ``o`` metres along edge ``e`` can leave by, and the cost to get
+    there: (v, length - o), then (u, o), that one ``inf`` unless the edge runs v -> u or
+    the point stands on u (offset 0: there even on a one-way edge)."""
+    length = edge_length[e]
+    back = o if edge_twoway[e] or o == 0.0 else np.inf
+    return edge_v[e], length - o, edge_u[e], back
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def entry_costs_at(  # pragma: no cover - compiled
+    e: int, o: float, edge_u: npt.NDArray[np.int32], edge_v: npt.NDArray[np.int32],
+    edge_length: FloatArray, edge_twoway: npt.NDArray[np.bool_],
+) -> tuple[int, float, int, float]:
+    """The nodes a point ``o`` metres along edge ``e`` can be reached from, and the cost
+    from there: (u, o), then (v, length - o), that one ``inf`` unless the edge runs
+    v -> u or the point stands on v (offset = length > 0; on a zero-length edge it
+    stands on u)."""
+    length = edge_length[e]
+    back = length - o if edge_twoway[e] or (o == length and length > 0.0) else np.inf
+    return edge_u[e], o, edge_v[e], back
+
+
 @numba.njit(cache=True, nogil=True)
 def _end_costs_kernel(  # pragma: no cover - compiled
     edge: npt.NDArray[np.int32], offset: FloatArray, edge_u: npt.NDArray[np.int32],
@@ -179,22 +208,12 @@ def _end_costs_kernel(  # pragma: no cover - compiled
     second = np.empty(n, dtype=np.int64)
     second_cost = np.empty(n)
     for i in range(n):
-        e = edge[i]
-        o = offset[i]
-        length = edge_length[e]
         if leaving:
-            # By v at length - o; by u at o where the edge runs v -> u or the point
-            # stands on u (offset 0: there even on a one-way edge).
-            first[i], first_cost[i] = edge_v[e], length - o
-            second[i] = edge_u[e]
-            second_cost[i] = o if edge_twoway[e] or o == 0.0 else np.inf
+            first[i], first_cost[i], second[i], second_cost[i] = exit_costs_at(
+                edge[i], offset[i], edge_u, edge_v, edge_length, edge_twoway)
         else:
-            # From u at o; from v at length - o where the edge runs v -> u or the point
-            # stands on v (offset = length > 0; on a zero-length edge it stands on u).
-            first[i], first_cost[i] = edge_u[e], o
-            second[i] = edge_v[e]
-            second_cost[i] = (length - o if edge_twoway[e] or (o == length and length > 0.0)
-                              else np.inf)
+            first[i], first_cost[i], second[i], second_cost[i] = entry_costs_at(
+                edge[i], offset[i], edge_u, edge_v, edge_length, edge_twoway)
     return first, first_cost, second, second_cost
 
 

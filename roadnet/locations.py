@@ -22,12 +22,16 @@ from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
 
 __all__ = [
+    "EdgeGeometry",
     "EdgePoints",
+    "check_edge_ids",
     "edge_between",
+    "edge_geometry",
     "locate_lonlat",
     "locate_uv",
     "locate_xy",
     "point_xy",
+    "xy_on_edge",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -512,32 +516,71 @@ def _choose_parallel(
     flipped[row[first]] = back[first]
 
 
+def check_edge_ids(edge: npt.NDArray[np.integer], n_edges: int) -> None:
+    """Refuse edge ids outside [0, n_edges) before compiled code indexes with them.
+
+    Raises
+    ------
+    InvalidLocationError
+        Naming the first offending row.
+    """
+    if edge.size and (int(edge.min()) < 0 or int(edge.max()) >= n_edges):
+        row = int(np.flatnonzero((edge < 0) | (edge >= n_edges))[0])
+        msg = f"edge id {int(edge[row])} (row {row}) is outside [0, {n_edges})"
+        raise InvalidLocationError(msg)
+
+
+class EdgeGeometry(NamedTuple):
+    """The edge polylines :func:`xy_on_edge` reads (for compiled callers): edge and
+    polyline lengths (metres), the CSR of polyline vertices, their coordinates (metres in
+    the network's CRS) and each vertex's polyline distance from its edge's start."""
+
+    edge_length: FloatArray
+    geom_length: FloatArray
+    geom_ptr: IntArray
+    geom_xy: FloatArray
+    vertex_along: FloatArray
+
+
+def edge_geometry(network: RoadNetwork) -> EdgeGeometry:
+    """The :class:`EdgeGeometry` of ``network`` (its vertex distances cached on it)."""
+    idx = _segment_index(network, DEFAULTS.locate_piece_m)
+    return EdgeGeometry(network.edge_length, network.geom_length, network.geom_ptr,
+                        network.geom_xy, idx.vertex_along)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def xy_on_edge(  # pragma: no cover - compiled
+    geo: EdgeGeometry, e: int, offset: float
+) -> tuple[float, float]:
+    """Projected (x, y) of the point ``offset`` metres from the start of edge ``e``
+    (``e`` must be a valid edge: compiled, nothing is checked)."""
+    length = geo.edge_length[e]
+    frac = offset / length if length > 0 else 0.0
+    along = frac * geo.geom_length[e]
+    # Binary search for the polyline segment holding ``along``.
+    left = geo.geom_ptr[e]
+    right = geo.geom_ptr[e + 1] - 1
+    while right - left > 1:
+        mid = (left + right) // 2
+        if geo.vertex_along[mid] <= along:
+            left = mid
+        else:
+            right = mid
+    seg = geo.vertex_along[right] - geo.vertex_along[left]
+    t = (along - geo.vertex_along[left]) / seg if seg > 0 else 0.0
+    t = min(max(t, 0.0), 1.0)
+    ax = geo.geom_xy[left, 0]
+    ay = geo.geom_xy[left, 1]
+    return ax + t * (geo.geom_xy[right, 0] - ax), ay + t * (geo.geom_xy[right, 1] - ay)
+
+
 @numba.njit(cache=True, nogil=True)
 def _point_xy_kernel(  # pragma: no cover - compiled
-    edge: npt.NDArray[np.int32], offset: FloatArray, edge_length: FloatArray,
-    geom_length: FloatArray, geom_ptr: IntArray, geom_xy: FloatArray,
-    vertex_along: FloatArray, out: FloatArray,
+    edge: npt.NDArray[np.int32], offset: FloatArray, geo: EdgeGeometry, out: FloatArray,
 ) -> None:
     for i in range(edge.size):
-        e = edge[i]
-        length = edge_length[e]
-        frac = offset[i] / length if length > 0 else 0.0
-        along = frac * geom_length[e]
-        # Binary search for the polyline segment holding ``along``.
-        left = geom_ptr[e]
-        right = geom_ptr[e + 1] - 1
-        while right - left > 1:
-            mid = (left + right) // 2
-            if vertex_along[mid] <= along:
-                left = mid
-            else:
-                right = mid
-        seg = vertex_along[right] - vertex_along[left]
-        t = (along - vertex_along[left]) / seg if seg > 0 else 0.0
-        t = min(max(t, 0.0), 1.0)
-        for k in range(2):
-            a = geom_xy[left, k]
-            out[i, k] = a + t * (geom_xy[right, k] - a)
+        out[i, 0], out[i, 1] = xy_on_edge(geo, edge[i], offset[i])
 
 
 def point_xy(network: RoadNetwork, points: EdgePoints) -> FloatArray:
@@ -545,11 +588,10 @@ def point_xy(network: RoadNetwork, points: EdgePoints) -> FloatArray:
     out = np.empty((len(points), 2))
     if len(points) == 0:
         return out
-    idx = _segment_index(network, DEFAULTS.locate_piece_m)
-    _point_xy_kernel(np.ascontiguousarray(points.edge, dtype=np.int32),
-                     np.ascontiguousarray(points.offset, dtype=np.float64),
-                     network.edge_length, network.geom_length, network.geom_ptr,
-                     network.geom_xy, idx.vertex_along, out)
+    edge = np.ascontiguousarray(points.edge, dtype=np.int32)
+    check_edge_ids(edge, network.n_edges)
+    _point_xy_kernel(edge, np.ascontiguousarray(points.offset, dtype=np.float64),
+                     edge_geometry(network), out)
     return out
 
 
