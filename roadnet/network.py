@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import numba
 import numpy as np
 import numpy.typing as npt
 from pyproj import CRS, Transformer
@@ -480,18 +481,30 @@ def hilbert_key(x: FloatArray, y: FloatArray, *, order: int = 16) -> IntArray:
     span = max(float(np.ptp(x)), float(np.ptp(y)), 1e-9)
     xi = ((x - x.min()) / span * (side - 1)).astype(np.int64)
     yi = ((y - y.min()) / span * (side - 1)).astype(np.int64)
-    key = np.zeros(x.size, dtype=np.int64)
-    s = side // 2
-    while s > 0:
-        rx = (xi & s) > 0
-        ry = (yi & s) > 0
-        key += s * s * ((3 * rx.astype(np.int64)) ^ ry.astype(np.int64))
-        flip = ~ry & rx
-        xi = np.where(flip, s - 1 - xi, xi)
-        yi = np.where(flip, s - 1 - yi, yi)
-        xi, yi = np.where(~ry, yi, xi), np.where(~ry, xi, yi)
-        s //= 2
+    key = np.empty(x.size, dtype=np.int64)
+    _hilbert_kernel(xi, yi, side, key)
     return key
+
+
+@numba.njit(cache=True, nogil=True)
+def _hilbert_kernel(  # pragma: no cover - compiled
+    xi: IntArray, yi: IntArray, side: int, key: IntArray
+) -> None:
+    # Per point, one bit level at a time (compiled: the same steps over whole arrays
+    # were some 160 numpy calls, 150 µs for a service's group of two messages).
+    for i in range(xi.size):
+        x, y, k = xi[i], yi[i], 0
+        s = side // 2
+        while s > 0:
+            rx = 1 if (x & s) > 0 else 0
+            ry = 1 if (y & s) > 0 else 0
+            k += s * s * ((3 * rx) ^ ry)
+            if ry == 0:
+                if rx == 1:
+                    x, y = s - 1 - x, s - 1 - y
+                x, y = y, x
+            s //= 2
+        key[i] = k
 
 
 def spatial_order(x: FloatArray, y: FloatArray) -> IntArray:
