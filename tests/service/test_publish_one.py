@@ -84,6 +84,18 @@ def test_one_message_requests_equal_one_batch(service_dir: Path, tmp_path: Path,
         assert again.body["duplicates"] == [msgs[7]["id"]]
         assert again.everything is not None and singles[7].everything is not None
         _same(again.everything, singles[7].everything, "a repeat")
+        # with the seqs the first answer gave them (one message: numbered by one range)
+        assert orjson.loads(dumps(again.body))["deliveries"] == \
+            orjson.loads(dumps(singles[7].body))["deliveries"]
+        # a repeat and a new message together: the general numbering, per message
+        fresh = {**msgs[0], "id": 10**9}
+        mixed = one.publish(parser.messages([msgs[3], fresh]))
+        answer = orjson.loads(dumps(mixed.body))["deliveries"]
+        first = [d for d in answer if d["message_id"] == msgs[3]["id"]]
+        assert first == orjson.loads(dumps(singles[3].body))["deliveries"]
+        new = [d["seq"] for d in answer if d["message_id"] == 10**9]
+        assert new == list(range(delivered + 1, delivered + 1 + len(new))) and new
+        batch.publish(parser.messages([msgs[3], fresh]))  # the logs stay comparable
         one.flush_deliveries()
         batch.flush_deliveries()
     finally:
