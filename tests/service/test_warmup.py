@@ -12,6 +12,7 @@ from live import subscription_rows
 import roadpubsub.index.base as base_module
 import roadpubsub.index.delta as delta_module
 import roadpubsub.index.limits as limits_module
+import roadpubsub.pruning.indexed as indexed_module
 from roadpubsub.index.events import BodyParser
 from roadpubsub.index.workload import Workload
 from roadpubsub.roadnet.network import RoadNetwork
@@ -44,8 +45,13 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
             real = getattr(module, name)
             monkeypatch.setattr(module, name, lambda *a, _r=real, _n=name: (
                 kernel_calls.append(_n), _r(*a))[1])
+        orders: list[int] = []
+        order = indexed_module.spatial_order
+        monkeypatch.setattr(indexed_module, "spatial_order",
+                            lambda x, y: (orders.append(len(x)), order(x, y))[1])
         version, delta = state.index.version, len(state.index.delta)
         assert warm_kernels(state, parser) >= 0.0
+        assert 2 in orders  # a group's Hilbert order ran (compiled on a first start)
         # a move's compiled lookup and write ran (on no row of the state: nothing moved;
         # then on the throwaway copies)
         assert kernel_calls[:2] == ["lookup_kernel", "relocate_kernel"]
