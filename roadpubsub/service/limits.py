@@ -396,6 +396,50 @@ class TransportLimitsMiddleware:
         await send({"type": "websocket.http.response.body", "body": body})
 
 
+class _HeadWithBody:
+    """The transport as one request's response cycle sees it: the head of an answer with
+    a ``content-length`` waits for the first bytes of its body, and both leave in one
+    write.
+
+    uvicorn writes a head and its body apart: two system calls, each made holding the
+    GIL (a loopback write costs about 6 µs warm, more in the service's cold caches),
+    and two segments for the client to wake up to. A head waits only when a body must
+    follow it (a length is declared and the request is not ``HEAD``); a ``100
+    Continue``, a chunked answer and everything else pass straight through, and
+    ``close`` sends a waiting head first (an application that fails after its head).
+    """
+
+    __slots__ = ("_head", "_hold", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, *, hold: bool) -> None:
+        self._transport = transport
+        self._hold = hold
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.writelines((head, data))
+        elif self._hold and data[:9] == b"HTTP/1.1 " and data[9:12] != b"100":
+            self._hold = False  # one head per cycle
+            if b"\r\ncontent-length: " in data:
+                self._head = data
+            else:
+                self._transport.write(data)
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        head, self._head = self._head, None
+        if head is not None:
+            self._transport.write(head)
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...
+        return getattr(self._transport, name)
+
+
 def guarded_http_protocol(limits: TransportLimits) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol that bounds a request head's bytes and time.
 
@@ -419,7 +463,12 @@ def guarded_http_protocol(limits: TransportLimits) -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self._end_head()
+            before = self.cycle
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle is not before and not cycle.response_started:
+                cycle.transport = _HeadWithBody(self.transport,
+                                                hold=self.scope["method"] != "HEAD")
 
         def _end_head(self) -> None:
             self._in_head = False

@@ -329,3 +329,91 @@ def test_the_hub_counts_deliveries_and_bytes() -> None:
     assert not c.dropped and c.nbytes > 100
     hub.push(d[2:])  # about 63 bytes each: the third passes 150
     assert c.dropped
+
+
+class _RecordingTransport(asyncio.Transport):
+    """A connection's transport that keeps each write call's bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.calls.append(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.calls.append(b"".join(list_of_data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 4000), "sockname": ("127.0.0.1", 8000)}.get(
+            name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _writes_of(request: bytes, app: Any) -> tuple[list[bytes], bool]:
+    """The write calls the server's own protocol makes on its connection for ``request``
+    answered by ``app``; whether it closed the connection."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from roadpubsub.service.limits import guarded_http_protocol
+
+    async def run() -> tuple[list[bytes], bool]:
+        config = uvicorn.Config(app, log_level="critical", lifespan="off")
+        config.load()
+        protocol = guarded_http_protocol(TransportLimits())(
+            config=config, server_state=ServerState(), app_state={})
+        transport = _RecordingTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(request)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        closed = transport.closed
+        protocol.connection_lost(None)
+        return transport.calls, closed
+
+    return asyncio.run(run())
+
+
+def test_an_answer_leaves_in_one_write() -> None:
+    """A head with a content-length waits for its body; everything else passes through."""
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        mode = scope["path"]
+        length = [] if mode == "/chunked" else [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": length})
+        if mode == "/fails":
+            raise RuntimeError("after the head")
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    def ask(method: str, path: str, extra: bytes = b"", body: bytes = b""
+            ) -> tuple[list[bytes], bool]:
+        return _writes_of(f"{method} {path} HTTP/1.1\r\nhost: x\r\n".encode() + extra
+                          + b"\r\n" + body, app)
+
+    calls, closed = ask("GET", "/plain")
+    assert len(calls) == 1 and not closed
+    assert calls[0].startswith(b"HTTP/1.1 200 OK\r\n") and calls[0].endswith(b"\r\n\r\n{}")
+    calls, _ = ask("HEAD", "/plain")  # no body follows: the head goes alone
+    assert len(calls) == 1 and calls[0].endswith(b"content-length: 2\r\n\r\n")
+    calls, _ = ask("GET", "/chunked")  # no length: the head is not held
+    assert calls[0].endswith(b"transfer-encoding: chunked\r\n\r\n")
+    assert calls[1:] == [b"2\r\n{}\r\n0\r\n\r\n"]
+    calls, _ = ask("POST", "/plain", b"content-length: 2\r\nexpect: 100-continue\r\n",
+                   b"{}")
+    assert calls[0] == b"HTTP/1.1 100 Continue\r\n\r\n" and len(calls) == 2
+    assert calls[1].endswith(b"\r\n\r\n{}")
+    calls, closed = ask("GET", "/fails")  # the head is sent before the connection closes
+    assert len(calls) == 1 and calls[0].endswith(b"content-length: 2\r\n\r\n") and closed
