@@ -42,7 +42,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.types import ASGIApp as App
@@ -467,8 +467,9 @@ def guarded_http_protocol(limits: TransportLimits) -> type[asyncio.Protocol]:
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle is not before and not cycle.response_started:
-                cycle.transport = _HeadWithBody(self.transport,
-                                                hold=self.scope["method"] != "HEAD")
+                # a stand-in: whatever else the cycle asks of it goes to the transport
+                cycle.transport = cast(asyncio.Transport, _HeadWithBody(
+                    self.transport, hold=self.scope["method"] != "HEAD"))
 
         def _end_head(self) -> None:
             self._in_head = False
