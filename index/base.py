@@ -30,7 +30,7 @@ from roadpubsub.index.csr import take_csr
 from roadpubsub.index.delta import DeltaBuffer, search_sorted
 from roadpubsub.index.delta_kernels import MovedRows, SlotSource, lookup_kernel
 from roadpubsub.index.index_file import save_index
-from roadpubsub.index.limits import location_aware_prefixes
+from roadpubsub.index.limits import subscription_limits
 from roadpubsub.index.model import (
     InvalidSubscriptionError,
     Subscriptions,
@@ -239,11 +239,8 @@ class SubscriptionIndex:
 
     def _limits(self, subs: Subscriptions) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
         """DNlimit and the wildcard flag of each row (what the delta scan tests)."""
-        lap = location_aware_prefixes(subs, self.weights.weights, self.weights.rank(),
-                                      dmax_m=self.dmax_m, tolerance=self.tolerance)
-        wildcard = np.zeros(len(subs), dtype=bool)
-        wildcard[lap.wildcard_rows] = True
-        return lap.dn_limit, wildcard
+        return subscription_limits(subs.alpha, subs.tau, dmax_m=self.dmax_m,
+                                   tolerance=self.tolerance)
 
     def _append_delta(self, new: Subscriptions) -> None:
         """Add rows to the delta, computing facts and limits for the new rows only."""

@@ -35,8 +35,10 @@ __all__ = [
     "distance_upper_bound",
     "distance_upper_bound_kernel",
     "effective_tau",
+    "limit_and_wildcard",
     "location_aware_prefixes",
     "row_suffix_sums",
+    "subscription_limits",
     "text_bound_allowance",
     "tsim_limit",
 ]
@@ -137,6 +139,53 @@ def distance_limit(alpha: FloatArray, tau_e: FloatArray, dmax_m: float) -> Float
     return distance_upper_bound(alpha, tau_e, full, dmax_m)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def limit_and_wildcard(alpha: float, tau_e: float,
+                       dmax_m: float) -> tuple[float, bool]:  # pragma: no cover - compiled
+    """DNlimit(s) of one subscription (Eq. 7, metres; -1 where no message can reach it)
+    and whether LAP(s) holds the wildcard (TSIMlimit <= 0, Eq. 8), scalar: what
+    :func:`lap_kernel` writes per row."""
+    lim = -np.inf if alpha >= 1.0 else (tau_e - alpha) / (1.0 - alpha)
+    d = distance_upper_bound_kernel(alpha, tau_e, 1.0 + TEXT_BOUND_INFLATION, dmax_m)
+    return (d if d >= 0.0 else -1.0), lim <= 0.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _subscription_limits_kernel(alpha: FloatArray, tau: FloatArray, tolerance: float,
+                                dmax_m: float, dn_limit: FloatArray,
+                                wildcard: npt.NDArray[np.bool_]
+                                ) -> None:  # pragma: no cover - compiled
+    for r in range(alpha.size):
+        dn_limit[r], wildcard[r] = limit_and_wildcard(alpha[r], tau[r] - tolerance, dmax_m)
+
+
+def subscription_limits(
+    alpha: FloatArray, tau: FloatArray, *, dmax_m: float,
+    tolerance: float = DEFAULTS.score_tolerance,
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """DNlimit(s) (Eq. 7, metres, -1 where nothing can reach s) and the wildcard flag of
+    LAP(s) (TSIMlimit(s) <= 0, Eq. 8) of each subscription.
+
+    The ``dn_limit`` and ``wildcard_rows`` of :func:`location_aware_prefixes`, bit for
+    bit, without its postings: they depend on alpha and tau only, and a moved
+    subscription needs nothing else.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> limit, wildcard = subscription_limits(np.array([1.0, 0.5]), np.array([0.5, 0.9]),
+    ...                                       dmax_m=1000.0, tolerance=0.0)
+    >>> limit.round(6).tolist(), wildcard.tolist()
+    ([500.0, 200.0], [True, False])
+    """
+    a = np.ascontiguousarray(alpha, dtype=np.float64)
+    t = np.ascontiguousarray(tau, dtype=np.float64)
+    dn_limit = np.empty(a.size)
+    wildcard = np.empty(a.size, dtype=np.bool_)
+    _subscription_limits_kernel(a, t, float(tolerance), float(dmax_m), dn_limit, wildcard)
+    return dn_limit, wildcard
+
+
 def text_bound_allowance(n_keywords: IntArray) -> FloatArray:
     """Per-row absolute allowance added to TUB(s|t): TEXT_BOUND_INFLATION + (8k + 8) u.
 
@@ -194,7 +243,6 @@ def lap_kernel(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], alpha: FloatAr
         longest = max(longest, kw_ptr[r + 1] - kw_ptr[r])
     order = np.empty(longest, dtype=np.int64)
     suffix = np.empty(longest, dtype=np.float64)
-    full = 1.0 + TEXT_BOUND_INFLATION
     # Pass 1 counts; pass 2 (fill=True) writes. No per-keyword array is kept between them.
     count = 0
     n_wild = 0
@@ -243,15 +291,14 @@ def lap_kernel(kw_ptr: IntArray, kw_terms: npt.NDArray[np.int32], alpha: FloatAr
                         dnub_o[k_out] = dnub
                         tub_o[k_out] = tub
                     k_out += 1
-            lim = -np.inf if al >= 1.0 else (tau_e - al) / (1.0 - al)
-            if lim <= 0.0:
+            limit, wild = limit_and_wildcard(al, tau_e, dmax_m)
+            if wild:
                 if fill:
                     wild_o[k_wild] = r
                     wdnub_o[k_wild] = distance_upper_bound_kernel(al, tau_e, 0.0, dmax_m)
                 k_wild += 1
             if fill:
-                d = distance_upper_bound_kernel(al, tau_e, full, dmax_m)
-                dn_limit[r] = d if d >= 0.0 else -1.0
+                dn_limit[r] = limit
         count = k_out
         n_wild = k_wild
     return row_o, term_o, dnub_o, tub_o, wild_o, wdnub_o, dn_limit

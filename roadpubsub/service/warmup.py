@@ -1,15 +1,16 @@
 """Compile (or load) the live service's hot kernels before it first answers.
 
-:func:`roadpubsub.roadnet.jit.preload_kernels` loads what the kernel cache holds; on a first start
-with an empty cache (a fresh install, a new version) the kernels would instead compile at
-the first events, for a minute or more while the events wait. :func:`warm_kernels` runs
-the hot paths once on a made-up message and move, without changing anything: the
-location of a move, a move of no subscription (the lookups and writes of the index's
-move), the limits a move computes for its subscription (LAP and DNlimit, Eq.
-13: with an index loaded from a file nothing else compiles them, and the first move of a
-fleet waited 1.2-1.7 s for them), the matching of a message, every kind's subscribe,
-move, publish and unsubscribe on throwaway copies (a first publish with boolean and top-k
-subscriptions waited 22 s for their kernels), and builds the route and area matchers
+:func:`roadpubsub.roadnet.jit.preload_kernels` loads what the kernel cache holds; on a
+first start with an empty cache (a fresh install, a new version) the kernels would instead
+compile at the first events, for a minute or more while the events wait.
+:func:`warm_kernels` runs the hot paths once on a made-up message and move, without
+changing anything: the location of a move, a move of no subscription (the lookups and
+writes of the index's move), the limits a move computes for its subscription (DNlimit, Eq.
+7, and the wildcard flag, Eq. 8: with an index loaded from a file nothing else compiles
+them, and the first move of a fleet waited 1.2-1.7 s for LAP's, which it computed then),
+the matching of a message, every kind's subscribe, move, publish and unsubscribe on
+throwaway copies (a first publish with boolean and top-k subscriptions waited 22 s for
+their kernels), and builds the route and area matchers
 (:meth:`~roadpubsub.service.live_sets.LiveSets.matchers`: about 0.6 s per 1,000 routes on
 Rome). With a warm cache and no routes it takes about 0.3 s on Rome at 1M subscriptions.
 """
@@ -29,8 +30,8 @@ def warm_kernels(state: Any, parser: Any) -> float:
     then compiles what is missing."""
     import numpy as np
 
-    from roadpubsub.index.limits import location_aware_prefixes
-    from roadpubsub.index.model import Messages, Subscriptions
+    from roadpubsub.index.limits import subscription_limits
+    from roadpubsub.index.model import Messages
     from roadpubsub.roadnet.locations import EdgePoints
 
     t0 = time.perf_counter()
@@ -46,10 +47,8 @@ def warm_kernels(state: Any, parser: Any) -> float:
         # a move of no subscription: its lookups, facts and writes compile (the first move
         # of a first start waited 2.9 s for them on Rome) and nothing changes
         index.move(np.empty(0, np.int64), EdgePoints.of([], []))
-        one = Subscriptions(np.zeros(1, np.int64), EdgePoints.of([0], [0.0]), np.full(1, 0.5),
-                            np.full(1, 0.5), np.array([0, 1], np.int64), np.zeros(1, np.int32))
-        location_aware_prefixes(one, index.weights.weights, index.weights.rank(),
-                                dmax_m=index.dmax_m, tolerance=index.tolerance)
+        subscription_limits(np.full(1, 0.5), np.full(1, 0.5), dmax_m=index.dmax_m,
+                            tolerance=index.tolerance)
         batch = parser.messages([{"id": k, **where, "keywords": [terms[0]]} for k in (0, 1)])
         messages = Messages.from_rows(ids=batch.ids, points=batch.points,
                                       keywords=batch.keywords, weights=state.index.weights)

@@ -12,6 +12,7 @@ from roadpubsub.index.limits import (
     distance_upper_bound,
     effective_tau,
     location_aware_prefixes,
+    subscription_limits,
     tsim_limit,
 )
 from roadpubsub.index.model import Subscriptions
@@ -131,3 +132,32 @@ def test_compiled_prefixes_equal_the_vectorised_ones(weights, rows, tolerance) -
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype, name
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from([0.0, 1.0, 0.5, 5e-324, 1.0 - 2**-53])
+                            | st.floats(0.0, 1.0),
+                            st.sampled_from([1e-3, 0.5, 1.0, 1.0 - 2**-53])
+                            | st.floats(1e-3, 1.0)),
+                  min_size=1, max_size=20),
+    tolerance=st.sampled_from([0.0, 1e-9]),
+    dmax=st.sampled_from([1000.0, 1.0, 5e5]),
+)
+def test_subscription_limits_equal_the_prefixes(rows, tolerance, dmax) -> None:
+    """A moved subscription's DNlimit and wildcard flag without its postings are bit for
+    bit those of LAP, alpha at 0 and 1 and tau at or below alpha included."""
+    w = TermWeights({"a": 1.0, "b": 3.0})
+    alpha, tau = [a for a, _ in rows], [t for _, t in rows]
+    subs = Subscriptions.from_rows(
+        ids=np.arange(len(rows)), points=EdgePoints.of([0] * len(rows), [0.0] * len(rows)),
+        keywords=[["a", "b"]] * len(rows), alpha=alpha, tau=tau, weights=w)
+    lap = location_aware_prefixes(subs, w.weights, w.rank(), dmax_m=dmax, tolerance=tolerance)
+    limit, wildcard = subscription_limits(subs.alpha, subs.tau, dmax_m=dmax,
+                                          tolerance=tolerance)
+    np.testing.assert_array_equal(limit, lap.dn_limit)
+    np.testing.assert_array_equal(np.flatnonzero(wildcard), lap.wildcard_rows)
+    tau_e = effective_tau(subs.tau, tolerance=tolerance)
+    np.testing.assert_array_equal(wildcard, tsim_limit(subs.alpha, tau_e) <= 0.0)
+    want = distance_limit(subs.alpha, tau_e, dmax)
+    np.testing.assert_array_equal(limit, np.where(want >= 0.0, want, -1.0))

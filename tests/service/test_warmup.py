@@ -24,12 +24,12 @@ from roadpubsub.service.warmup import warm_kernels
 def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: Workload,
                                                   andorra: RoadNetwork,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    lap_calls: list[int] = []
-    lap = limits_module.location_aware_prefixes
+    limit_calls: list[int] = []
+    limits = limits_module.subscription_limits
 
-    def counted(subs: Any, *args: Any, **kwargs: Any) -> Any:
-        lap_calls.append(len(subs))
-        return lap(subs, *args, **kwargs)
+    def counted(alpha: Any, *args: Any, **kwargs: Any) -> Any:
+        limit_calls.append(len(alpha))
+        return limits(alpha, *args, **kwargs)
 
     parser = BodyParser(andorra, max_snap_m=250.0)
     state = ServiceState.open(service_dir, ServiceOptions(fsync=False))
@@ -38,7 +38,8 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         seq, counts = state.wal.next_seq, dict(state.counts)
         rows = state.subscription_rows(state.index.subscriptions().ids[:50])
         state.matcher.last_timing = None
-        monkeypatch.setattr(limits_module, "location_aware_prefixes", counted)
+        for module in (limits_module, base_module):
+            monkeypatch.setattr(module, "subscription_limits", counted)
         kernel_calls: list[str] = []
         for module, name in ((base_module, "lookup_kernel"),
                              (delta_module, "relocate_kernel")):
@@ -59,7 +60,7 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         assert state.matcher.last_timing is not None  # the matcher ran
         # a move's limits on one made-up row first, then the copies' rows: never the
         # state's 300
-        assert lap_calls[0] == 1 and max(lap_calls) <= 2, lap_calls
+        assert limit_calls[0] == 1 and max(limit_calls) <= 2, limit_calls
         assert (state.wal.next_seq, state.counts) == (seq, counts)
         assert state.subscription_rows(state.index.subscriptions().ids[:50]) == rows
         assert len(state.messages) == 0 and state.delivered == 0
