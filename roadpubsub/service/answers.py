@@ -1,11 +1,11 @@
 """The deliveries of an answer as JSON bytes, written from the delivery columns.
 
 A publish at Dmax 5 km on Rome delivers about 750 times; building a dict per delivery and
-encoding the list took 0.7 ms of the GIL per message (a third of a publish). Here each
-column is encoded once by orjson (numpy arrays, no Python number per row; floats as the
-shortest decimal that reads back as the same double), and a compiled kernel interleaves
-the four columns into the objects ``{"message_id", "subscription_id", "distance",
-"score"}``, separating them at the commas orjson wrote.
+encoding the list took 0.7 ms of the GIL per message (a third of a publish). Here orjson
+encodes the two columns of doubles (numpy arrays, no Python number per row; each as the
+shortest decimal that reads back as the same double), and one compiled kernel writes the
+objects ``{"message_id", "subscription_id", "distance", "score"}``: the integers itself,
+the doubles copied from orjson's text. The bytes are those orjson gives for the objects.
 
 :class:`DeliveryList` keeps an answer's deliveries as columns: a sequence of the delivery
 objects to Python code (built on first access), raw JSON to :func:`dumps`.
@@ -33,60 +33,109 @@ _SEQ_KEYS = (b'{"seq":', b',"message_id":', b',"subscription_id":', b',"distance
 _SEQ_KEYS_TEXT = np.frombuffer(b"".join(_SEQ_KEYS), dtype=np.uint8).copy()
 _SEQ_KEY_BOUNDS = np.cumsum([0] + [len(k) for k in _SEQ_KEYS]).astype(np.int64)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_NO_SEQ = np.empty(0, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_int(v: int, out: Any, o: int) -> int:  # pragma: no cover - compiled
+    """Write int64 ``v`` in decimal at ``out[o:]`` (as ``str(v)``); returns the end."""
+    if v < 0:
+        out[o] = 45  # '-'
+        o += 1
+        u = np.uint64(-(v + 1)) + np.uint64(1)  # INT64_MIN has no int64 opposite
+    else:
+        u = np.uint64(v)
+    ten = np.uint64(10)
+    width = 1
+    t = u
+    while t >= ten:
+        t //= ten
+        width += 1
+    for k in range(o + width - 1, o - 1, -1):
+        out[k] = 48 + np.int64(u % ten)  # int64, not uint64 + int64: a float
+        u //= ten
+    return o + width
 
 
 @numba.njit(cache=True, nogil=True)
-def _interleave(text: Any, bounds: Any, keys: Any, key_bounds: Any, out: Any
-                ) -> int:  # pragma: no cover - compiled
-    """Write the objects: ``text[bounds[j, i]:bounds[j, i + 1] - 1]`` is value i of column
-    j (each value followed by one separator byte), ``keys[key_bounds[j]:key_bounds[j +
-    1]]`` the text before value j (the last key closes the object). Returns the bytes
-    written."""
-    n = bounds.shape[1] - 1
-    ncol = bounds.shape[0]
+def _write_objects(seq: Any, message_id: Any, subscription_id: Any, distance_text: Any,
+                   score_text: Any, keys: Any, key_bounds: Any,
+                   out: Any) -> int:  # pragma: no cover - compiled
+    """Write the JSON array of the delivery objects to ``out``; returns its length.
+
+    The integers are written here; the doubles are copied from orjson's encoding of their
+    columns (``distance_text`` and ``score_text``, ``[v0,v1,...]``: each value ends at
+    the next ``,`` or ``]``). ``keys[key_bounds[j]:key_bounds[j + 1]]`` is the text before
+    value j, the last one closes the object; ``seq`` is empty when the objects have none.
+    """
+    n = message_id.size
+    with_seq = seq.size > 0
     o = 0
+    out[o] = 91  # '['
+    o += 1
+    d = 1  # after each text's '['
+    s = 1
     for i in range(n):
         if i:
             out[o] = 44  # ','
             o += 1
-        for j in range(ncol + 1):
+        j = 0
+        for col in range(5):
+            if col == 0 and not with_seq:
+                continue
             a, b = key_bounds[j], key_bounds[j + 1]
-            out[o:o + b - a] = keys[a:b]
-            o += b - a
-            if j < ncol:
-                a, b = bounds[j, i], bounds[j, i + 1] - 1
-                out[o:o + b - a] = text[a:b]
-                o += b - a
-    return o
+            for k in range(a, b):
+                out[o] = keys[k]
+                o += 1
+            j += 1
+            if col == 0:
+                o = _put_int(seq[i], out, o)
+            elif col == 1:
+                o = _put_int(message_id[i], out, o)
+            elif col == 2:
+                o = _put_int(subscription_id[i], out, o)
+            elif col == 3:
+                while distance_text[d] != 44 and distance_text[d] != 93:
+                    out[o] = distance_text[d]
+                    o += 1
+                    d += 1
+                d += 1
+            else:
+                while score_text[s] != 44 and score_text[s] != 93:
+                    out[o] = score_text[s]
+                    o += 1
+                    s += 1
+                s += 1
+        a, b = key_bounds[j], key_bounds[j + 1]
+        for k in range(a, b):
+            out[o] = keys[k]
+            o += 1
+    out[o] = 93  # ']'
+    return o + 1
 
 
 def deliveries_bytes(d: Deliveries, seq: Any = None) -> bytes:
     """The JSON array of ``d``'s delivery objects (what ``orjson.dumps`` of the objects
-    gives, up to the spelling of the numbers: the same values); with ``seq`` (an int64
-    array, one per delivery), each object starts with ``"seq"``."""
+    gives: the same bytes); with ``seq`` (an int64 array, one per delivery), each object
+    starts with ``"seq"``."""
     n = len(d)
     if n == 0:
         return b"[]"
-    # each column as "[v0,v1,...,vn-1]"; its closing bracket ends the last value as the
-    # commas end the others
-    cols: list[tuple[Any, Any]] = [(d.message_id, np.int64), (d.subscription_id, np.int64),
-                                   (d.distance, np.float64), (d.score, np.float64)]
-    if seq is not None:
-        cols.insert(0, (seq, np.int64))
+    distance = orjson.dumps(np.ascontiguousarray(d.distance, dtype=np.float64),
+                            option=_NUMPY)
+    score = orjson.dumps(np.ascontiguousarray(d.score, dtype=np.float64), option=_NUMPY)
     keys, key_bounds = (_KEYS_TEXT, _KEY_BOUNDS) if seq is None else \
         (_SEQ_KEYS_TEXT, _SEQ_KEY_BOUNDS)
-    parts = [orjson.dumps(np.ascontiguousarray(a, dtype=t), option=_NUMPY) for a, t in cols]
-    text = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    ends = np.flatnonzero((text == 44) | (text == 93)) + 1  # after each ',' and ']'
-    starts = np.cumsum([0] + [len(p) for p in parts[:-1]]) + 1  # after each '['
-    bounds = np.empty((len(cols), n + 1), dtype=np.int64)
-    bounds[:, 0] = starts
-    bounds[:, 1:] = ends.reshape(len(cols), n)
-    out = np.empty(text.size + 2 + n * keys.size, dtype=np.uint8)
-    out[0] = 91  # '['
-    used = _interleave(text, bounds, keys, key_bounds, out[1:])
-    out[used + 1] = 93  # ']'
-    return out[:used + 2].tobytes()
+    ints = 2 if seq is None else 3
+    # an int64 is at most 20 bytes; the doubles' text is orjson's
+    out = np.empty(2 + n * (keys.size + 1 + 20 * ints) + len(distance) + len(score),
+                   dtype=np.uint8)
+    used = _write_objects(_NO_SEQ if seq is None else np.ascontiguousarray(seq, np.int64),
+                          np.ascontiguousarray(d.message_id, dtype=np.int64),
+                          np.ascontiguousarray(d.subscription_id, dtype=np.int64),
+                          np.frombuffer(distance, dtype=np.uint8),
+                          np.frombuffer(score, dtype=np.uint8), keys, key_bounds, out)
+    return out[:used].tobytes()
 
 
 class DeliveryList(Sequence[dict[str, Any]]):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import orjson
 import pytest
 
 from roadpubsub.pruning.deliveries import Deliveries
-from roadpubsub.service.answers import DeliveryList, dumps
+from roadpubsub.service.answers import DeliveryList, deliveries_bytes, dumps
 
 
 def _objects(d: Deliveries) -> list[dict[str, object]]:
@@ -31,6 +32,13 @@ def test_bytes_read_back_as_the_objects(n: int) -> None:
     # bit-identical doubles, not only equal ones
     back = np.array([r["distance"] for r in got["deliveries"]], dtype=np.float64)
     assert back.tobytes() == d.distance.astype(np.float64).tobytes()
+    # the bytes orjson writes for the objects, with and without sequence numbers
+    assert deliveries_bytes(d) == orjson.dumps(_objects(d))
+    seq = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    if n:
+        seq[:2] = [-2**63, 2**63 - 1][:n]
+    assert deliveries_bytes(d, seq) == orjson.dumps(
+        [{"seq": q, **o} for q, o in zip(seq.tolist(), _objects(d), strict=True)])
 
 
 def test_delivery_list_is_the_objects_to_python() -> None:
