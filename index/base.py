@@ -43,7 +43,7 @@ from roadpubsub.index.spatial import PointFacts, SpatialIndex, astuple_facts
 from roadpubsub.index.terms import TermWeights
 from roadpubsub.roadnet.errors import InputError, describe_rows
 from roadpubsub.roadnet.lengths import check_dmax
-from roadpubsub.roadnet.locations import EdgePoints
+from roadpubsub.roadnet.locations import EdgePoints, points_on_edges
 from roadpubsub.roadnet.network import RoadNetwork
 from roadpubsub.roadnet.settings import DEFAULTS
 
@@ -298,10 +298,12 @@ class SubscriptionIndex:
         InvalidSubscriptionError
             Naming the offending rows (``labels``, e.g. the ids, else row numbers).
         """
+        length = self.network.edge_length
+        if points_on_edges(points, length):  # the usual answer, in one compiled pass
+            return
         edge = np.asarray(points.edge)
         offset = np.asarray(points.offset, dtype=np.float64)
         names = np.arange(edge.size) if labels is None else np.asarray(labels)
-        length = self.network.edge_length
         bad_edge = (edge < 0) | (edge >= length.size)
         safe = np.where(bad_edge, 0, edge)
         bad_offset = ~bad_edge & ~((offset >= 0.0) & (offset <= length[safe]))

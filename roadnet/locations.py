@@ -31,6 +31,7 @@ __all__ = [
     "locate_uv",
     "locate_xy",
     "point_xy",
+    "points_on_edges",
     "xy_on_edge",
 ]
 
@@ -528,6 +529,46 @@ def check_edge_ids(edge: npt.NDArray[np.integer], n_edges: int) -> None:
         row = int(np.flatnonzero((edge < 0) | (edge >= n_edges))[0])
         msg = f"edge id {int(edge[row])} (row {row}) is outside [0, {n_edges})"
         raise InvalidLocationError(msg)
+
+
+@numba.njit(cache=True, nogil=True)
+def _on_edges(edge: npt.NDArray[np.int32], offset: FloatArray,
+              edge_length: FloatArray) -> bool:  # pragma: no cover - compiled
+    n = edge_length.size
+    for i in range(edge.size):
+        e = edge[i]
+        if e < 0 or e >= n:
+            return False
+        if not (offset[i] >= 0.0 and offset[i] <= edge_length[e]):  # NaN fails too
+            return False
+    return True
+
+
+def points_on_edges(points: EdgePoints, edge_length: FloatArray) -> bool:
+    """Whether every point lies on the network: an edge id in [0, n_edges) and a finite
+    offset within [0, the edge's length] (metres).
+
+    One compiled pass, for callers that check every request's points; they name the
+    offending rows themselves when it answers False. It answers False too for columns not
+    of :class:`EdgePoints`' own dtypes (int32 edges, float64 offsets), which it does not
+    cast (a cast could wrap a bad id onto a good one): the caller's general check decides.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> length = np.array([10.0, 5.0])
+    >>> points_on_edges(EdgePoints.of([0, 1], [10.0, 0.0]), length)
+    True
+    >>> points_on_edges(EdgePoints.of([1], [5.5]), length), points_on_edges(
+    ...     EdgePoints.of([2], [0.0]), length)
+    (False, False)
+    """
+    edge, offset = np.asarray(points.edge), np.asarray(points.offset)
+    if (edge.dtype != np.int32 or offset.dtype != np.float64 or edge.ndim != 1
+            or edge.shape != offset.shape):
+        return False
+    return bool(_on_edges(np.ascontiguousarray(edge), np.ascontiguousarray(offset),
+                          np.ascontiguousarray(edge_length, dtype=np.float64)))
 
 
 class EdgeGeometry(NamedTuple):

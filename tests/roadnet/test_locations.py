@@ -248,3 +248,25 @@ def test_locate_uv_compiled_equals_the_vectorised_path(
     got = locate_uv(net, u, v, off, near_xy=xy)
     np.testing.assert_array_equal(got.edge, want.edge)
     np.testing.assert_array_equal(got.offset, want.offset)
+
+
+def test_points_on_edges_is_the_general_check() -> None:
+    """The compiled check answers what the numpy formulation does, at the edges' ends, one
+    ulp past them, for NaN and infinite offsets and ids just outside the network, and
+    refuses (without casting) columns of other dtypes."""
+    from roadpubsub.roadnet.locations import points_on_edges
+
+    length = np.array([10.0, 5.0, 0.0, 7.25])
+    rng = np.random.default_rng(3)
+    specials = np.array([0.0, -0.0, 5.0, 10.0, 5.001, 10.001, -0.001, np.nan, np.inf,
+                         -np.inf, 7.25, 2.5])
+    for _ in range(400):
+        k = int(rng.integers(1, 4))
+        points = EdgePoints(rng.integers(-1, 5, k).astype(np.int32), rng.choice(specials, k))
+        edge, offset = points.edge, points.offset  # offsets as snapped to the grid
+        safe = np.clip(edge, 0, 3)
+        want = bool(((edge >= 0) & (edge < 4) & (offset >= 0.0)
+                     & (offset <= length[safe])).all())
+        assert points_on_edges(points, length) is want
+    wide = EdgePoints(np.array([2**32 + 1], dtype=np.int64), np.array([0.0]))  # type: ignore[arg-type]
+    assert points_on_edges(wide, length) is False  # not cast onto edge 1
