@@ -193,8 +193,12 @@ class ServiceState(StateOpening):
         if sets is not None or len(self.sets):
             return self._move_with_sets(batch, sets)
         if self._kinds_live():
-            self.require_live(batch.ids)
-            self._move(batch.ids, batch.points)
+            # the threshold index's ids once: when it holds them all (the usual case),
+            # they are live and _move needs no other kind
+            thr = self.index.contains(batch.ids)
+            if not thr.all():
+                self.require_live(batch.ids)
+            self._move(batch.ids, batch.points, thr=thr)
         else:
             try:  # a move looks every id up before it changes anything
                 self._move(batch.ids, batch.points)

@@ -231,9 +231,12 @@ class StateCore:
         self.expiry.remove(ids)
         self.counts["unsubscribe"] += ids.size
 
-    def _move(self, ids: IntArray, points: EdgePoints) -> None:
-        if self._kinds_live():
-            thr = self.index.contains(ids)
+    def _move(self, ids: IntArray, points: EdgePoints, *,
+              thr: npt.NDArray[np.bool_] | None = None) -> None:
+        """Move subscriptions of any kind; ``thr``: ``self.index.contains(ids)``, when the
+        caller has it."""
+        if thr is not None or self._kinds_live():
+            thr = self.index.contains(ids) if thr is None else thr
             if not thr.all():
                 other = ~thr
                 boo = self.boolean.contains(ids[other])
