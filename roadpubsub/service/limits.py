@@ -459,7 +459,6 @@ def guarded_http_protocol(limits: TransportLimits) -> type[asyncio.Protocol]:
             super().on_message_begin()
             self._in_head = True
             self._head_bytes = 0
-            self._head_timer = self.loop.call_later(limits.body_timeout_s, self._late_head)
 
         def on_headers_complete(self) -> None:
             self._end_head()
@@ -480,6 +479,11 @@ def guarded_http_protocol(limits: TransportLimits) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             if self._in_head:  # counts only packets that left the head unfinished
+                # the clock starts at the first packet that leaves a head unfinished: a
+                # head that arrives whole (nearly every one) arms and cancels no timer
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(limits.body_timeout_s,
+                                                            self._late_head)
                 self._head_bytes += len(data)
                 if self._head_bytes > limits.max_header_bytes:
                     self._cut(431, f"the request's headers are longer than "
