@@ -483,7 +483,7 @@ class IndexMatcher:
                 cand=np.empty(n_slots + 1, dtype=np.int32), cand_dnub=np.empty(n_slots + 1),
                 cand_lb=np.empty(n_slots + 1),
                 term_mark=np.zeros(terms_cap, dtype=np.int64),
-                term_slots=np.empty(1, dtype=np.int64),  # sized per batch
+                term_slots=np.empty(1, dtype=np.int64),  # grown per batch as needed
                 d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),
                 t_nodes=np.empty(2 * most, dtype=np.int64), t_limits=np.empty(2 * most),
                 pass_eg=np.empty(_PASS_BATCH, dtype=np.int64),
@@ -611,7 +611,9 @@ class IndexMatcher:
         net_arrays = GraphArrays(adj.indptr, adj.indices, adj.weights, graph.edge_u,
                                  graph.edge_v, graph.edge_length, graph.edge_twoway,
                                  self._dead_end_to)
-        longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
+        kw_ptr = messages.kw_ptr
+        longest = (int(kw_ptr[1] - kw_ptr[0]) if kw_ptr.size == 2
+                   else int(np.diff(kw_ptr).max(initial=0))) + 1
         stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
         n = len(messages)
         # Matching in Hilbert order of the messages' locations, neighbouring messages read
@@ -747,7 +749,11 @@ class IndexMatcher:
                        shared: _Batch, progress: Callable[[int], None] | None
                        ) -> tuple[OutputArrays, int]:
         lane = self._lane(k)
-        scratch = self._scratch(lane)._replace(term_slots=np.empty(longest, dtype=np.int64))
+        scratch = self._scratch(lane)
+        if scratch.term_slots.size < longest:  # kept between calls: the compiled loop
+            # writes a message's term slots at [0, its keywords + 1), never past longest
+            scratch = lane.scratch = scratch._replace(
+                term_slots=np.empty(max(longest, 64), dtype=np.int64))
         verify = VerifySearch(shared.net, lane.search.workspace(), lane.buckets,
                               scratch.t_nodes, scratch.t_limits)
         if lane.out is None or lane.out.msg.size != lane.out_capacity:

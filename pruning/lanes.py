@@ -114,6 +114,8 @@ def delivery_starts(message_ids: IntArray, counts: IntArray) -> tuple[IntArray, 
     ([1, 0, 1], 3)
     """
     counts = np.asarray(counts, dtype=np.int64)
+    if counts.size == 1:  # a single publish: nothing to order
+        return np.zeros(1, dtype=np.int64), int(counts[0])
     by_id = np.argsort(message_ids, kind="stable")
     ends = np.cumsum(counts[by_id])
     starts = np.empty(counts.size, dtype=np.int64)

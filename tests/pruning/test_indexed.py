@@ -185,3 +185,32 @@ def test_verification_floor_finds_the_reference_distances(andorra) -> None:
         matcher.verification_floor(wl.messages, nudged)
     with pytest.raises(InputError, match="increasing id order"):
         matcher.verification_floor(wl.messages.take(np.arange(29, -1, -1)), want)
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_single_messages_of_growing_length_change_nothing(andorra, arch) -> None:
+    """One message at a time, each longer than any before (the lane's term slots kept
+    between calls grow), then all of them at once: the reference's deliveries each time."""
+    from roadpubsub.index.model import Messages
+
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=12, seed=5)
+    dmax = 3000.0
+    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
+                 dmax_m=dmax)
+    m = wl.messages
+    n_terms = len(wl.weights)
+    rng = np.random.default_rng(5)
+    # message i holds 1, 2, 4, ... up to every keyword of the vocabulary (more than 64)
+    sizes = np.minimum(2 ** np.arange(len(m)), n_terms)
+    assert sizes[-1] > 64
+    rows = [np.sort(rng.choice(n_terms, k, replace=False)).astype(np.int32) for k in sizes]
+    grown = Messages(m.ids, m.points, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                     np.concatenate(rows))
+    matcher = IndexMatcher(index)
+    for i in range(len(grown)):
+        one = grown.take(np.array([i]))
+        want = match_brute(andorra, wl.subscriptions, one, wl.weights, dmax_m=dmax)
+        assert_same(matcher.match(one), want)
+    want = match_brute(andorra, wl.subscriptions, grown, wl.weights, dmax_m=dmax)
+    assert len(want) > 0
+    assert_same(matcher.match(grown), want)
