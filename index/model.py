@@ -278,6 +278,8 @@ def has_repeats(ids: IntArray) -> bool:
     """
     # Sorted, a repeat sits next to its twin: a third of np.unique's time, which a
     # fleet's parser and a batch move paid on every call.
+    if ids.size < 2:  # a single publish or move: no sort, no comparison
+        return False
     s = np.sort(ids)
     return bool((s[1:] == s[:-1]).any())
 
