@@ -7,7 +7,7 @@ compile at the first events, for a minute or more while the events wait.
 changing anything: the location of a move, a move of no subscription (the lookups and
 writes of the index's move), the limits a move computes for its subscription (DNlimit, Eq.
 7, and the wildcard flag, Eq. 8: with an index loaded from a file nothing else compiles
-them, and the first move of a fleet waited 1.2-1.7 s for LAP's, which it computed then),
+them), LAP (a compaction's rebuild: the first move of a fleet once waited 1.2-1.7 s for it),
 the matching of a message, every kind's subscribe, move, publish and unsubscribe on
 throwaway copies (a first publish with boolean and top-k subscriptions waited 22 s for
 their kernels), and builds the route and area matchers
@@ -30,8 +30,8 @@ def warm_kernels(state: Any, parser: Any) -> float:
     then compiles what is missing."""
     import numpy as np
 
-    from roadpubsub.index.limits import subscription_limits
-    from roadpubsub.index.model import Messages
+    from roadpubsub.index.limits import location_aware_prefixes, subscription_limits
+    from roadpubsub.index.model import Messages, Subscriptions
     from roadpubsub.roadnet.locations import EdgePoints
 
     t0 = time.perf_counter()
@@ -49,6 +49,12 @@ def warm_kernels(state: Any, parser: Any) -> float:
         index.move(np.empty(0, np.int64), EdgePoints.of([], []))
         subscription_limits(np.full(1, 0.5), np.full(1, 0.5), dmax_m=index.dmax_m,
                             tolerance=index.tolerance)
+        # LAP too: a compaction rebuilds the index with it, and compiling then would hold
+        # the GIL for seconds in the middle of the load
+        one = Subscriptions(np.zeros(1, np.int64), EdgePoints.of([0], [0.0]), np.full(1, 0.5),
+                            np.full(1, 0.5), np.array([0, 1], np.int64), np.zeros(1, np.int32))
+        location_aware_prefixes(one, index.weights.weights, index.weights.rank(),
+                                dmax_m=index.dmax_m, tolerance=index.tolerance)
         batch = parser.messages([{"id": k, **where, "keywords": [terms[0]]} for k in (0, 1)])
         messages = Messages.from_rows(ids=batch.ids, points=batch.points,
                                       keywords=batch.keywords, weights=state.index.weights)

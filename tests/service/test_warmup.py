@@ -31,6 +31,13 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         limit_calls.append(len(alpha))
         return limits(alpha, *args, **kwargs)
 
+    lap_calls: list[int] = []
+    lap = limits_module.location_aware_prefixes
+
+    def counted_lap(subs: Any, *args: Any, **kwargs: Any) -> Any:
+        lap_calls.append(len(subs))
+        return lap(subs, *args, **kwargs)
+
     parser = BodyParser(andorra, max_snap_m=250.0)
     state = ServiceState.open(service_dir, ServiceOptions(fsync=False))
     try:
@@ -40,6 +47,7 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         state.matcher.last_timing = None
         for module in (limits_module, base_module):
             monkeypatch.setattr(module, "subscription_limits", counted)
+        monkeypatch.setattr(limits_module, "location_aware_prefixes", counted_lap)
         kernel_calls: list[str] = []
         for module, name in ((base_module, "lookup_kernel"),
                              (delta_module, "relocate_kernel")):
@@ -61,6 +69,7 @@ def test_warm_up_matches_once_and_changes_nothing(service_dir: Path, workload: W
         # a move's limits on one made-up row first, then the copies' rows: never the
         # state's 300
         assert limit_calls[0] == 1 and max(limit_calls) <= 2, limit_calls
+        assert lap_calls == [1]  # LAP, which a compaction's rebuild compiles otherwise
         assert (state.wal.next_seq, state.counts) == (seq, counts)
         assert state.subscription_rows(state.index.subscriptions().ids[:50]) == rows
         assert len(state.messages) == 0 and state.delivered == 0
