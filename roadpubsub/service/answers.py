@@ -57,6 +57,29 @@ def _put_int(v: int, out: Any, o: int) -> int:  # pragma: no cover - compiled
     return o + width
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_key(keys: Any, key_bounds: Any, j: int, out: Any,
+             o: int) -> int:  # pragma: no cover - compiled
+    """Write key j (``keys[key_bounds[j]:key_bounds[j + 1]]``) at ``out[o:]``; returns
+    the end."""
+    for k in range(key_bounds[j], key_bounds[j + 1]):
+        out[o] = keys[k]
+        o += 1
+    return o
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_value(text: Any, p: int, out: Any,
+               o: int) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Copy the value of orjson's array ``text`` that starts at ``p`` (it ends at the
+    next ``,`` or ``]``) to ``out[o:]``; returns where the next value starts and the end."""
+    while text[p] != 44 and text[p] != 93:
+        out[o] = text[p]
+        o += 1
+        p += 1
+    return p + 1, o
+
+
 @numba.njit(cache=True, nogil=True)
 def _write_objects(seq: Any, message_id: Any, subscription_id: Any, distance_text: Any,
                    score_text: Any, keys: Any, key_bounds: Any,
@@ -64,52 +87,26 @@ def _write_objects(seq: Any, message_id: Any, subscription_id: Any, distance_tex
     """Write the JSON array of the delivery objects to ``out``; returns its length.
 
     The integers are written here; the doubles are copied from orjson's encoding of their
-    columns (``distance_text`` and ``score_text``, ``[v0,v1,...]``: each value ends at
-    the next ``,`` or ``]``). ``keys[key_bounds[j]:key_bounds[j + 1]]`` is the text before
-    value j, the last one closes the object; ``seq`` is empty when the objects have none.
+    columns (``distance_text`` and ``score_text``, ``[v0,v1,...]``). Key j
+    (``keys[key_bounds[j]:key_bounds[j + 1]]``) is the text before value j, the last one
+    closes the object; ``seq`` is empty when the objects have none.
     """
-    n = message_id.size
     with_seq = seq.size > 0
-    o = 0
-    out[o] = 91  # '['
-    o += 1
-    d = 1  # after each text's '['
-    s = 1
-    for i in range(n):
+    first = 1 if with_seq else 0  # the key before message_id
+    out[0] = 91  # '['
+    o = 1
+    d = s = 1  # after each text's '['
+    for i in range(message_id.size):
         if i:
             out[o] = 44  # ','
             o += 1
-        j = 0
-        for col in range(5):
-            if col == 0 and not with_seq:
-                continue
-            a, b = key_bounds[j], key_bounds[j + 1]
-            for k in range(a, b):
-                out[o] = keys[k]
-                o += 1
-            j += 1
-            if col == 0:
-                o = _put_int(seq[i], out, o)
-            elif col == 1:
-                o = _put_int(message_id[i], out, o)
-            elif col == 2:
-                o = _put_int(subscription_id[i], out, o)
-            elif col == 3:
-                while distance_text[d] != 44 and distance_text[d] != 93:
-                    out[o] = distance_text[d]
-                    o += 1
-                    d += 1
-                d += 1
-            else:
-                while score_text[s] != 44 and score_text[s] != 93:
-                    out[o] = score_text[s]
-                    o += 1
-                    s += 1
-                s += 1
-        a, b = key_bounds[j], key_bounds[j + 1]
-        for k in range(a, b):
-            out[o] = keys[k]
-            o += 1
+        if with_seq:
+            o = _put_int(seq[i], out, _put_key(keys, key_bounds, 0, out, o))
+        o = _put_int(message_id[i], out, _put_key(keys, key_bounds, first, out, o))
+        o = _put_int(subscription_id[i], out, _put_key(keys, key_bounds, first + 1, out, o))
+        d, o = _put_value(distance_text, d, out, _put_key(keys, key_bounds, first + 2, out, o))
+        s, o = _put_value(score_text, s, out, _put_key(keys, key_bounds, first + 3, out, o))
+        o = _put_key(keys, key_bounds, first + 4, out, o)
     out[o] = 93  # ']'
     return o + 1
 
