@@ -175,7 +175,7 @@ def _delta_candidates(  # pragma: no cover - compiled
 def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int, order: IntArray, msg: MessageArrays,
     index: IndexArrays, weights: FloatArray, limits: MatchLimits, search: VerifySearch,
-    lane: LaneArrays, stamp: int, n_out: int,
+    lane: LaneArrays, stamp: int, n_out: int, phases: int,
 ) -> tuple[int, int, int]:
     """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
@@ -186,7 +186,10 @@ def _match_batch(  # pragma: no cover - compiled
 
     Returns (next position in ``order``, rows written to ``lane.out``, stamp); next ==
     start means the output buffers must grow. Statistics (``lane.stats``, a row per
-    message) and output rows name messages by input index.
+    message) and output rows name messages by input index. ``phases`` < 3 stops each
+    message early, for :meth:`IndexMatcher.phase_seconds`: 1 after its candidates
+    (Algorithm 1 and the delta scan), 2 after their TSIM and limits (nothing searched,
+    nothing written).
     """
     bounds, slots, delta = index.bounds, index.slots, index.delta
     scratch, queue, out, stats = lane.scratch, lane.queue, lane.out, lane.stats
@@ -243,6 +246,8 @@ def _match_batch(  # pragma: no cover - compiled
             end = p
             break
         q_ptr[p - start] = q_n
+        if phases == 1:
+            continue
         # Verification limits. EIA knows each candidate's exact TSIM before any distance is
         # computed, so the exact distance limit of the pair (Eq. 13 with TSIM in place of
         # TUB, never above DNUB) bounds its search; BIA has no such bound and uses Dmax.
@@ -301,6 +306,8 @@ def _match_batch(  # pragma: no cover - compiled
             q_n += 1
         stats[i][_VERIFIED] = q_n - q_ptr[p - start]
     q_ptr[end - start] = q_n
+    if phases < 3:
+        return end, n_out, stamp
     # Phase 2: Algorithm 2 per message, then the delivery rule on the queued TSIMs.
     for p in range(start, end):
         i = order[p]
@@ -342,6 +349,7 @@ class _Batch(NamedTuple):
     limits: MatchLimits
     net: GraphArrays
     stats: IntArray
+    phases: int = 3  # how much of each message to do (_match_batch)
 
 
 @dataclass(eq=False)
@@ -571,6 +579,85 @@ class IndexMatcher:
             index's weights do not hold (checked before any compiled code runs).
         """
         t_call = time.perf_counter()
+        shared, longest = self._batch(messages)
+        n = len(messages)
+        stats = shared.stats
+        # Lanes (threads) pull runs of consecutive positions of the Hilbert order from one
+        # queue: long runs first (each keeps its locality), short ones last so that the
+        # lanes end together whatever the messages cost (lanes.guided_runs). Stats rows are
+        # per message, so lanes never share one. The deliveries are then put together in
+        # parallel too: each lane copies its own blocks to their places in the result.
+        n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
+        slot_ids, delta_ids = self.index.subs.ids, self.index.delta.ids
+        clocks = [LaneClock() for _ in range(n_lanes)]
+        if n_lanes == 1:
+            t_par = time.perf_counter()
+            outs = [self._run_lane(0, [(0, n)], longest, shared, progress, clocks[0])]
+            par = time.perf_counter() - t_par
+            starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
+            result = self._new_result(total)
+            t_par = time.perf_counter()
+            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result,
+                           clocks[0])
+            par += time.perf_counter() - t_par
+        else:
+            outs, result, par = self._run_lanes(n_lanes, messages.ids, longest, shared,
+                                                clocks)
+            if progress is not None:
+                progress(n)
+        for k, (_, rows) in enumerate(outs):
+            if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
+                self._lanes[k].out = None
+        wall = time.perf_counter() - t_call
+        self.last_timing = CallTiming(wall, wall - par, clocks)
+        self.stats = MatchStats(messages.ids.copy(), stats)
+        return Deliveries(*result)
+
+    def phase_seconds(self, messages: Messages, *,
+                      clock: Callable[[], float] = time.thread_time) -> dict[str, float]:
+        """Seconds of one thread's matching of ``messages`` up to each phase, by ``clock``
+        (``time.thread_time``: its CPU time), in the matcher's own compiled loop stopped
+        early: ``candidates`` (Algorithm 1 and the recent subscriptions' scan),
+        ``limits`` (and each candidate's TSIM and verification limit), ``all`` (and the
+        search, the scoring and the output rows, without the result's assembly).
+
+        Raises
+        ------
+        InvalidSubscriptionError, InvalidMessageError
+            As :meth:`match`.
+
+        Examples
+        --------
+        >>> from roadpubsub.index.model import Messages, Subscriptions
+        >>> from roadpubsub.index.terms import TermWeights
+        >>> from roadpubsub.roadnet.locations import EdgePoints
+        >>> from roadpubsub.roadnet.network import RoadNetwork
+        >>> from roadpubsub.pruning.matchers import build_matcher
+        >>> net = RoadNetwork.from_arrays(node_ids=[1, 2], node_lon=[0.0, 0.01],
+        ...     node_lat=[0.0, 0.0], edge_u_ids=[1], edge_v_ids=[2], edge_length=[1000.0],
+        ...     edge_oneway=[False], directed=False, name="x")
+        >>> w = TermWeights({"a": 1.0, "b": 1.0})
+        >>> subs = Subscriptions.from_rows(ids=[7, 8], points=EdgePoints.of([0, 0], [100.0, 900.0]),
+        ...     keywords=[["a"], ["b"]], alpha=[0.5, 0.5], tau=[0.5, 0.9], weights=w)
+        >>> msgs = Messages.from_rows(ids=[1], points=EdgePoints.of([0], [150.0]),
+        ...     keywords=[["a"]], weights=w)
+        >>> m = build_matcher("eia", net, subs, w, dmax_m=1000.0, threads=1)
+        >>> sorted(m.phase_seconds(msgs))
+        ['all', 'candidates', 'limits']
+        """
+        shared, longest = self._batch(messages)
+        n = len(messages)
+        out: dict[str, float] = {}
+        for name, phases in (("candidates", 1), ("limits", 2), ("all", 3)):
+            t0 = clock()
+            self._run_lane(0, [(0, n)], longest, shared._replace(phases=phases), None,
+                           LaneClock())
+            out[name] = clock() - t0
+        return out
+
+    def _batch(self, messages: Messages) -> tuple[_Batch, int]:
+        """What every lane of a call on ``messages`` shares, and their longest keyword
+        row plus one (checked first: see :meth:`match`)."""
         index = self.index
         sp = index.spatial
         index.check_points(messages.points, labels=messages.ids, what="messages")
@@ -615,7 +702,6 @@ class IndexMatcher:
         longest = (int(kw_ptr[1] - kw_ptr[0]) if kw_ptr.size == 2
                    else int(np.diff(kw_ptr).max(initial=0))) + 1
         stats = np.zeros((len(messages), len(STAT_NAMES)), dtype=np.int64)
-        n = len(messages)
         # Matching in Hilbert order of the messages' locations, neighbouring messages read
         # the same postings, bounds and part of the road graph, and find them in cache:
         # on Rome with 1M subscriptions, a batch of 1,000 messages matched 17% (EIA) to
@@ -628,36 +714,7 @@ class IndexMatcher:
                         MatchLimits(float(index.dmax_m), float(index.tolerance),
                                     self.slack_abs, self.slack_rel),
                         net_arrays, stats)
-        # Lanes (threads) pull runs of consecutive positions of the Hilbert order from one
-        # queue: long runs first (each keeps its locality), short ones last so that the
-        # lanes end together whatever the messages cost (lanes.guided_runs). Stats rows are
-        # per message, so lanes never share one. The deliveries are then put together in
-        # parallel too: each lane copies its own blocks to their places in the result.
-        n_lanes = max(1, min(self.threads, math.ceil(n / 16)))
-        slot_ids, delta_ids = s.ids, d.ids
-        clocks = [LaneClock() for _ in range(n_lanes)]
-        if n_lanes == 1:
-            t_par = time.perf_counter()
-            outs = [self._run_lane(0, [(0, n)], longest, shared, progress, clocks[0])]
-            par = time.perf_counter() - t_par
-            starts, total = delivery_starts(messages.ids, stats[:, _DELIVERIES])
-            result = self._new_result(total)
-            t_par = time.perf_counter()
-            self._assemble(outs[0], starts, messages.ids, slot_ids, delta_ids, result,
-                           clocks[0])
-            par += time.perf_counter() - t_par
-        else:
-            outs, result, par = self._run_lanes(n_lanes, messages.ids, longest, shared,
-                                                clocks)
-            if progress is not None:
-                progress(n)
-        for k, (_, rows) in enumerate(outs):
-            if rows > _KEPT_OUT_ROWS:  # a batch with millions of deliveries: let them go
-                self._lanes[k].out = None
-        wall = time.perf_counter() - t_call
-        self.last_timing = CallTiming(wall, wall - par, clocks)
-        self.stats = MatchStats(messages.ids.copy(), stats)
-        return Deliveries(*result)
+        return shared, longest
 
     def _run_lanes(self, n_lanes: int, message_ids: IntArray, longest: int, shared: _Batch,
                    clocks: list[LaneClock]
@@ -783,7 +840,7 @@ class IndexMatcher:
             nxt, n_out, lane.stamp = _match_batch(
                 shared.is_eia, i, end, shared.order, shared.msg, shared.arrays, shared.weights,
                 shared.limits, verify, LaneArrays(scratch, queue, out, shared.stats),
-                lane.stamp, n_out)
+                lane.stamp, n_out, shared.phases)
             if progress is not None and nxt > i:
                 progress(nxt - i)
             if nxt == i:  # output buffers full: grow and resume

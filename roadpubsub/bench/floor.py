@@ -5,10 +5,11 @@ For each dense workload (:func:`roadpubsub.index.workload.hotspot`, one wide cro
 their whole range) it builds the EIA index and times, in turns over ``repeats`` rounds,
 EIA on one thread, EIA on ``threads`` threads and the floor (one search per message that
 already knows the deliveries, :meth:`roadpubsub.pruning.indexed.IndexMatcher.verification_floor`),
-then reports the medians and the ratios. With ``phases`` it also times the first two
-phases of one-thread matching alone (Algorithm 1's candidates; candidates plus their text
-similarity and verification limits), so that the rest of a call is the search, scoring
-and output.
+then reports the medians and the ratios. With ``phases`` it also times one thread's
+matching stopped after each phase, in the matcher's own compiled loop
+(:meth:`roadpubsub.pruning.indexed.IndexMatcher.phase_seconds`: the candidates; their text
+similarity and verification limits; the search, scoring and output rows), CPU time, the
+fastest of three.
 
 Run: ``python -m roadpubsub.bench.floor --subscriptions 1000000 --messages 200 --repeats 5``.
 """
@@ -22,125 +23,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
-import numpy.typing as npt
-
-from roadpubsub.index.limits import distance_upper_bound_kernel
-from roadpubsub.index.slot_record import FACT_COLUMNS, SUB_COLUMNS
-from roadpubsub.pruning.algorithm1 import edge_record, eia_candidates
-from roadpubsub.pruning.kernel_args import (
-    BoundArrays,
-    EdgeArrays,
-    EiaCellArrays,
-    LayoutArrays,
-    MatchLimits,
-    MessageArrays,
-    MessageProbe,
-    ScratchArrays,
-    SlotArrays,
-)
-from roadpubsub.pruning.similarity import tsim_kernel
 
 if TYPE_CHECKING:
     from roadpubsub.index.eia import EnhancedIndex
     from roadpubsub.index.model import Messages
 
-__all__ = ["phase_seconds", "run_floor"]
-
-_ALPHA = len(FACT_COLUMNS) + SUB_COLUMNS.index("alpha")
-_TAU = len(FACT_COLUMNS) + SUB_COLUMNS.index("tau")
-
-
-@numba.njit(cache=True, nogil=True)
-def _phases(  # pragma: no cover - compiled
-    with_limits: bool, order: npt.NDArray[np.int64], msg: MessageArrays, bounds: BoundArrays,
-    cells: EiaCellArrays, edges: EdgeArrays, layout: LayoutArrays, slots: SlotArrays,
-    limits: MatchLimits, scratch: ScratchArrays, weights: npt.NDArray[np.float64],
-    counters: npt.NDArray[np.int64],
-) -> float:
-    """Algorithm 1 for every message of ``order`` (and, ``with_limits``, each candidate's
-    TSIM and distance limit as the matcher computes them); returns a checksum."""
-    term_mark, term_slots = scratch.term_mark, scratch.term_slots
-    s_rec, s_kw_ptr, s_kw_terms = slots.record, slots.kw_ptr, slots.kw_terms
-    cand, cand_dnub = scratch.cand, scratch.cand_dnub
-    total = 0.0
-    for p in range(order.size):
-        i = order[p]
-        stamp = p + 1
-        n_terms = 1
-        term_slots[0] = 0
-        for k in range(msg.kw_ptr[i], msg.kw_ptr[i + 1]):
-            t = msg.kw_terms[k]
-            term_slots[n_terms] = t + 1
-            n_terms += 1
-            if t < term_mark.size:
-                term_mark[t] = stamp
-        probe = MessageProbe(msg.cell[i], msg.x[i], msg.y[i], msg.din_in[i],
-                             term_slots[:n_terms])
-        n = eia_candidates(probe, bounds, cells, edges, layout, slots, limits, scratch,
-                           stamp, counters)
-        total += n
-        if with_limits:
-            for j in range(n):
-                r = int(cand[j])
-                tsim = tsim_kernel(s_kw_ptr, s_kw_terms, weights, r, term_mark, stamp)
-                lim = min(cand_dnub[j], distance_upper_bound_kernel(
-                    s_rec[r, _ALPHA], s_rec[r, _TAU] - limits.tolerance, tsim, limits.dmax))
-                total += lim
-    return total
-
-
-def phase_seconds(index: EnhancedIndex, messages: Messages, order: npt.NDArray[np.int64],
-                  *, slack_abs: float, slack_rel: float) -> dict[str, float]:
-    """Seconds of Algorithm 1 alone and of Algorithm 1 with the candidates' TSIM and
-    limits over ``messages`` in ``order``, on one thread (the fastest of three runs)."""
-    sp = index.spatial
-    mf = sp.facts(messages.points)
-    msg = MessageArrays(mf.chain, mf.chain_offset, mf.x, mf.y, mf.cell, mf.din_in,
-                        messages.kw_ptr, messages.kw_terms)
-    bounds = BoundArrays(sp.bounds.kappa, np.ascontiguousarray(sp.bounds.D.T),
-                         np.ascontiguousarray(sp.bounds.eta_minus.T), sp.cells.bbox)
-    edges = EdgeArrays(sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha,
-                       index.edge_max_alpha, index.edge_min_tau_e,
-                       edge_record(sp.edge_bbox, sp.edge_din_out, index.edge_min_alpha,
-                                   index.edge_max_alpha, index.edge_min_tau_e,
-                                   float(index.dmax_m)))
-    lay = index.layout
-    layout = LayoutArrays(lay.term_ptr, lay.grp_cell, lay.grp_value, lay.grp_start,
-                          lay.eg_edge, lay.eg_value, lay.eg_start, lay.post_slot,
-                          lay.post_value)
-    record = index.slot_record
-    s = index.subs
-    slots = SlotArrays(record, record.view(np.int32), index.active, s.kw_ptr, s.kw_terms)
-    n_cells, m, n_slots = sp.cells.n_cells, index.network.n_edges, len(s)
-    longest = int(np.diff(messages.kw_ptr).max(initial=0)) + 1
-    scratch = ScratchArrays(
-        cell_lb=np.empty(n_cells), cell_state=np.empty(n_cells, dtype=np.int8),
-        cell_tsum=np.empty(n_cells), edge_tsum=np.empty(m),
-        edge_stamp=np.zeros(m, dtype=np.int64), mark=np.zeros(n_slots + 1, dtype=np.int64),
-        cand=np.empty(n_slots + 1, dtype=np.int32), cand_dnub=np.empty(n_slots + 1),
-        cand_lb=np.empty(n_slots + 1),
-        term_mark=np.zeros(len(index.weights) + 1, dtype=np.int64),
-        term_slots=np.empty(longest, dtype=np.int64),
-        d_rows=np.empty(1, dtype=np.int64), d_lim=np.empty(1),
-        t_nodes=np.empty(1, dtype=np.int64), t_limits=np.empty(1),
-        pass_eg=np.empty(1024, dtype=np.int64), pass_cell=np.empty(1024, dtype=np.int64),
-        pass_lb=np.empty(1024))
-    limits = MatchLimits(float(index.dmax_m), float(index.tolerance), slack_abs, slack_rel)
-    counters = np.zeros(16, dtype=np.int64)
-    out: dict[str, float] = {}
-    for name, with_limits in (("candidates", False), ("candidates_and_limits", True)):
-        best = np.inf
-        for _ in range(3):
-            scratch.mark.fill(0)
-            scratch.term_mark.fill(0)
-            t0 = time.perf_counter()
-            _phases(with_limits, order, msg, bounds, EiaCellArrays(index.cell_dn_limit), edges,
-                    layout, slots, limits, scratch, index.weights.weights, counters)
-            best = min(best, time.perf_counter() - t0)
-        out[name] = best
-    return out
+__all__ = ["run_floor"]
 
 
 def _median(values: list[float]) -> float:
@@ -150,7 +39,6 @@ def _median(values: list[float]) -> float:
 def _one_workload(name: str, index: EnhancedIndex, messages: Messages, *, threads: int,
                   repeats: int, phases: bool) -> dict[str, Any]:
     from roadpubsub.pruning.indexed import IndexMatcher
-    from roadpubsub.roadnet.network import spatial_order
 
     one = IndexMatcher(index, threads=1)
     many = IndexMatcher(index, threads=threads)
@@ -203,17 +91,16 @@ def _one_workload(name: str, index: EnhancedIndex, messages: Messages, *, thread
         "agree_1_and_many_threads": bool(agree),
     }
     if phases:
-        mf = index.spatial.facts(messages.points)
-        order = spatial_order(mf.x, mf.y)  # the matcher's order
-        ph = phase_seconds(index, messages, order, slack_abs=one.slack_abs,
-                           slack_rel=one.slack_rel)
-        doc["phases_ms_per_message"] = {
+        runs = [one.phase_seconds(messages) for _ in range(3)]
+        ph = {name: min(r[name] for r in runs) for name in runs[0]}
+        whole = _median(c_one)
+        doc["phases_cpu_ms_per_message"] = {
             "candidates": round(1e3 * ph["candidates"] / k, 4),
-            "tsim_and_limits": round(1e3 * (ph["candidates_and_limits"] - ph["candidates"]) / k,
-                                     4),
-            "search_score_output": round(1e3 * (s1 - ph["candidates_and_limits"]) / k, 4),
-            "floor": round(1e3 * sf / k, 4),
-            "whole_1thread": round(1e3 * s1 / k, 4),
+            "tsim_and_limits": round(1e3 * (ph["limits"] - ph["candidates"]) / k, 4),
+            "search_score_output": round(1e3 * (ph["all"] - ph["limits"]) / k, 4),
+            "assembly_and_rest": round(1e3 * (whole - ph["all"]) / k, 4),
+            "whole_1thread": round(1e3 * whole / k, 4),
+            "floor": round(1e3 * _median(c_floor) / k, 4),
         }
     return doc
 

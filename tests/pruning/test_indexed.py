@@ -188,6 +188,29 @@ def test_verification_floor_finds_the_reference_distances(andorra) -> None:
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_phase_runs_stop_early_and_change_nothing(andorra, arch) -> None:
+    """``phase_seconds`` runs the matcher's loop stopped after each phase, once each in
+    that order, on one lane: the calls that follow, on one lane and on two, still deliver
+    exactly the reference's deliveries (marks and stamps stay consistent)."""
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=40, seed=8,
+                           alpha_spread=0.5, tau_spread=0.4)
+    dmax = 3000.0
+    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
+                 dmax_m=dmax)
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    assert len(want) > 40
+    one = IndexMatcher(index, threads=1)
+    ticks: list[int] = []
+    out = one.phase_seconds(wl.messages, clock=lambda: float(len(ticks.append(0) or ticks)))
+    assert out == {"candidates": 1.0, "limits": 1.0, "all": 1.0} and len(ticks) == 6
+    assert_same(one.match(wl.messages), want)
+    assert_same(IndexMatcher(index, threads=2).match(wl.messages), want)
+    for _ in range(2):
+        one.phase_seconds(wl.messages.take(np.arange(5)))
+        assert_same(one.match(wl.messages), want)
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
 def test_single_messages_of_growing_length_change_nothing(andorra, arch) -> None:
     """One message at a time, each longer than any before (the lane's term slots kept
     between calls grow), then all of them at once: the reference's deliveries each time."""
