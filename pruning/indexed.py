@@ -478,32 +478,47 @@ class IndexMatcher:
         n_delta = len(index.delta)
         n_terms = len(index.weights)
         cap = lane.capacity
-        if cap is None or cap[0] != n_slots or cap[1] < n_delta or cap[2] < n_terms:
-            delta_cap = 2 * n_delta + 256
-            terms_cap = n_terms + n_terms // 8 + 64
-            most = n_slots + delta_cap + 1
+        if cap is not None and cap[0] == n_slots and cap[1] >= n_delta and cap[2] >= n_terms:
+            assert lane.scratch is not None
+            return lane.scratch
+        delta_cap = 2 * n_delta + 256 if cap is None or cap[1] < n_delta else cap[1]
+        terms_cap = n_terms + n_terms // 8 + 64 if cap is None or cap[2] < n_terms else cap[2]
+        most = n_slots + delta_cap + 1
+        # What the delta or the vocabulary sizes grows with them; the slot-sized marks
+        # and candidates stay (a new zeroed mark array costs its pages' first touches,
+        # about 17 ms at 1M slots, on the apply thread of a service whose delta grows),
+        # and so do the stamps, so marks left by earlier calls never match.
+        grown = lane.scratch if cap is not None and cap[0] == n_slots else None
+        if grown is None:
             lane.stamp = 0
-            lane.scratch = ScratchArrays(
+            grown = ScratchArrays(
                 cell_lb=np.empty(n_cells), cell_state=np.empty(n_cells, dtype=np.int8),
                 cell_tsum=np.empty(n_cells), edge_tsum=np.empty(m),
                 edge_stamp=np.zeros(m, dtype=np.int64),
                 mark=np.zeros(n_slots + 1, dtype=np.int64),
                 cand=np.empty(n_slots + 1, dtype=np.int32), cand_dnub=np.empty(n_slots + 1),
                 cand_lb=np.empty(n_slots + 1),
-                term_mark=np.zeros(terms_cap, dtype=np.int64),
+                term_mark=np.empty(0, dtype=np.int64),
                 term_slots=np.empty(1, dtype=np.int64),  # grown per batch as needed
-                d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),
-                t_nodes=np.empty(2 * most, dtype=np.int64), t_limits=np.empty(2 * most),
+                d_rows=np.empty(0, dtype=np.int64), d_lim=np.empty(0),
+                t_nodes=np.empty(0, dtype=np.int64), t_limits=np.empty(0),
                 pass_eg=np.empty(_PASS_BATCH, dtype=np.int64),
                 pass_cell=np.empty(_PASS_BATCH, dtype=np.int64), pass_lb=np.empty(_PASS_BATCH),
             )
+        if grown.term_mark.size != terms_cap:
+            grown = grown._replace(term_mark=np.zeros(terms_cap, dtype=np.int64))
+        if grown.d_rows.size != delta_cap + 1:
+            grown = grown._replace(
+                d_rows=np.empty(delta_cap + 1, dtype=np.int64), d_lim=np.empty(delta_cap + 1),
+                t_nodes=np.empty(2 * most, dtype=np.int64), t_limits=np.empty(2 * most))
             # The verification queue of a chunk: any one message's candidates fit.
             lane.queue = QueueArrays(
                 np.empty(self.chunk + 1, dtype=np.int64), np.empty(most, dtype=np.int64),
                 np.empty(most, dtype=np.int8), np.empty(most, dtype=np.int32),
                 *(np.empty(most) for _ in range(6)),
             )
-            lane.capacity = (n_slots, delta_cap, terms_cap)
+        lane.scratch = grown
+        lane.capacity = (n_slots, delta_cap, terms_cap)
         assert lane.scratch is not None
         return lane.scratch
 

@@ -211,6 +211,48 @@ def test_phase_runs_stop_early_and_change_nothing(andorra, arch) -> None:
 
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
+def test_scratch_kept_while_the_delta_and_vocabulary_grow(andorra, arch) -> None:
+    """One matcher across subscribes that grow the delta past its scratch's headroom
+    (256, 768, ... rows) and the vocabulary past its own, moves of indexed slots and an
+    unsubscribe: the slot-sized marks stay, the stamps go on counting, and every call
+    delivers exactly the reference's deliveries for the subscriptions live then."""
+    from roadpubsub.index.model import Subscriptions, concat_subscriptions
+
+    wl = generate_workload(andorra, n_subscriptions=4000, n_messages=25, seed=12,
+                           alpha_spread=0.5, tau_spread=0.4)
+    dmax = 3000.0
+    first, later = wl.subscriptions.take(np.arange(2000)), wl.subscriptions.take(
+        np.arange(2000, 4000))
+    index = arch(SpatialIndex.build(andorra, capacity=80), first, wl.weights, dmax_m=dmax)
+    matcher = IndexMatcher(index, threads=1)
+    live = [first]
+    marks = None
+    for k, (a, b) in enumerate(((0, 200), (200, 700), (700, 1900), (1900, 2000))):
+        batch = later.take(np.arange(a, b))
+        if k == 2:  # keywords the vocabulary has not seen: it grows past its headroom
+            kws = [[f"new{i}-{j}" for j in range(3)] for i in range(len(batch))]
+            batch = Subscriptions.from_rows(ids=batch.ids, points=batch.points, keywords=kws,
+                                            alpha=batch.alpha, tau=batch.tau,
+                                            weights=wl.weights)
+        index.subscribe(batch)
+        live.append(batch)
+        subs = concat_subscriptions(live)
+        assert_same(matcher.match(wl.messages),
+                    match_brute(andorra, subs, wl.messages, wl.weights, dmax_m=dmax))
+        lane = matcher._lanes[0]
+        assert lane.capacity is not None and lane.capacity[1] >= len(index.delta)
+        if marks is not None:
+            assert lane.scratch is not None and lane.scratch.mark is marks
+        marks = lane.scratch.mark if lane.scratch is not None else None
+    gone = subs.ids[::7]
+    index.unsubscribe(gone)
+    keep = ~np.isin(subs.ids, gone)
+    subs = subs.take(np.flatnonzero(keep))
+    assert_same(matcher.match(wl.messages),
+                match_brute(andorra, subs, wl.messages, wl.weights, dmax_m=dmax))
+
+
+@pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
 def test_single_messages_of_growing_length_change_nothing(andorra, arch) -> None:
     """One message at a time, each longer than any before (the lane's term slots kept
     between calls grow), then all of them at once: the reference's deliveries each time."""
