@@ -175,7 +175,7 @@ def _delta_candidates(  # pragma: no cover - compiled
 def _match_batch(  # pragma: no cover - compiled
     is_eia: bool, start: int, stop: int, order: IntArray, msg: MessageArrays,
     index: IndexArrays, weights: FloatArray, limits: MatchLimits, search: VerifySearch,
-    lane: LaneArrays, stamp: int, n_out: int, phases: int,
+    lane: LaneArrays, stamp: int, n_out: int,
 ) -> tuple[int, int, int]:
     """Match messages ``order[start:stop]``; stop early when the buffers might overflow.
 
@@ -186,14 +186,14 @@ def _match_batch(  # pragma: no cover - compiled
 
     Returns (next position in ``order``, rows written to ``lane.out``, stamp); next ==
     start means the output buffers must grow. Statistics (``lane.stats``, a row per
-    message) and output rows name messages by input index. ``phases`` < 3 stops each
-    message early, for :meth:`IndexMatcher.phase_seconds`: 1 after its candidates
+    message) and output rows name messages by input index. ``limits.phases`` < 3 stops
+    each message early, for :meth:`IndexMatcher.phase_seconds`: 1 after its candidates
     (Algorithm 1 and the delta scan), 2 after their TSIM and limits (nothing searched,
     nothing written).
     """
     bounds, slots, delta = index.bounds, index.slots, index.delta
     scratch, queue, out, stats = lane.scratch, lane.queue, lane.out, lane.stats
-    dmax, tolerance = limits.dmax, limits.tolerance
+    dmax, tolerance, phases = limits.dmax, limits.tolerance, limits.phases
     slack_abs, slack_rel = limits.slack_abs, limits.slack_rel
     m_chain, m_chain_offset, m_x, m_y = msg.chain, msg.chain_offset, msg.x, msg.y
     m_cell, m_din, m_kw_ptr, m_kw_terms = msg.cell, msg.din_in, msg.kw_ptr, msg.kw_terms
@@ -349,7 +349,6 @@ class _Batch(NamedTuple):
     limits: MatchLimits
     net: GraphArrays
     stats: IntArray
-    phases: int = 3  # how much of each message to do (_match_batch)
 
 
 @dataclass(eq=False)
@@ -665,8 +664,8 @@ class IndexMatcher:
         out: dict[str, float] = {}
         for name, phases in (("candidates", 1), ("limits", 2), ("all", 3)):
             t0 = clock()
-            self._run_lane(0, [(0, n)], longest, shared._replace(phases=phases), None,
-                           LaneClock())
+            stopped = shared._replace(limits=shared.limits._replace(phases=phases))
+            self._run_lane(0, [(0, n)], longest, stopped, None, LaneClock())
             out[name] = clock() - t0
         return out
 
@@ -855,7 +854,7 @@ class IndexMatcher:
             nxt, n_out, lane.stamp = _match_batch(
                 shared.is_eia, i, end, shared.order, shared.msg, shared.arrays, shared.weights,
                 shared.limits, verify, LaneArrays(scratch, queue, out, shared.stats),
-                lane.stamp, n_out, shared.phases)
+                lane.stamp, n_out)
             if progress is not None and nxt > i:
                 progress(nxt - i)
             if nxt == i:  # output buffers full: grow and resume

@@ -52,13 +52,16 @@ class MessageProbe(NamedTuple):
 
 
 class MatchLimits(NamedTuple):
-    """Dmax (m), the delivery rule's tolerance on tau, and the rounding slack of the bound
-    comparisons (metres and fraction of the limit)."""
+    """Dmax (m), the delivery rule's tolerance on tau, the rounding slack of the bound
+    comparisons (metres and fraction of the limit), and how far a call takes each message
+    (3: to its deliveries; 1 or 2: stopped after its candidates or their limits, for
+    :meth:`~roadpubsub.pruning.indexed.IndexMatcher.phase_seconds`)."""
 
     dmax: float
     tolerance: float
     slack_abs: float
     slack_rel: float
+    phases: int = 3
 
 
 class BoundArrays(NamedTuple):
