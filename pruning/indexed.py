@@ -518,8 +518,7 @@ class IndexMatcher:
             )
         lane.scratch = grown
         lane.capacity = (n_slots, delta_cap, terms_cap)
-        assert lane.scratch is not None
-        return lane.scratch
+        return grown
 
     def verification_floor(self, messages: Messages, deliveries: Deliveries, *,
                            clock: Callable[[], float] = time.perf_counter

@@ -21,6 +21,21 @@ from roadpubsub.pruning.deliveries import Deliveries
 from roadpubsub.pruning.indexed import IndexMatcher
 from roadpubsub.roadnet.network import spatial_order
 
+#: The andorra cases' Dmax (m).
+DMAX = 3000.0
+
+
+def _andorra_case(andorra, arch, *, n_messages: int, seed: int, alpha_spread: float,
+                  tau_spread: float):
+    """A workload of 3,000 subscriptions on Andorra, its index of kind ``arch`` and the
+    reference matcher's deliveries."""
+    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=n_messages, seed=seed,
+                           alpha_spread=alpha_spread, tau_spread=tau_spread)
+    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
+                 dmax_m=DMAX)
+    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=DMAX)
+    return wl, index, want
+
 
 @pytest.mark.parametrize("arch", [EnhancedIndex, BasicIndex], ids=["eia", "bia"])
 def test_chunks_and_buffer_growth_change_nothing(andorra, arch) -> None:
@@ -71,12 +86,8 @@ def test_delta_rows_are_verified_with_the_main_ones(andorra, arch) -> None:
 def test_bucket_width_and_heap_fallback_change_no_delivery(andorra, arch) -> None:
     """Verification runs on a bucket queue; any width, and the heap search it falls back
     to when its buckets run short, give the reference matcher's deliveries."""
-    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=4,
-                           alpha_spread=0.4, tau_spread=0.3)
-    dmax = 3000.0
-    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
-                 dmax_m=dmax)
-    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    wl, index, want = _andorra_case(andorra, arch, n_messages=30, seed=4, alpha_spread=0.4,
+                                    tau_spread=0.3)
     assert len(want) > 30
     base = (_m := IndexMatcher(index)).match(wl.messages)
     base_stats = _m.stats
@@ -167,12 +178,8 @@ def test_verification_floor_finds_the_reference_distances(andorra) -> None:
     junctions than the matcher, and refuses deliveries it cannot reproduce."""
     from roadpubsub.roadnet.errors import InputError
 
-    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=30, seed=6,
-                           alpha_spread=0.4, tau_spread=0.3)
-    dmax = 3000.0
-    index = EnhancedIndex(SpatialIndex.build(andorra, capacity=80), wl.subscriptions,
-                          wl.weights, dmax_m=dmax)
-    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    wl, index, want = _andorra_case(andorra, EnhancedIndex, n_messages=30, seed=6,
+                                    alpha_spread=0.4, tau_spread=0.3)
     assert len(want) > 30
     matcher = IndexMatcher(index, threads=1)
     matcher.match(wl.messages)
@@ -192,12 +199,8 @@ def test_phase_runs_stop_early_and_change_nothing(andorra, arch) -> None:
     """``phase_seconds`` runs the matcher's loop stopped after each phase, once each in
     that order, on one lane: the calls that follow, on one lane and on two, still deliver
     exactly the reference's deliveries (marks and stamps stay consistent)."""
-    wl = generate_workload(andorra, n_subscriptions=3000, n_messages=40, seed=8,
-                           alpha_spread=0.5, tau_spread=0.4)
-    dmax = 3000.0
-    index = arch(SpatialIndex.build(andorra, capacity=80), wl.subscriptions, wl.weights,
-                 dmax_m=dmax)
-    want = match_brute(andorra, wl.subscriptions, wl.messages, wl.weights, dmax_m=dmax)
+    wl, index, want = _andorra_case(andorra, arch, n_messages=40, seed=8, alpha_spread=0.5,
+                                    tau_spread=0.4)
     assert len(want) > 40
     one = IndexMatcher(index, threads=1)
     ticks: list[int] = []
